@@ -1,0 +1,69 @@
+"""Builds the Rust probes: one ``cargo build`` of the workspace, streamed to the terminal.
+
+Features follow the platform: ``metal`` on macOS, ``cuda`` when asked (``--cuda=1``), burn's
+``wgpu`` backend when asked (``--full=1``). Every build shares one cargo target directory
+(``paths.cargo_target_dir``). The elapsed time of each build is appended to
+``<target>/aliasfuzz-builds.jsonl`` so build costs can be measured rather than guessed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+
+from subprocess_tee import run
+
+from .paths import PROBES_WORKSPACE, cargo_target_dir
+
+
+def features(full: bool, cuda: bool) -> list[str]:
+    out = []
+    if platform.system() == "Darwin":
+        out += ["candle_probe/metal", "burn_probe/metal"]
+    if cuda:
+        out += ["candle_probe/cuda", "burn_probe/cuda"]
+    if full:
+        out += ["burn_probe/wgpu"]
+    return out
+
+
+def build(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
+    if shutil.which("cargo") is None:
+        print("aliasfuzz build: cargo not found: install Rust (https://rustup.rs)", file=sys.stderr)
+        return 2
+    feats = features(full, cuda)
+    cmd = ["cargo", "build", "--workspace", "--bins"]
+    if feats:
+        cmd += ["--features", ",".join(feats)]
+    env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
+    if cuda:
+        env.setdefault("CUDA_COMPUTE_CAP", "90")
+    print(f"aliasfuzz build: {' '.join(cmd)}", flush=True)
+    start = time.monotonic()
+    result = run(cmd, cwd=PROBES_WORKSPACE, env=env, quiet=quiet, check=False)
+    elapsed = time.monotonic() - start
+    target = cargo_target_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / "aliasfuzz-builds.jsonl", "a", encoding="utf-8") as log:
+        log.write(json.dumps({"time": time.time(), "seconds": round(elapsed, 1), "features": feats,
+                              "status": result.returncode}) + "\n")
+    print(f"aliasfuzz build: {'ok' if result.returncode == 0 else 'FAILED'} in {elapsed:.1f}s", flush=True)
+    return result.returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.build", description=__doc__)
+    parser.add_argument("--full", default="0", help="1: also build burn's wgpu backend")
+    parser.add_argument("--cuda", default="0", help="1: build candle's and burn's CUDA backends")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    return build(args.full == "1", args.cuda == "1", args.quiet)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""The differential oracle: from the traces of one program on every target, findings.
+
+Pairs of targets are compared on four aspects, in this order, and the first divergent op of each
+aspect becomes one finding:
+
+- ``status``: one target fails (``error``, ``crash``, ``timeout``) where the other succeeds;
+- ``verdict``: a snapshot follows its source on one target and keeps its value on the other
+  (see ``trace.py`` for verdicts);
+- ``identity``: the partition of names by identity token differs (which names are the same
+  object), never the tokens themselves;
+- ``value``: verdicts agree but a value differs beyond tolerance (optimizer arithmetic, say).
+
+Which pairs: two devices of one framework (kind ``device``: a framework should not change its
+semantics with the device), a device and its variant (kind ``variant``: ``torch:cpu`` against
+``torch:cpu+foreach``), and the primary targets of two frameworks (kind ``framework``: porting
+hazards). A failure of the program as a whole (crash, timeout) is its own kind.
+
+Only what both sides support is compared: an ``unsupported`` or ``skipped`` op on either side hides
+that op and every snapshot it would have made; ``unsupported`` is never a divergence.
+
+A finding's signature names its root cause, not its surface: the kind, the targets, the aspect,
+the snapshot method and the first divergent op's kind (with its salient attribute), and what each
+side did. Tensor names, op positions and values are left out, so renaming tensors, padding with
+irrelevant ops or changing values gives the same signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .ir import Program, names_bound
+from .trace import CRASH, TIMEOUT, Trace, Verdict, identity_partition, snapshots, verdicts
+
+ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # device | variant | framework | value | error | crash | timeout
+    aspect: str  # status | verdict | identity | value
+    targets: tuple[str, str]
+    op_label: str  # e.g. "step:sgd", "write:row"; "program" for whole-program failures
+    method: str | None  # snapshot method involved, if any
+    sides: tuple[str, str]  # what each target did, in ``targets`` order
+    op_index: int = -1
+    subject: str | None = None  # the tensor name (not part of the signature)
+    detail: str = ""
+
+    @property
+    def signature(self) -> str:
+        parts = [self.kind, "~".join(self.targets), self.aspect, self.method or "-", self.op_label,
+                 "~".join(self.sides)]
+        return "|".join(parts)
+
+    def sentence(self) -> str:
+        a, b = self.targets
+        sa, sb = self.sides
+        if self.aspect == "verdict":
+            return (f"After `{self.op_label}` (op {self.op_index}), a `{self.method}` snapshot"
+                    f" ({self.subject}) {_say(sa)} on {a} but {_say(sb)} on {b}.")
+        if self.aspect == "identity":
+            x, _, y = (self.subject or ",").partition(",")
+            return (f"After op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa} objects"
+                    f" on {a} but {sb} objects on {b}.")
+        if self.aspect == "value":
+            return (f"After op {self.op_index} (`{self.op_label}`), {self.subject} holds"
+                    f" {sa} on {a} but {sb} on {b}.")
+        return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
+                "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
+                "method": self.method, "sides": list(self.sides), "subject": self.subject,
+                "sentence": self.sentence(), "detail": self.detail}
+
+
+def _say(verdict: str) -> str:
+    return {"follows": "follows its source", "keeps": "keeps its value",
+            "rev follows": "carries a write back into its source",
+            "rev keeps": "takes a write without changing its source",
+            "none": "sees no change", "other": "holds neither value"}.get(verdict, verdict)
+
+
+def op_label(op: Mapping[str, Any]) -> str:
+    kind = op["op"]
+    if kind == "step":
+        return f"step:{op['optimizer']}"
+    if kind == "write":
+        return "write:whole" if op.get("index") is None else "write:row"
+    if kind == "move":
+        return f"move:{op['method']}:{op['device']}"
+    return kind
+
+
+def uses_adam(program: Program) -> bool:
+    return any(op["op"] == "step" and op["optimizer"] in ("adam", "adamw") for op in program.ops)
+
+
+def values_close(a: np.ndarray, b: np.ndarray, exact: bool) -> bool:
+    if a.shape != b.shape:
+        return False
+    if exact:
+        return bool(np.array_equal(a, b, equal_nan=True))
+    return bool(np.allclose(a, b, rtol=ADAM_RTOL, atol=ADAM_ATOL, equal_nan=True))
+
+
+def _nondeterministic_names(program: Program) -> set[str]:
+    """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
+    from them: their values differ between frameworks by design."""
+    roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
+    out = set(roots)
+    for op in program.ops:
+        if op["op"] == "snapshot" and op["of"] in out:
+            out.add(op["name"])
+        elif op["op"] == "module_clone":
+            out.update(f"{op['name']}.{r}" for r in roots)
+    return out
+
+
+def _hidden_ops(a: Trace, b: Trace) -> set[int]:
+    return {i for i, (x, y) in enumerate(zip(a.steps, b.steps))
+            if x.status in ("unsupported", "skipped") or y.status in ("unsupported", "skipped")}
+
+
+@dataclass
+class PairContext:
+    program: Program
+    kind: str
+    ids: tuple[str, str]
+    traces: tuple[Trace, Trace]
+    verdicts: tuple[Mapping[str, Verdict], Mapping[str, Verdict]]
+    findings: list[Finding] = field(default_factory=list)
+
+    def add(self, **kw) -> None:
+        self.findings.append(Finding(kind=kw.pop("kind", self.kind), targets=self.ids, **kw))
+
+
+def _compare_status(ctx: PairContext) -> bool:
+    """Whole-program and per-op failures. Returns False when nothing else can be compared."""
+    a, b = ctx.traces
+    if not a.ok or not b.ok:
+        return False  # whole-program failures are reported once per target by ``compare``
+    for i, (x, y) in enumerate(zip(a.steps, b.steps)):
+        statuses = {x.status, y.status}
+        if "error" in statuses and "ok" in statuses:
+            bad = x if x.status == "error" else y
+            ctx.add(kind="error", aspect="status", op_label=op_label(ctx.program.ops[i]),
+                    method=ctx.program.ops[i].get("method") if ctx.program.ops[i]["op"] == "snapshot" else None,
+                    sides=(x.status, y.status), op_index=i, detail=bad.message or "")
+            break
+    return True
+
+
+def _event_map(v: Verdict, hidden: set[int]) -> dict[int, str]:
+    return {e.op: ("rev " if e.reverse else "") + e.verdict for e in v.events if e.op not in hidden}
+
+
+def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
+    va, vb = ctx.verdicts
+    first: tuple[int, Finding] | None = None
+    for name, a in va.items():
+        b = vb.get(name)
+        if b is None or a.status != "ok" or b.status != "ok" or a.snapshot.op in hidden:
+            continue
+        ea, eb = _event_map(a, hidden), _event_map(b, hidden)
+        for k in sorted(set(ea) | set(eb)):
+            sa, sb = ea.get(k, "none"), eb.get(k, "none")
+            if sa != sb:
+                f = Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
+                            op_label=op_label(ctx.program.ops[k]), method=a.snapshot.method,
+                            sides=(sa, sb), op_index=k, subject=name)
+                if first is None or k < first[0]:
+                    first = (k, f)
+                break
+    if first:
+        ctx.findings.append(first[1])
+    return first is not None
+
+
+def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
+    """First op after which two names are one object on one side and distinct on the other. The
+    sides say ``same``/``distinct`` (names go in the detail, never in the signature)."""
+    a, b = ctx.traces
+    order = {n: i for i, n in enumerate(names_bound(ctx.program))}
+    for i in range(len(a.steps)):
+        if i in hidden:
+            continue
+        sa, sb = a.state_after(i), b.state_after(i)
+        common = sorted((n for n in sa if n in sb and sa[n].identity is not None
+                         and sb[n].identity is not None), key=lambda n: order.get(n, 1 << 30))
+        pa = identity_partition({n: sa[n] for n in common})
+        pb = identity_partition({n: sb[n] for n in common})
+        if pa == pb:
+            continue
+        for j, x in enumerate(common):
+            for y in common[j + 1:]:
+                same_a = sa[x].identity == sa[y].identity
+                same_b = sb[x].identity == sb[y].identity
+                if same_a != same_b:
+                    ctx.add(aspect="identity", op_label=op_label(ctx.program.ops[i]),
+                            method=_relating_method(ctx.program, x, y),
+                            sides=("same" if same_a else "distinct", "same" if same_b else "distinct"),
+                            op_index=i, subject=f"{x},{y}",
+                            detail=f"{ctx.ids[0]}: {_render_partition(pa)}; {ctx.ids[1]}: {_render_partition(pb)}")
+                    return True
+    return False
+
+
+def _relating_method(program: Program, x: str, y: str) -> str | None:
+    """The snapshot method that made ``y`` from ``x`` (or from a common source), if any."""
+    snaps = {s.name: s for s in snapshots(program)}
+    if y in snaps and snaps[y].source == x:
+        return snaps[y].method
+    if x in snaps and snaps[x].source == y:
+        return snaps[x].method
+    if y in snaps:
+        return snaps[y].method
+    return None
+
+
+def _render_partition(p) -> str:
+    if not p:
+        return "all distinct"
+    return " ".join("{" + ",".join(sorted(g)) + "}" for g in sorted(p, key=sorted))
+
+
+def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
+    a, b = ctx.traces
+    exact = not uses_adam(ctx.program)
+    skip = _nondeterministic_names(ctx.program)
+    for i in range(len(a.steps)):
+        if i in hidden:
+            continue
+        sa, sb = a.state_after(i), b.state_after(i)
+        for name in sa:
+            if name in skip or name not in sb:
+                continue
+            x, y = sa[name].value, sb[name].value
+            if x is None or y is None:
+                continue
+            if not values_close(x, y, exact):
+                ctx.add(kind="value" if ctx.kind == "framework" else ctx.kind, aspect="value",
+                        op_label=op_label(ctx.program.ops[i]), method=None,
+                        sides=(_render_value(x), _render_value(y)), op_index=i, subject=name)
+                return
+
+
+def _render_value(x: np.ndarray) -> str:
+    return np.array2string(x, precision=6, separator=", ").replace("\n", "")
+
+
+def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tuple[Trace, Trace],
+                 verdict_maps=None) -> list[Finding]:
+    if verdict_maps is None:
+        verdict_maps = (verdicts(program, traces[0]), verdicts(program, traces[1]))
+    ctx = PairContext(program, kind, ids, traces, verdict_maps)
+    if not _compare_status(ctx):
+        return ctx.findings
+    hidden = _hidden_ops(*traces)
+    diverged = _compare_verdicts(ctx, hidden)
+    diverged = _compare_identity(ctx, hidden) or diverged
+    if not diverged:
+        _compare_values(ctx, hidden)
+    return ctx.findings
+
+
+def _split(target_id: str) -> tuple[str, str, str]:
+    framework, device = target_id.split(":", 1)
+    base = device.split("+", 1)[0]
+    return framework, device, base
+
+
+def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
+    """Which targets are compared with which, and as what kind of finding."""
+    out: list[tuple[str, tuple[str, str]]] = []
+    ids = sorted(target_ids)
+    primary: dict[str, str] = {}
+    for t in ids:
+        fw, device, base = _split(t)
+        if device == base and fw not in primary:
+            primary[fw] = t
+    for i, a in enumerate(ids):
+        for b in ids[i + 1:]:
+            fa, da, ba = _split(a)
+            fb, db, bb = _split(b)
+            if fa != fb:
+                continue
+            if ba == bb:
+                if da == ba or db == bb:  # a device against its own variant
+                    out.append(("variant", (a, b)))
+            elif da == ba and db == bb:
+                out.append(("device", (a, b)))
+    prim = sorted(primary.values())
+    for i, a in enumerate(prim):
+        for b in prim[i + 1:]:
+            out.append(("framework", (a, b)))
+    return out
+
+
+def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
+    """All findings for one program. Deterministic: same traces, same findings, same order."""
+    vmap = {t: verdicts(program, tr) for t, tr in traces.items()}
+    findings: list[Finding] = []
+    if any(tr.ok for tr in traces.values()):
+        for t, tr in sorted(traces.items()):
+            if not tr.ok:
+                kind = tr.status if tr.status in (CRASH, TIMEOUT) else "error"
+                findings.append(Finding(kind=kind, aspect="status", targets=(t, "-"), op_label="program",
+                                        method=None, sides=(tr.status, "ok"), detail=tr.message or ""))
+    for kind, (a, b) in pairs(list(traces)):
+        findings.extend(compare_pair(program, kind, (a, b), (traces[a], traces[b]), (vmap[a], vmap[b])))
+    seen: set[str] = set()
+    unique = []
+    for f in findings:
+        if f.signature not in seen:
+            seen.add(f.signature)
+            unique.append(f)
+    return unique

@@ -1,0 +1,322 @@
+"""The one Target interface, and the client for persistent target processes.
+
+Every framework runs in a process of its own that speaks the probe protocol (PROTOCOL.md): the
+Rust probes and the PyTorch worker alike. ``ProbeProcess`` owns such a process: it starts it,
+checks the handshake, pipelines batches of programs, and survives whatever the process does: a
+crash, a hang (per-program timeout), garbage on stdout. A program that kills or hangs the process
+gets a ``crash`` or ``timeout`` trace; the process is restarted and the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..ir import Program
+from ..trace import CRASH, TIMEOUT, Trace
+
+PROTOCOL_VERSION = 1
+
+
+class SetupError(RuntimeError):
+    """A target cannot be used at all (missing or stale binary, broken handshake). One line."""
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    id: str  # framework:device
+    framework: str
+    device: str
+    alt: str | None
+    kind: str
+    versions: dict[str, str]
+    ops: tuple[str, ...]
+    methods: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "framework": self.framework, "device": self.device, "alt": self.alt,
+                "kind": self.kind, "versions": dict(self.versions), "ops": list(self.ops),
+                "methods": list(self.methods)}
+
+
+@dataclass
+class ProcessStats:
+    starts: int = 0
+    crashes: int = 0
+    timeouts: int = 0
+    garbage_lines: int = 0
+    log: list[str] = field(default_factory=list)
+
+    def note(self, line: str) -> None:
+        self.log.append(line)
+        del self.log[:-200]
+
+
+class ProbeProcess:
+    """A persistent protocol speaker. Thread-compatible, not thread-safe: one batch at a time."""
+
+    def __init__(self, name: str, argv: Sequence[str], *, cwd: str | None = None,
+                 env: dict[str, str] | None = None, timeout_s: float = 20.0,
+                 start_timeout_s: float = 120.0):
+        self.name = name
+        self.argv = list(argv)
+        self.cwd = cwd
+        self.env = env
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.hello: dict[str, Any] | None = None
+        self.stats = ProcessStats()
+        self._ids = itertools.count(1)
+        self._buf = b""
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+
+    # -- process life ---------------------------------------------------------------------------
+
+    def start(self) -> dict[str, Any]:
+        self.stop()
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=self.cwd, env=self.env, bufsize=0, start_new_session=True)
+        except OSError as e:
+            raise SetupError(f"{self.name}: cannot start {self.argv[0]}: {e.strerror or e}"
+                             f" (build the probes with `make probes`)") from None
+        self.stats.starts += 1
+        self._buf = b""
+        self._stderr_tail.clear()
+        threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+        try:
+            self._send([{"type": "hello", "protocol": PROTOCOL_VERSION}])
+            reply = self._read_reply(lambda r: r.get("type") == "hello", self.start_timeout_s)
+        except _ProcessDied as e:
+            raise SetupError(f"{self.name}: exited during start-up ({e}){self._tail()}") from None
+        except _TimedOut:
+            self.stop()
+            raise SetupError(f"{self.name}: no handshake within {self.start_timeout_s:.0f}s") from None
+        if reply.get("protocol") != PROTOCOL_VERSION:
+            self.stop()
+            raise SetupError(
+                f"{self.name}: speaks probe protocol {reply.get('protocol')}, the harness speaks "
+                f"{PROTOCOL_VERSION}: the binary is stale, rebuild it with `make probes`")
+        self.hello = reply
+        return reply
+
+    def ensure_started(self) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.start()
+        assert self.hello is not None
+        return self.hello
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.stdin.write(b'{"type":"exit"}\n')
+                proc.stdin.flush()
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._kill(proc)
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def _kill(self, proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                proc.kill()
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    # -- I/O ------------------------------------------------------------------------------------
+
+    def _drain_stderr(self, proc: subprocess.Popen) -> None:
+        for line in iter(proc.stderr.readline, b""):
+            self._stderr_tail.append(line.decode("utf-8", "replace").rstrip())
+        try:
+            proc.stderr.close()
+        except OSError:
+            pass
+
+    def _tail(self) -> str:
+        lines = [l for l in self._stderr_tail if l.strip()]
+        return f"; stderr: {' | '.join(lines[-3:])}" if lines else ""
+
+    def _send(self, requests: list[dict[str, Any]]) -> None:
+        data = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n" for r in requests)
+        proc = self.proc
+        assert proc is not None
+
+        def write() -> None:
+            try:
+                proc.stdin.write(data)
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                pass  # the reader sees the death and reports it
+
+        if len(data) <= 32768:
+            write()  # fits in the pipe buffer: no thread needed
+        else:
+            threading.Thread(target=write, daemon=True).start()
+
+    def _read_line(self, deadline: float) -> bytes:
+        proc = self.proc
+        assert proc is not None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _TimedOut()
+            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                code = proc.wait()
+                raise _ProcessDied(_describe_exit(code))
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line
+
+    def _read_reply(self, accept: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._read_line(deadline)
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                reply = None
+            if isinstance(reply, dict) and accept(reply):
+                return reply
+            if isinstance(reply, dict) and reply.get("type") == "error":
+                raise _ProtocolError(str(reply.get("message")))
+            if line.strip():
+                self.stats.garbage_lines += 1
+                self.stats.note(f"{self.name}: ignored stray output: {line[:120]!r}")
+
+    # -- running --------------------------------------------------------------------------------
+
+    def run_batch(self, device: str, programs: Sequence[dict[str, Any]], target_id: str) -> list[Trace]:
+        """Runs wire-form programs on ``device``; one trace per program, in order, always."""
+        traces: list[Trace] = []
+        pending = list(programs)
+        while pending:
+            try:
+                self.ensure_started()
+            except SetupError as e:
+                traces.extend(Trace.failed(target_id, CRASH, str(e)) for _ in pending)
+                break
+            ids = [next(self._ids) for _ in pending]
+            self._send([{"type": "run", "id": i, "device": device, "program": p}
+                        for i, p in zip(ids, pending)])
+            done = 0
+            try:
+                for i, program in zip(ids, pending):
+                    budget = self.timeout_s * (1 + len(program.get("ops", ())) / 64)
+                    reply = self._read_reply(
+                        lambda r, i=i: r.get("type") == "trace" and r.get("id") == i, budget)
+                    traces.append(Trace.from_wire(target_id, reply))
+                    done += 1
+            except _ProcessDied as e:
+                self.stats.crashes += 1
+                msg = f"{self.name} died running this program ({e}){self._tail()}"
+                self.stats.note(msg)
+                traces.append(Trace.failed(target_id, CRASH, msg))
+                self.proc = None
+                done += 1
+            except _TimedOut:
+                self.stats.timeouts += 1
+                msg = f"{self.name} gave no trace within its timeout; killed and restarted"
+                self.stats.note(msg)
+                traces.append(Trace.failed(target_id, TIMEOUT, msg))
+                if self.proc is not None:
+                    self._kill(self.proc)
+                self.proc = None
+                done += 1
+            except _ProtocolError as e:
+                # The probe rejected our request: a harness bug or a stale probe; report, go on.
+                traces.append(Trace.failed(target_id, "error", f"protocol error: {e}"))
+                self.stats.note(f"{self.name}: protocol error: {e}")
+                self.proc is not None and self._kill(self.proc)
+                self.proc = None
+                done += 1
+            pending = pending[done:]
+        return traces
+
+
+class _ProcessDied(Exception):
+    pass
+
+
+class _TimedOut(Exception):
+    pass
+
+
+class _ProtocolError(Exception):
+    pass
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+class Target:
+    """One framework on one device: ``framework:device``. Owns its own process, so targets run
+    concurrently and a crash in one never touches another."""
+
+    def __init__(self, info: TargetInfo, process: ProbeProcess):
+        self.info = info
+        self.process = process
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def supports(self, op: str) -> bool:
+        return op in self.info.ops
+
+    def run(self, program: Program) -> Trace:
+        return self.run_batch([program])[0]
+
+    def run_batch(self, programs: Sequence[Program]) -> list[Trace]:
+        return self.run_wire([p.to_wire() for p in programs])
+
+    def run_wire(self, programs: Sequence[dict[str, Any]]) -> list[Trace]:
+        return self.process.run_batch(self.info.device, programs, self.id)
+
+    def close(self) -> None:
+        self.process.stop()
+
+    def __repr__(self) -> str:
+        return f"Target({self.id})"

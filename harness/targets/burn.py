@@ -1,0 +1,15 @@
+"""burn: the compiled probe ``rust_probes/burn_probe`` (flex and ndarray; wgpu when built)."""
+
+from __future__ import annotations
+
+from ..paths import ROOT, probe_binary
+
+FRAMEWORK = "burn"
+BUILD_HINT = "build it with `make probes`"
+
+
+def command() -> list[str]:
+    return [str(probe_binary("burn_probe"))]
+
+
+CWD = str(ROOT)

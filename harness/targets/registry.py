@@ -1,0 +1,101 @@
+"""Target discovery: which frameworks exist (one plugin module each) and which devices they open.
+
+A framework plugin is a module with ``FRAMEWORK``, ``BUILD_HINT``, ``CWD`` and ``command()``; the
+process it starts speaks the probe protocol and names its devices in the handshake. Adding a
+framework means adding one module here and one line to ``PLUGINS``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Iterable
+
+from . import burn, candle, torch
+from .base import ProbeProcess, SetupError, Target, TargetInfo
+
+PLUGINS: tuple[ModuleType, ...] = (torch, candle, burn)
+
+
+@dataclass
+class Discovery:
+    targets: list[Target] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)  # framework -> why
+
+    def close(self) -> None:
+        for t in self.targets:
+            t.close()
+
+    def __enter__(self) -> "Discovery":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def parse_target_list(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    ids = [t.strip() for t in text.split(",") if t.strip()]
+    for t in ids:
+        if ":" not in t and t not in {p.FRAMEWORK for p in PLUGINS}:
+            raise SetupError(f"--targets: {t!r} is not framework:device (e.g. torch:cpu) or a framework name")
+    return ids
+
+
+def _wanted(target_id: str, wanted: list[str] | None) -> bool:
+    if wanted is None:
+        return True
+    framework = target_id.split(":", 1)[0]
+    return target_id in wanted or framework in wanted
+
+
+def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
+             env: dict[str, str] | None = None) -> Discovery:
+    """Starts each framework's process once, reads its handshake and returns one ``Target`` per
+    device (variants included). With ``wanted``, only those ids or frameworks; a wanted target
+    that does not exist is a ``SetupError``."""
+    wanted = list(wanted) if wanted is not None else None
+    found = Discovery()
+    proc_env = {**os.environ, **(env or {})}
+    for plugin in PLUGINS:
+        fw = plugin.FRAMEWORK
+        if wanted is not None and not any(w == fw or w.startswith(fw + ":") for w in wanted):
+            continue
+        first = ProbeProcess(fw, plugin.command(), cwd=plugin.CWD, env=proc_env, timeout_s=timeout_s)
+        try:
+            hello = first.start()
+        except SetupError as e:
+            found.unavailable[fw] = f"{e} ({plugin.BUILD_HINT})" if "make" not in str(e) else str(e)
+            continue
+        used_first = False
+        for dev in hello["devices"]:
+            tid = f"{fw}:{dev['name']}"
+            if not _wanted(tid, wanted):
+                continue
+            info = TargetInfo(tid, fw, dev["name"], dev.get("alt"), dev.get("kind", "cpu"),
+                              dict(hello.get("versions", {})), tuple(hello.get("ops", ())),
+                              tuple(hello.get("methods", ())))
+            if used_first:
+                proc = ProbeProcess(f"{fw}:{dev['name']}", plugin.command(), cwd=plugin.CWD,
+                                    env=proc_env, timeout_s=timeout_s)
+                proc.hello = hello  # started on first use
+            else:
+                proc, used_first = first, True
+                proc.name = tid
+            found.targets.append(Target(info, proc))
+        if not used_first:
+            first.stop()
+    if wanted is not None:
+        have = {t.id for t in found.targets}
+        for w in wanted:
+            if ":" in w and w not in have:
+                fw = w.split(":", 1)[0]
+                why = found.unavailable.get(fw, "that framework does not offer this device here")
+                found.close()
+                raise SetupError(f"target {w} is not available: {why}")
+            if ":" not in w and w in found.unavailable:
+                found.close()
+                raise SetupError(f"framework {w} is not available: {found.unavailable[w]}")
+    return found

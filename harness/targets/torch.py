@@ -1,0 +1,18 @@
+"""PyTorch: a persistent Python worker (``torch_worker``) speaking the probe protocol, so a crash
+inside torch never takes the harness down and torch is imported once per campaign."""
+
+from __future__ import annotations
+
+import sys
+
+from ..paths import ROOT
+
+FRAMEWORK = "torch"
+BUILD_HINT = "install the Python dependencies with `make venv`"
+
+
+def command() -> list[str]:
+    return [sys.executable, "-m", "harness.targets.torch_worker"]
+
+
+CWD = str(ROOT)

@@ -1,0 +1,269 @@
+"""Traces: what a target observed after every op, and the verdicts derived from them.
+
+A trace arrives delta-encoded (see PROTOCOL.md); ``Trace.states`` rebuilds the full state after
+each op. Verdicts say, for every snapshot, how it related to its source at each later op that
+changed either of them:
+
+- ``follows``: after the op the snapshot equals the source's new value under the snapshot's view
+  (it shares storage, or behaves as if it did);
+- ``keeps``: the source changed and the snapshot still holds its old value (an independent copy);
+- ``other``: neither (corruption, a partial write, garbage);
+- ``unchanged``: nothing the snapshot could be compared on ever changed;
+- ``unsupported`` / ``error`` / ``skipped``: the snapshot itself could not be taken.
+
+An event is *reverse* when the op wrote into the snapshot itself: ``follows`` then means the source
+changed with it (the write reached the source), ``keeps`` that the source did not move.
+
+Values inside one trace are compared exactly: two handles on one buffer are bitwise equal, and a
+copy that merely happens to hold an equal value is exactly what ``keeps`` means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from .ir import Program, apply_view
+
+#: Trace statuses set by the harness rather than the target.
+CRASH, TIMEOUT = "crash", "timeout"
+
+
+def _floats(raw: Any) -> np.ndarray | None:
+    if raw is None:
+        return None
+    return np.array([float(x) for x in raw], dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class Observation:
+    shape: tuple[int, ...]
+    value: np.ndarray | None  # float32, shaped
+    device: str
+    requires_grad: bool | None
+    identity: str | None
+    initialized: bool
+    note: str | None = None
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> "Observation":
+        shape = tuple(raw["shape"])
+        value = _floats(raw.get("value"))
+        if value is not None:
+            try:
+                value = value.reshape(shape)
+            except ValueError:
+                pass  # a probe bug; keep the flat values so the oracle still sees them
+        return cls(shape, value, raw.get("device", ""), raw.get("requires_grad"),
+                   raw.get("identity"), bool(raw.get("initialized", True)), raw.get("note"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "shape": list(self.shape),
+            "value": None if self.value is None else self.value.tolist(),
+            "device": self.device,
+            "requires_grad": self.requires_grad,
+            "identity": self.identity,
+            "initialized": self.initialized,
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+@dataclass(frozen=True)
+class StepResult:
+    status: str  # ok | unsupported | error | skipped
+    message: str | None
+    changed: Mapping[str, Observation]
+
+
+@dataclass
+class Trace:
+    """One program on one target. ``status`` is ``ok``, ``error`` (the program could not start on
+    the target), ``crash`` (the target process died) or ``timeout``."""
+
+    target: str
+    status: str
+    message: str | None = None
+    initial: dict[str, Observation] = field(default_factory=dict)
+    steps: list[StepResult] = field(default_factory=list)
+    elapsed_us: int = 0
+    _states: list[dict[str, Observation]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_wire(cls, target: str, raw: Mapping[str, Any]) -> "Trace":
+        initial = {k: Observation.from_wire(v) for k, v in raw.get("initial", {}).items()}
+        steps = [
+            StepResult(s["status"], s.get("message"),
+                       {k: Observation.from_wire(v) for k, v in s.get("changed", {}).items()})
+            for s in raw.get("steps", [])
+        ]
+        return cls(target, raw.get("status", "ok"), raw.get("message"), initial, steps,
+                   int(raw.get("elapsed_us", 0)))
+
+    @classmethod
+    def failed(cls, target: str, status: str, message: str) -> "Trace":
+        return cls(target, status, message)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def states(self) -> list[dict[str, Observation]]:
+        """Full state after each op: ``states()[i]`` is after op i; the initial state is
+        ``self.initial``."""
+        if self._states is None:
+            current = dict(self.initial)
+            out = []
+            for step in self.steps:
+                current = {**current, **step.changed}
+                out.append(current)
+            self._states = out
+        return self._states
+
+    def state_after(self, i: int) -> dict[str, Observation]:
+        """State after op ``i``; ``i = -1`` is the initial state."""
+        return self.initial if i < 0 else self.states()[i]
+
+    @property
+    def final(self) -> dict[str, Observation]:
+        return self.states()[-1] if self.steps else self.initial
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "message": self.message,
+            "initial": {k: v.to_json() for k, v in self.initial.items()},
+            "trace": [
+                {"status": s.status, **({"message": s.message} if s.message else {}),
+                 "changed": {k: v.to_json() for k, v in s.changed.items()}}
+                for s in self.steps
+            ],
+            "elapsed_us": self.elapsed_us,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# Verdicts.
+
+
+@dataclass(frozen=True)
+class Event:
+    op: int
+    verdict: str  # follows | keeps | other
+    reverse: bool
+
+    def label(self) -> str:
+        return f"{'rev ' if self.reverse else ''}{self.verdict}@{self.op}"
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """A name bound by a snapshot-like op: which op, of what, with which method."""
+
+    name: str
+    op: int
+    source: str
+    method: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    snapshot: SnapshotInfo
+    status: str  # ok | unsupported | error | skipped | crash | timeout
+    events: tuple[Event, ...] = ()
+    message: str | None = None
+
+    @property
+    def summary(self) -> str:
+        """One word where one word says it all, else every event."""
+        if self.status != "ok":
+            return self.status
+        if not self.events:
+            return "unchanged"
+        kinds = {(e.verdict, e.reverse) for e in self.events}
+        if len(kinds) == 1:
+            verdict, reverse = kinds.pop()
+            return f"rev {verdict}" if reverse else verdict
+        return " ".join(e.label() for e in self.events)
+
+
+def snapshots(program: Program) -> list[SnapshotInfo]:
+    out = []
+    params = [t.name for t in program.tensors if t.trainable]
+    for i, op in enumerate(program.ops):
+        if op["op"] == "snapshot":
+            out.append(SnapshotInfo(op["name"], i, op["of"], op["method"]))
+        elif op["op"] == "module_clone":
+            out.extend(SnapshotInfo(f"{op['name']}.{p}", i, p, "module_clone") for p in params)
+    return out
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def _view(method: str, obs: Observation | None) -> np.ndarray | None:
+    if obs is None or obs.value is None:
+        return None
+    try:
+        return apply_view(method, obs.value)
+    except (ValueError, IndexError):
+        return None
+
+
+def _writes_into(op: Mapping[str, Any], name: str) -> bool:
+    return op["op"] in ("write", "fill", "scale") and op["target"] == name
+
+
+def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verdict:
+    if not trace.ok:
+        return Verdict(snap, trace.status, message=trace.message)
+    if snap.op >= len(trace.steps):
+        return Verdict(snap, "error", message="trace is shorter than the program")
+    taken = trace.steps[snap.op]
+    if taken.status != "ok":
+        return Verdict(snap, taken.status, message=taken.message)
+    if snap.name not in trace.state_after(snap.op):
+        return Verdict(snap, "error", message=f"{snap.name} was not observed")
+    events = []
+    for k in range(snap.op + 1, len(trace.steps)):
+        before, after = trace.state_after(k - 1), trace.state_after(k)
+        x0, x1 = _view(snap.method, before.get(snap.source)), _view(snap.method, after.get(snap.source))
+        s0 = before[snap.name].value if snap.name in before else None
+        s1 = after[snap.name].value if snap.name in after else None
+        d_source, d_snap = not _same(x0, x1), not _same(s0, s1)
+        reverse = _writes_into(program.ops[k], snap.name)
+        if d_source:
+            if _same(s1, x1):
+                verdict = "follows"
+            elif not d_snap:
+                verdict = "keeps"
+            else:
+                verdict = "other"
+            events.append(Event(k, verdict, reverse))
+        elif reverse and d_snap:
+            events.append(Event(k, "keeps", True))
+    return Verdict(snap, "ok", tuple(events))
+
+
+def verdicts(program: Program, trace: Trace) -> dict[str, Verdict]:
+    return {s.name: snapshot_verdict(program, trace, s) for s in snapshots(program)}
+
+
+def identity_partition(state: Mapping[str, Observation]) -> frozenset[frozenset[str]]:
+    """Names grouped by equal identity token; singletons and names without a token left out."""
+    groups: dict[str, set[str]] = {}
+    for name, obs in state.items():
+        if obs.identity is not None:
+            groups.setdefault(obs.identity, set()).add(name)
+    return frozenset(frozenset(g) for g in groups.values() if len(g) > 1)
+
+
+def iter_changed_ops(trace: Trace) -> Iterator[int]:
+    for i, step in enumerate(trace.steps):
+        if step.changed:
+            yield i

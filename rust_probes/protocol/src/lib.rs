@@ -1,0 +1,516 @@
+//! The aliasfuzz probe protocol: serde types for every message, and the driver loop that both
+//! probes share.
+//!
+//! A probe is a persistent process speaking JSON lines over stdin/stdout (see `PROTOCOL.md` beside
+//! this crate and `schema/protocol.schema.json`). The driver owns everything that is not framework
+//! specific: the handshake, parsing, unknown or malformed ops, ops whose names do not exist
+//! (`skipped`), panics inside the framework (`error`), and the delta encoding of observations. A
+//! probe implements [`Probe`] and [`Session`] and nothing else, so each probe stays a thin
+//! interpreter of the IR onto its framework's API.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+/// Bumped on every incompatible change; the harness refuses a probe that reports another number.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Op names of the case format, version 1. A probe lists the subset it interprets in its hello.
+pub const ALL_OPS: &[&str] = &[
+    "snapshot", "write", "fill", "scale", "step", "move", "module_clone", "valid", "train",
+    "no_grad", "freeze", "read",
+];
+
+/// Snapshot methods of the case format, version 1.
+pub const ALL_METHODS: &[&str] = &[
+    "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
+    "view_row", "transpose", "state_dict", "deepcopy", "to_host", "save_load",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Float encoding: JSON has no NaN or infinities, so non-finite values travel as strings.
+
+fn ser_f32s<S: Serializer>(v: &Option<Vec<f32>>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        None => s.serialize_none(),
+        Some(xs) => {
+            use serde::ser::SerializeSeq;
+            let mut seq = s.serialize_seq(Some(xs.len()))?;
+            for x in xs {
+                if x.is_finite() {
+                    seq.serialize_element(x)?;
+                } else if x.is_nan() {
+                    seq.serialize_element("NaN")?;
+                } else if *x > 0.0 {
+                    seq.serialize_element("Infinity")?;
+                } else {
+                    seq.serialize_element("-Infinity")?;
+                }
+            }
+            seq.end()
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum JsonF32 {
+    Num(f32),
+    Text(String),
+}
+
+fn de_f32s<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f32>, D::Error> {
+    let raw: Vec<JsonF32> = Vec::deserialize(d)?;
+    raw.into_iter()
+        .map(|x| match x {
+            JsonF32::Num(v) => Ok(v),
+            JsonF32::Text(t) => match t.as_str() {
+                "NaN" => Ok(f32::NAN),
+                "Infinity" => Ok(f32::INFINITY),
+                "-Infinity" => Ok(f32::NEG_INFINITY),
+                other => Err(serde::de::Error::custom(format!("not a float: {other:?}"))),
+            },
+        })
+        .collect()
+}
+
+fn de_opt_f32s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f32>>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wrap(#[serde(deserialize_with = "de_f32s")] Vec<f32>);
+    Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Programs (the IR as the harness sends it; the TOML case file is the human form of the same).
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TensorKind {
+    /// Trainable: held by the framework's parameter container and updated by `step`.
+    Param,
+    /// Not trainable: a plain tensor (torch registered buffer).
+    Buffer,
+    /// A trainable parameter whose value is created on first read (burn's lazy init).
+    Lazy,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LazyInit {
+    /// Every element is `fill`.
+    Const,
+    /// Uniform in [-1, 1) from the framework's own generator seeded with `seed`: values differ
+    /// between frameworks, so the oracle compares verdicts, never values, of such tensors.
+    Uniform,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TensorSpec {
+    pub name: String,
+    pub kind: TensorKind,
+    pub shape: Vec<usize>,
+    /// Row-major values (absent for lazy tensors).
+    #[serde(default, deserialize_with = "de_opt_f32s", serialize_with = "ser_f32s")]
+    pub value: Option<Vec<f32>>,
+    /// The gradient used by `step` (params and lazy params); all ones when absent.
+    #[serde(default, deserialize_with = "de_opt_f32s", serialize_with = "ser_f32s")]
+    pub grad: Option<Vec<f32>>,
+    #[serde(default)]
+    pub init: Option<LazyInit>,
+    #[serde(default)]
+    pub fill: Option<f32>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+impl TensorSpec {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// The gradient `step` uses for this parameter: the `grad` field or all ones.
+    pub fn grad_or_ones(&self) -> Vec<f32> {
+        self.grad.clone().unwrap_or_else(|| vec![1.0; self.numel()])
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    Alias,
+    Clone,
+    Detach,
+    Copy,
+    Mul1,
+    ToHome,
+    ToCpu,
+    Contiguous,
+    Reshape,
+    ViewRow,
+    Transpose,
+    StateDict,
+    Deepcopy,
+    ToHost,
+    SaveLoad,
+}
+
+impl Method {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Method::Alias => "alias",
+            Method::Clone => "clone",
+            Method::Detach => "detach",
+            Method::Copy => "copy",
+            Method::Mul1 => "mul1",
+            Method::ToHome => "to_home",
+            Method::ToCpu => "to_cpu",
+            Method::Contiguous => "contiguous",
+            Method::Reshape => "reshape",
+            Method::ViewRow => "view_row",
+            Method::Transpose => "transpose",
+            Method::StateDict => "state_dict",
+            Method::Deepcopy => "deepcopy",
+            Method::ToHost => "to_host",
+            Method::SaveLoad => "save_load",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    Sgd,
+    SgdMomentum,
+    Adam,
+    Adamw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceRole {
+    /// The device the target runs on.
+    Home,
+    /// The framework's CPU device (burn: flex).
+    Cpu,
+    /// A second device of the same framework (burn: the other CPU backend), where one exists.
+    Alt,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveMethod {
+    To,
+    Fork,
+}
+
+/// One op. The harness always sends every field (defaults already filled in).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Op {
+    Snapshot { name: String, of: String, method: Method },
+    /// `index`: first-dimension index (row); `None` writes the whole tensor. `value` is row-major.
+    Write {
+        target: String,
+        index: Option<usize>,
+        #[serde(deserialize_with = "de_f32s")]
+        value: Vec<f32>,
+    },
+    Fill { target: String, value: f32 },
+    Scale { target: String, factor: f32 },
+    Step {
+        optimizer: OptimizerKind,
+        lr: f64,
+        momentum: f64,
+        betas: [f64; 2],
+        eps: f64,
+        weight_decay: f64,
+    },
+    Move { target: String, device: DeviceRole, method: MoveMethod },
+    /// A snapshot of the whole model: creates `<name>.<param>` for every param and lazy param.
+    ModuleClone { name: String },
+    Valid {},
+    Train {},
+    NoGrad {},
+    Freeze {},
+    Read { target: String },
+}
+
+impl Op {
+    /// Names this op needs to exist before it can run.
+    pub fn uses(&self) -> Vec<&str> {
+        match self {
+            Op::Snapshot { of, .. } => vec![of.as_str()],
+            Op::Write { target, .. }
+            | Op::Fill { target, .. }
+            | Op::Scale { target, .. }
+            | Op::Move { target, .. }
+            | Op::Read { target } => vec![target.as_str()],
+            _ => vec![],
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Program {
+    pub tensors: Vec<TensorSpec>,
+    /// Kept raw so that one unknown or malformed op does not reject the whole program: the driver
+    /// parses each op and reports `unsupported` or `error` for that op alone.
+    pub ops: Vec<serde_json::Value>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observations and traces.
+
+/// What one named tensor holds after an op, read to the host.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Obs {
+    pub shape: Vec<usize>,
+    /// Row-major values; `None` when the tensor is not initialised (lazy) or could not be read.
+    #[serde(default, deserialize_with = "de_opt_f32s", serialize_with = "ser_f32s")]
+    pub value: Option<Vec<f32>>,
+    pub device: String,
+    pub requires_grad: Option<bool>,
+    /// Framework identity: candle tensor id, burn ParamId, torch object id. Only the partition of
+    /// names by equal tokens is meaningful, never the token itself.
+    pub identity: Option<String>,
+    pub initialized: bool,
+    /// Why `value` is missing, when it is missing for a reason other than lazy init.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Obs {
+    pub fn unreadable(note: String) -> Obs {
+        Obs {
+            shape: vec![],
+            value: None,
+            device: String::new(),
+            requires_grad: None,
+            identity: None,
+            initialized: true,
+            note: Some(note),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpStatus {
+    Ok,
+    Unsupported,
+    Error,
+    /// A name this op uses does not exist (an earlier op creating it was unsupported or failed).
+    Skipped,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StepRecord {
+    pub status: OpStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Only the names whose observation differs from the previous step (new names included).
+    pub changed: BTreeMap<String, Obs>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    /// The device `move` with `device = "alt"` goes to; `None` where there is none.
+    pub alt: Option<String>,
+    /// `cpu` or `gpu`: informational.
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol: u32,
+    pub framework: String,
+    pub versions: BTreeMap<String, String>,
+    pub devices: Vec<DeviceInfo>,
+    pub ops: Vec<String>,
+    pub methods: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Trace {
+    pub id: u64,
+    pub device: String,
+    /// `ok`, or `error` when the program could not start (its tensors could not be created).
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub initial: BTreeMap<String, Obs>,
+    pub steps: Vec<StepRecord>,
+    pub elapsed_us: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    Hello { protocol: u32 },
+    Run { id: u64, device: String, program: Program },
+    Exit {},
+}
+
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    Hello(Hello),
+    Trace(Trace),
+    Error { id: Option<u64>, message: String },
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a probe implements.
+
+/// Result of applying one op.
+pub enum Outcome {
+    Ok,
+    Unsupported(String),
+    Error(String),
+}
+
+/// One program being interpreted on one device.
+pub trait Session {
+    fn apply(&mut self, op: &Op) -> Outcome;
+    /// Names currently bound, in creation order.
+    fn names(&self) -> Vec<String>;
+    /// Reads one name to the host. Must not force a lazy parameter's initialisation.
+    fn observe(&mut self, name: &str) -> Obs;
+}
+
+pub trait Probe {
+    type S: Session;
+    fn hello(&self) -> Hello;
+    /// Creates the program's tensors on `device`; `Err` when the device or a tensor cannot be made.
+    fn open(&mut self, device: &str, program: &Program) -> Result<Self::S, String>;
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panic: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panic: {s}")
+    } else {
+        "panic".to_string()
+    }
+}
+
+fn observe_all<S: Session>(session: &mut S) -> BTreeMap<String, Obs> {
+    let mut out = BTreeMap::new();
+    for name in session.names() {
+        let obs = catch_unwind(AssertUnwindSafe(|| session.observe(&name)))
+            .unwrap_or_else(|p| Obs::unreadable(panic_message(p)));
+        out.insert(name, obs);
+    }
+    out
+}
+
+/// Interprets one program: the part of the protocol that is the same for every framework.
+pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Program) -> Trace {
+    let start = Instant::now();
+    let opened = catch_unwind(AssertUnwindSafe(|| probe.open(device, program)))
+        .unwrap_or_else(|p| Err(panic_message(p)));
+    let mut session = match opened {
+        Ok(s) => s,
+        Err(message) => {
+            return Trace {
+                id,
+                device: device.to_string(),
+                status: "error".into(),
+                message: Some(message),
+                initial: BTreeMap::new(),
+                steps: vec![],
+                elapsed_us: start.elapsed().as_micros() as u64,
+            }
+        }
+    };
+    let initial = observe_all(&mut session);
+    let mut previous = initial.clone();
+    let mut steps = Vec::with_capacity(program.ops.len());
+    for raw in &program.ops {
+        let (status, message) = match raw.get("op").and_then(|v| v.as_str()) {
+            None => (OpStatus::Error, Some("malformed op: no string field `op`".to_string())),
+            Some(name) if !ALL_OPS.contains(&name) => {
+                (OpStatus::Unsupported, Some(format!("unknown op {name:?}")))
+            }
+            Some(_) => match serde_json::from_value::<Op>(raw.clone()) {
+                Err(e) => (OpStatus::Error, Some(format!("malformed op: {e}"))),
+                Ok(op) => {
+                    let names = session.names();
+                    let missing: Vec<&str> =
+                        op.uses().into_iter().filter(|n| !names.iter().any(|m| m == n)).collect();
+                    if !missing.is_empty() {
+                        (OpStatus::Skipped, Some(format!("no tensor named {}", missing.join(", "))))
+                    } else {
+                        match catch_unwind(AssertUnwindSafe(|| session.apply(&op))) {
+                            Ok(Outcome::Ok) => (OpStatus::Ok, None),
+                            Ok(Outcome::Unsupported(m)) => (OpStatus::Unsupported, Some(m)),
+                            Ok(Outcome::Error(m)) => (OpStatus::Error, Some(m)),
+                            Err(p) => (OpStatus::Error, Some(panic_message(p))),
+                        }
+                    }
+                }
+            },
+        };
+        let now = observe_all(&mut session);
+        let changed = now
+            .iter()
+            .filter(|(k, v)| previous.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        previous = now;
+        steps.push(StepRecord { status, message, changed });
+    }
+    Trace {
+        id,
+        device: device.to_string(),
+        status: "ok".into(),
+        message: None,
+        initial,
+        steps,
+        elapsed_us: start.elapsed().as_micros() as u64,
+    }
+}
+
+fn write_reply(out: &mut impl Write, reply: &Reply) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, reply)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Serves the protocol on stdin/stdout until `exit` or end of input. Never panics on bad input:
+/// a line that is not a valid request gets an `error` reply and the probe reads the next line.
+pub fn serve<P: Probe>(mut probe: P) {
+    // Panics are caught and reported in the trace; the default hook would also print them to
+    // stderr, which the harness drains but users do not need to see for every planted error.
+    std::panic::set_hook(Box::new(|_| {}));
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Err(e) => Reply::Error { id: None, message: format!("malformed request: {e}") },
+            Ok(Request::Exit {}) => break,
+            Ok(Request::Hello { protocol }) => {
+                let mut hello = probe.hello();
+                if protocol != PROTOCOL_VERSION {
+                    // Still answer with our own version so the harness can name both numbers.
+                    hello.protocol = PROTOCOL_VERSION;
+                }
+                Reply::Hello(hello)
+            }
+            Ok(Request::Run { id, device, program }) => {
+                Reply::Trace(run_program(&mut probe, id, &device, &program))
+            }
+        };
+        if write_reply(&mut out, &reply).is_err() {
+            break; // the harness went away
+        }
+    }
+}

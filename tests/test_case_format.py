@@ -1,0 +1,117 @@
+"""The case format: parsing, canonical form, round trips, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness.ir import CaseError, dump_case, load_case, parse_case, snapshot_shape
+from tests.conftest import CASES, run_cli
+
+ALL_CASES = sorted(CASES.glob("*.toml"))
+
+
+def test_bundled_cases_cover_every_op_and_method():
+    from harness.ir import METHODS, OP_KINDS
+
+    ops, methods = set(), set()
+    for path in ALL_CASES:
+        for op in load_case(path).ops:
+            ops.add(op["op"])
+            if op["op"] == "snapshot":
+                methods.add(op["method"])
+            if op["op"] == "step":
+                ops.add(f"step:{op['optimizer']}")
+            if op["op"] == "move":
+                ops.add(f"move:{op['method']}:{op['device']}")
+    assert set(OP_KINDS) <= ops
+    assert set(METHODS) <= methods
+    assert {"step:sgd", "step:sgd_momentum", "step:adam", "step:adamw"} <= ops
+    assert {"move:to:home", "move:to:alt", "move:fork:cpu"} <= ops
+
+
+@pytest.mark.parametrize("path", ALL_CASES, ids=lambda p: p.name)
+def test_round_trip(path: Path):
+    program = load_case(path)
+    again = parse_case(tomllib.loads(dump_case(program)))
+    assert again.key() == program.key()
+    assert again.title == program.title
+
+
+def test_defaults_are_filled_in():
+    program = load_case(CASES / "example_sgd_snapshots.toml")
+    step = program.ops[1]
+    assert step == {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0,
+                    "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
+    assert program.ops[3]["value"] == [7.0, 7.0] and program.ops[3]["index"] == 0
+    assert program.tensor("buf").shape == (2, 2)
+
+
+def test_snapshot_shapes():
+    assert snapshot_shape("reshape", (2, 3)) == (6,)
+    assert snapshot_shape("view_row", (2, 3)) == (1, 3)
+    assert snapshot_shape("transpose", (4, 2, 3)) == (4, 3, 2)
+    assert snapshot_shape("clone", (2, 3)) == (2, 3)
+
+
+HEADER = 'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[1.0, 2.0]] }\n'
+
+# (case text, the location the message must name, a fragment of the message)
+BAD_CASES = {
+    "bad_toml": ("format = \"aliasfuzz-case/1\"\n[tensors\n", "", "invalid TOML"),
+    "wrong_format": ('format = "aliasfuzz-case/9"\n[tensors]\nw = { kind = "param", value = [1.0] }\n', "format", "must be"),
+    "no_tensors": ('format = "aliasfuzz-case/1"\n', "tensors", "missing"),
+    "bad_kind": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "weight", value = [1.0] }\n', "tensors.w.kind", "must be one of"),
+    "ragged_value": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[1.0], [1.0, 2.0]] }\n', "tensors.w.value", "ragged"),
+    "rank_4": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[[[1.0]]]] }\n', "tensors.w.value", "rank"),
+    "grad_shape": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [1.0, 2.0], grad = [1.0] }\n', "tensors.w.grad", "shape"),
+    "unknown_op": (HEADER + '[[ops]]\nop = "explode"\n', "ops[0].op", "unknown op"),
+    "unknown_name": (HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "nope"\nmethod = "clone"\n', "ops[0].of", "no tensor named"),
+    "unknown_method": (HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = "photocopy"\n', "ops[0].method", "unknown method"),
+    "missing_field": (HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\n', "ops[0].method", "missing"),
+    "unknown_field": (HEADER + '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = 1.0\ncolour = "red"\n', "ops[0].colour", "unknown field"),
+    "shape_mismatch": (HEADER + '[[ops]]\nop = "write"\ntarget = "w"\nindex = 0\nvalue = [1.0, 2.0, 3.0]\n', "ops[0].value", "does not match"),
+    "index_out_of_range": (HEADER + '[[ops]]\nop = "write"\ntarget = "w"\nindex = 5\nvalue = [1.0, 2.0]\n', "ops[0].index", "integer in"),
+    "rebound_name": (HEADER + '[[ops]]\nop = "snapshot"\nname = "w"\nof = "w"\nmethod = "clone"\n', "ops[0].name", "already bound"),
+    "transpose_rank1": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [1.0] }\n[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = "transpose"\n', "ops[0].method", "rank 2"),
+    "move_buffer": ('format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n[[ops]]\nop = "move"\ntarget = "b"\ndevice = "cpu"\n', "ops[0].target", "takes a param"),
+    "bad_optimizer": (HEADER + '[[ops]]\nop = "step"\noptimizer = "lion"\nlr = 0.1\n', "ops[0].optimizer", "unknown optimizer"),
+    "negative_lr": (HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd"\nlr = -1.0\n', "ops[0].lr", "positive"),
+    "lazy_without_init": ('format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2] }\n', "tensors.l.init", "must be one of"),
+    "bad_device": (HEADER + '[[ops]]\nop = "move"\ntarget = "w"\ndevice = "tpu"\n', "ops[0].device", "must be one of"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_CASES))
+def test_bad_case_in_process(tmp_path: Path, name: str):
+    text, where, fragment = BAD_CASES[name]
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    with pytest.raises(CaseError) as info:
+        load_case(path)
+    message = str(info.value)
+    assert message.startswith(str(path))
+    assert where in message and fragment in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("name", ["bad_toml", "unknown_op", "unknown_name", "shape_mismatch", "missing_field"])
+def test_bad_case_cli_one_line_exit_2(tmp_path: Path, name: str):
+    text, where, fragment = BAD_CASES[name]
+    path = tmp_path / f"{name}.toml"
+    path.write_text(text)
+    result = run_cli("repro", str(path), "--targets", "torch:cpu")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(path) in lines[0] and where in lines[0]
+    assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_missing_file_is_one_line(tmp_path: Path):
+    result = run_cli("repro", str(tmp_path / "absent.toml"))
+    assert result.returncode == 2
+    assert "absent.toml" in result.stderr and "cannot read" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -1,0 +1,669 @@
+"""Tests of the PyTorch worker (``harness/targets/torch_worker.py``), run as a real subprocess.
+
+Every reply is validated against ``rust_probes/protocol/schema/protocol.schema.json`` (and every
+request the tests send, so the tests speak the protocol the harness speaks). Expected behaviour is
+derived from PyTorch's documentation or source, cited at each expectation, never from the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = ROOT / ".venv" / "bin" / "python"
+SCHEMA = json.loads((ROOT / "rust_probes/protocol/schema/protocol.schema.json").read_text())
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+REPLY_TIMEOUT = 120.0  # seconds; the first program pays for torch.optim's lazy imports
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def validate(msg: dict) -> None:
+    VALIDATOR.validate(msg)
+
+
+class Worker:
+    def __init__(self, env: dict | None = None):
+        full_env = dict(os.environ)
+        full_env.pop("ALIASFUZZ_TORCH_FAULT", None)
+        full_env.update(env or {})
+        python = str(PYTHON) if PYTHON.exists() else sys.executable
+        self.proc = subprocess.Popen(
+            [python, "-m", "harness.targets.torch_worker"], cwd=ROOT, env=full_env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self.next_id = 0
+        self.buf = b""
+
+    def send_raw(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, msg: dict, check: bool = True) -> None:
+        if check:
+            validate(msg)
+        self.send_raw((json.dumps(msg) + "\n").encode())
+
+    def recv(self, timeout: float = REPLY_TIMEOUT) -> dict | None:
+        """The next reply, or None when nothing came within `timeout` or stdout closed.
+
+        Reads the pipe with os.read into our own buffer: a buffered readline would pull several
+        pipelined replies into Python's buffer, where select() no longer sees them."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.sel.select(left):
+                return None
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        msg = json.loads(line)
+        validate(msg)
+        return msg
+
+    def hello(self) -> dict:
+        self.send({"type": "hello", "protocol": 1})
+        return self.recv()
+
+    def run(self, tensors, ops, device="cpu", check=True) -> dict:
+        self.next_id += 1
+        self.send({"type": "run", "id": self.next_id, "device": device,
+                   "program": {"tensors": tensors, "ops": ops}}, check=check)
+        trace = self.recv()
+        assert trace is not None, self.stderr_tail()
+        assert trace["type"] == "trace" and trace["id"] == self.next_id, trace
+        assert trace["device"] == device
+        return trace
+
+    def stderr_tail(self) -> str:
+        return "(stderr is read after exit)"
+
+    def close(self) -> int:
+        if self.proc.poll() is None:
+            try:
+                self.send({"type": "exit"})
+            except BrokenPipeError:
+                pass
+        try:
+            return self.proc.wait(timeout=30)
+        finally:
+            for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                f.close()
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = Worker()
+    yield w
+    assert w.close() == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Program helpers: ops with every field present (the harness fills defaults).
+
+
+def param(name, shape, value, grad=None):
+    t = {"name": name, "kind": "param", "shape": shape, "value": value}
+    if grad is not None:
+        t["grad"] = grad
+    return t
+
+
+def buffer(name, shape, value):
+    return {"name": name, "kind": "buffer", "shape": shape, "value": value}
+
+
+def snap(name, of, method):
+    return {"op": "snapshot", "name": name, "of": of, "method": method}
+
+
+def write(target, value, index=None):
+    return {"op": "write", "target": target, "index": index, "value": value}
+
+
+def step(optimizer="sgd", lr=0.5, momentum=0.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
+    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum,
+            "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
+
+
+def move(target, device="cpu", method="to"):
+    return {"op": "move", "target": target, "device": device, "method": method}
+
+
+def states(trace) -> list[dict]:
+    """Full state after each op: `initial` updated by `changed` of steps 0..=i (PROTOCOL.md)."""
+    assert trace["status"] == "ok", trace
+    state = dict(trace["initial"])
+    out = []
+    for s in trace["steps"]:
+        state = {**state, **s["changed"]}
+        out.append(state)
+    return out
+
+
+def final(trace) -> dict:
+    return states(trace)[-1]
+
+
+def statuses(trace) -> list[str]:
+    return [s["status"] for s in trace["steps"]]
+
+
+def approx(xs, rel=1e-6, abs=1e-6):
+    return pytest.approx(xs, rel=rel, abs=abs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Handshake.
+
+
+def test_hello(worker):
+    import torch
+
+    h = worker.hello()
+    assert h["type"] == "hello" and h["protocol"] == 1 and h["framework"] == "torch"
+    assert h["versions"]["torch"] == torch.__version__
+    assert set(h["versions"]) == {"torch", "python", "numpy"}
+    devices = {d["name"]: d for d in h["devices"]}
+    assert devices["cpu"]["kind"] == "cpu" and "cpu+foreach" in devices
+    if not torch.cuda.is_available() and not torch.backends.mps.is_available():
+        assert devices["cpu"]["alt"] is None and set(devices) == {"cpu", "cpu+foreach"}
+    if torch.cuda.is_available():
+        assert devices["cpu"]["alt"] == "cuda" and devices["cuda"]["alt"] == "cpu"
+        assert {"cuda+foreach", "cuda+fused"} <= set(devices)
+    ops = SCHEMA["$defs"]["op"]["oneOf"][-1]["properties"]["op"]["not"]["enum"]
+    assert sorted(h["ops"]) == sorted(ops)
+    assert sorted(h["methods"]) == sorted(SCHEMA["$defs"]["method"]["enum"])
+
+
+def test_hello_with_another_protocol_number_answers_its_own(worker):
+    worker.send({"type": "hello", "protocol": 99})
+    assert worker.recv()["protocol"] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The example of the spec.
+
+
+def test_spec_example(worker):
+    trace = worker.run(
+        [param("w", [1, 2], [1, 2]), buffer("buf", [2, 2], [0, 0, 0, 0])],
+        [snap("s1", "w", "clone"), step("sgd", lr=0.5), snap("b1", "buf", "clone"),
+         write("buf", [7, 7], index=0)])
+    assert statuses(trace) == ["ok"] * 4
+    st = final(trace)
+    assert st["w"]["value"] == [0.5, 1.5]
+    assert st["s1"]["value"] == [1.0, 2.0]
+    assert st["b1"]["value"] == [0.0, 0.0, 0.0, 0.0]
+    assert st["buf"]["value"] == [7.0, 7.0, 0.0, 0.0]
+    # delta encoding: the step changed only w, the write only buf
+    assert set(trace["steps"][1]["changed"]) == {"w"}
+    assert set(trace["steps"][3]["changed"]) == {"buf"}
+    assert st["w"]["requires_grad"] is True and st["buf"]["requires_grad"] is False
+    assert st["w"]["device"] == "cpu" and st["w"]["initialized"] is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Snapshot methods across an in-place update of the param.
+#
+# "follows" = the snapshot shares memory with the param, so the in-place SGD update
+# (torch/optim/sgd.py `_single_tensor_sgd`: `param.add_(grad, alpha=-lr)`) and the in-place row
+# write are visible through it; "keeps" = it owns its memory.
+FOLLOWS = {
+    "alias": "the same Python object",
+    "detach": "Tensor.detach docs: 'Returned Tensor shares the same storage with the original one'",
+    "copy": "copy.copy -> Tensor.__reduce_ex__ (torch/_tensor.py) rebuilds from the same storage; "
+            "copy.copy does not deep-copy the reduce arguments",
+    "to_home": "Tensor.to docs: 'If the self Tensor already has the correct torch.dtype and "
+               "torch.device, then self is returned'",
+    "to_cpu": "Tensor.cpu docs: 'If this object is already in CPU memory, then no copy is "
+              "performed and the original object is returned'",
+    "contiguous": "Tensor.contiguous docs: 'If self tensor is already in the specified memory "
+                  "format, this function returns the self tensor'",
+    "reshape": "torch.reshape docs: 'When possible, the returned tensor will be a view of input'",
+    "view_row": "torch.narrow docs: 'The returned tensor and input tensor share the same "
+                "underlying storage'",
+    "transpose": "torch.transpose docs: 'The resulting out tensor shares its underlying storage "
+                 "with the input tensor'",
+    "state_dict": "Module.state_dict docs: 'contains references to the module's parameters and "
+                  "buffers'; source: `param.detach()` when keep_vars=False",
+    "to_host": "Tensor.numpy docs: 'The returned ndarray and the tensor will share their storage'; "
+               "torch.from_numpy docs: 'The returned tensor and ndarray share the same memory'; "
+               "then .to(same device) returns self",
+}
+KEEPS = {
+    "clone": "torch.clone docs: 'Returns a copy of input'",
+    "mul1": "an out-of-place multiplication allocates its result",
+    "deepcopy": "Tensor.__deepcopy__ (torch/_tensor.py) clones the storage",
+    "save_load": "torch.load builds new storages from the serialized bytes",
+}
+# Methods that return the very same object (identity token equal to the param's).
+SAME_OBJECT = {"alias", "to_home", "to_cpu", "contiguous"}
+
+W0 = [[1.0, 2.0], [3.0, 4.0]]
+
+
+def layout(method: str, m: list[list[float]]) -> list[float]:
+    """The row-major value a snapshot taken with `method` shows of the 2x2 matrix `m`."""
+    if method == "view_row":
+        return list(m[0])
+    if method == "transpose":
+        return [m[0][0], m[1][0], m[0][1], m[1][1]]
+    return [x for row in m for x in row]
+
+
+def expected_shape(method: str) -> list[int]:
+    return {"view_row": [1, 2], "reshape": [4]}.get(method, [2, 2])
+
+
+def test_follow_and_keep_tables_cover_every_method():
+    assert set(FOLLOWS) | set(KEEPS) == set(SCHEMA["$defs"]["method"]["enum"])
+    assert not set(FOLLOWS) & set(KEEPS)
+
+
+@pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
+def test_snapshot_across_sgd_step(worker, method):
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("s", "w", method), step("sgd", lr=0.5)])
+    assert statuses(trace) == ["ok", "ok"], trace["steps"]
+    after_snap, after_step = states(trace)
+    w1 = [[0.5, 1.5], [2.5, 3.5]]  # grad = ones
+    assert after_step["w"]["value"] == [0.5, 1.5, 2.5, 3.5]
+    s = after_step["s"]
+    assert s["shape"] == expected_shape(method)
+    assert after_snap["s"]["value"] == layout(method, W0)
+    want = layout(method, w1) if method in FOLLOWS else layout(method, W0)
+    assert s["value"] == want, f"{method}: {FOLLOWS.get(method) or KEEPS.get(method)}"
+    same = s["identity"] == after_step["w"]["identity"]
+    assert same == (method in SAME_OBJECT), method
+
+
+@pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
+def test_snapshot_across_row_write(worker, method):
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("s", "w", method), write("w", [7, 8], index=0)])
+    assert statuses(trace) == ["ok", "ok"], trace["steps"]
+    st = final(trace)
+    w1 = [[7.0, 8.0], [3.0, 4.0]]
+    assert st["w"]["value"] == [7.0, 8.0, 3.0, 4.0]
+    want = layout(method, w1) if method in FOLLOWS else layout(method, W0)
+    assert st["s"]["value"] == want, method
+
+
+@pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
+def test_reverse_fill_through_snapshot(worker, method):
+    """A write into a snapshot reaches the param exactly when they share memory."""
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("s", "w", method), {"op": "fill", "target": "s", "value": 9.0}])
+    assert statuses(trace) == ["ok", "ok"], trace["steps"]
+    st = final(trace)
+    if method not in FOLLOWS:
+        want = [1.0, 2.0, 3.0, 4.0]
+    elif method == "view_row":
+        want = [9.0, 9.0, 3.0, 4.0]  # narrow(0, 0, 1) covers row 0 only
+    else:
+        want = [9.0] * 4
+    assert st["w"]["value"] == want, method
+
+
+def test_reverse_write_into_detach_changes_param(worker):
+    # Tensor.detach docs: in-place modifications on either of them will be seen.
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("d", "w", "detach"), write("d", [5, 6], index=1),
+                        write("d", [0, 0, 0, 0]), {"op": "scale", "target": "d", "factor": 2.0}])
+    assert statuses(trace) == ["ok"] * 4
+    s = states(trace)
+    assert s[1]["w"]["value"] == [1.0, 2.0, 5.0, 6.0]
+    assert s[2]["w"]["value"] == [0.0, 0.0, 0.0, 0.0]
+    assert s[1]["d"]["requires_grad"] is False and s[1]["w"]["requires_grad"] is True
+    assert s[1]["w"]["identity"] != s[1]["d"]["identity"]
+
+
+def test_write_into_buffer_alias_and_rank1_row(worker):
+    trace = worker.run([buffer("b", [3], [1, 2, 3])],
+                       [snap("a", "b", "alias"), write("a", [9], index=2),
+                        {"op": "scale", "target": "b", "factor": -1.0}])
+    assert statuses(trace) == ["ok"] * 3
+    st = final(trace)
+    assert st["b"]["value"] == [-1.0, -2.0, -9.0] == st["a"]["value"]
+    assert st["a"]["identity"] == st["b"]["identity"]
+
+
+def test_state_dict_of_a_snapshot_is_unsupported_and_deepcopy_of_non_leaf_errors(worker):
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("c", "w", "clone"), snap("sd", "c", "state_dict"),
+                        snap("dc", "c", "deepcopy"), snap("x", "sd", "clone")])
+    st = statuses(trace)
+    assert st[:2] == ["ok", "unsupported"]
+    # torch/_tensor.py __deepcopy__: "Only Tensors created explicitly by the user (graph leaves)
+    # support the deepcopy protocol at the moment" -> RuntimeError
+    assert st[2] == "error" and trace["steps"][2]["message"].startswith("RuntimeError: Only Tensors")
+    assert st[3] == "skipped" and "sd" in trace["steps"][3]["message"]
+    assert "sd" not in final(trace) and "dc" not in final(trace)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizers: first (and second) step values computed by hand from the algorithms in the
+# torch.optim docs (SGD, Adam, AdamW pages).
+
+P = [1.0, -2.0, 3.0, 0.5]
+G = [0.5, -1.0, 2.0, 0.25]
+
+
+def run_opt(worker, ops, device="cpu", grad=G):
+    trace = worker.run([param("w", [2, 2], P, grad=grad)], ops, device=device)
+    assert set(statuses(trace)) == {"ok"}, trace["steps"]
+    return [s["w"]["value"] for s in states(trace)]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu+foreach"])
+def test_sgd_values(worker, device):
+    lr = 0.1
+    (v1,) = run_opt(worker, [step("sgd", lr=lr)], device)
+    assert v1 == approx([p - lr * g for p, g in zip(P, G)])
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu+foreach"])
+def test_sgd_momentum_values_and_state_persists(worker, device):
+    # SGD docs: t = 1: b = g; t > 1: b = mu * b + (1 - dampening) * g; p = p - lr * b.
+    lr, mu = 0.1, 0.9
+    v1, v2 = run_opt(worker, [step("sgd_momentum", lr=lr, momentum=mu)] * 2, device)
+    p1 = [p - lr * g for p, g in zip(P, G)]
+    p2 = [p - lr * (mu * g + g) for p, g in zip(p1, G)]
+    assert v1 == approx(p1) and v2 == approx(p2)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu+foreach"])
+def test_adam_values(worker, device):
+    # Adam docs, t = 1: g <- g + wd * p; m = (1-b1) g, v = (1-b2) g^2; m_hat = g, v_hat = g^2;
+    # p <- p - lr * m_hat / (sqrt(v_hat) + eps) = p - lr * g / (|g| + eps).
+    lr, eps, wd = 0.01, 1e-8, 0.1
+    (v1,) = run_opt(worker, [step("adam", lr=lr, eps=eps)], device)
+    assert v1 == approx([p - lr * g / (abs(g) + eps) for p, g in zip(P, G)], rel=1e-5)
+    (v1,) = run_opt(worker, [step("adam", lr=lr, eps=eps, weight_decay=wd)], device)
+    gs = [g + wd * p for p, g in zip(P, G)]  # L2 penalty folded into the gradient
+    assert v1 == approx([p - lr * g / (abs(g) + eps) for p, g in zip(P, gs)], rel=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu+foreach"])
+def test_adamw_values(worker, device):
+    # AdamW docs, t = 1: p <- p - lr * wd * p (decoupled), then p - lr * g / (|g| + eps).
+    lr, eps, wd = 0.01, 1e-8, 0.1
+    (v1,) = run_opt(worker, [step("adamw", lr=lr, eps=eps, weight_decay=wd)], device)
+    want = [p * (1 - lr * wd) - lr * g / (abs(g) + eps) for p, g in zip(P, G)]
+    assert v1 == approx(want, rel=1e-5)
+
+
+def test_distinct_specs_make_distinct_optimizers(worker):
+    # Two momentum SGDs with different lr: each has its own momentum buffer (first step: b = g).
+    v1, v2 = run_opt(worker, [step("sgd_momentum", lr=0.1, momentum=0.9),
+                              step("sgd_momentum", lr=0.2, momentum=0.9)])
+    p1 = [p - 0.1 * g for p, g in zip(P, G)]
+    assert v2 == approx([p - 0.2 * g for p, g in zip(p1, G)])
+
+
+def test_foreach_equals_plain(worker):
+    ops = [step("sgd_momentum", lr=0.05, momentum=0.8), step("adam", lr=0.01),
+           step("adamw", lr=0.02, weight_decay=0.05), step("sgd_momentum", lr=0.05, momentum=0.8),
+           step("adam", lr=0.01)]
+    plain = run_opt(worker, ops, "cpu")
+    foreach = run_opt(worker, ops, "cpu+foreach")
+    for a, b in zip(plain, foreach):
+        assert a == approx(b, rel=1e-6, abs=1e-7)
+
+
+def test_step_trains_params_and_lazy_not_buffers(worker):
+    trace = worker.run(
+        [param("w", [2], [1, 2], grad=[2, 4]), buffer("b", [2], [1, 2]),
+         {"name": "l", "kind": "lazy", "shape": [2], "init": "const", "fill": 3.0}],
+        [step("sgd", lr=0.5)])
+    st = final(trace)
+    assert st["w"]["value"] == [0.0, 0.0]
+    assert st["b"]["value"] == [1.0, 2.0]
+    assert st["l"]["value"] == [2.5, 2.5]
+    assert set(trace["steps"][0]["changed"]) == {"w", "l"}
+
+
+def test_lazy_tensors_created_at_open(worker):
+    import torch
+
+    trace = worker.run([{"name": "u", "kind": "lazy", "shape": [2, 3], "init": "uniform",
+                         "seed": 42},
+                        {"name": "c", "kind": "lazy", "shape": [2], "init": "const", "fill": -1.5}],
+                       [{"op": "read", "target": "u"}])
+    init = trace["initial"]
+    assert init["u"]["initialized"] is True and init["u"]["requires_grad"] is True
+    want = torch.empty(2, 3).uniform_(-1, 1, generator=torch.Generator().manual_seed(42))
+    assert init["u"]["value"] == approx(want.reshape(-1).tolist(), rel=1e-7)
+    assert all(-1 <= x < 1 for x in init["u"]["value"])
+    assert init["c"]["value"] == [-1.5, -1.5]
+    assert trace["steps"][0] == {"status": "ok", "changed": {}}
+
+
+# ---------------------------------------------------------------------------------------------
+# move, module_clone, mode changes.
+
+
+def test_move_to_cpu_keeps_identity_and_grad(worker):
+    # nn.Module._apply (torch/nn/modules/module.py): `param.data = param_applied` keeps the
+    # Parameter object; Tensor.to returns self on the same device.
+    trace = worker.run([param("w", [2], [1, 2])],
+                       [step("sgd", lr=0.5), move("w", "cpu"), move("w", "home"),
+                        step("sgd", lr=0.5), move("w", "alt"), move("w", "cpu", "fork")])
+    st = statuses(trace)
+    assert st[:4] == ["ok"] * 4
+    assert st[4] == "unsupported"  # no second device on a CPU-only machine
+    assert st[5] == "unsupported" and "burn" in trace["steps"][5]["message"]
+    s = states(trace)
+    assert s[1]["w"]["identity"] == trace["initial"]["w"]["identity"]
+    assert trace["steps"][1]["changed"] == {} and trace["steps"][2]["changed"] == {}
+    # the optimizer still holds the same object: the second step trains it
+    assert s[3]["w"]["value"] == [0.0, 1.0]
+
+
+def test_move_of_snapshot_and_buffer(worker):
+    trace = worker.run([param("w", [2], [1, 2]), buffer("b", [2], [3, 4])],
+                       [snap("c", "w", "clone"), move("c", "cpu"), move("b", "home")])
+    assert statuses(trace) == ["ok"] * 3
+    st = final(trace)
+    assert st["b"]["value"] == [3.0, 4.0] and st["c"]["value"] == [1.0, 2.0]
+
+
+def test_module_clone_is_independent(worker):
+    trace = worker.run(
+        [param("w", [2], [1, 2]), buffer("b", [1], [0]), param("v", [1], [5])],
+        [{"op": "module_clone", "name": "m"}, step("sgd", lr=1.0), write("m.w", [9, 9]),
+         snap("mw", "m.w", "alias")])
+    assert statuses(trace) == ["ok"] * 4
+    s = states(trace)
+    # copy.deepcopy(module) clones every parameter (Tensor.__deepcopy__)
+    assert set(s[0]) == {"w", "b", "v", "m.w", "m.v"}
+    assert s[0]["m.w"]["identity"] != s[0]["w"]["identity"]
+    assert s[0]["m.w"]["requires_grad"] is True
+    assert s[1]["w"]["value"] == [0.0, 1.0] and s[1]["m.w"]["value"] == [1.0, 2.0]
+    assert s[2]["w"]["value"] == [0.0, 1.0] and s[2]["m.w"]["value"] == [9.0, 9.0]
+    assert s[3]["mw"]["identity"] == s[3]["m.w"]["identity"]
+
+
+def test_modes_and_freeze(worker):
+    trace = worker.run([param("w", [2], [1, 2]), buffer("b", [1], [0])],
+                       [{"op": "valid"}, {"op": "train"}, {"op": "no_grad"}, step("sgd"),
+                        {"op": "freeze"}, {"op": "read", "target": "w"}])
+    st = statuses(trace)
+    assert st[:3] == ["ok"] * 3 and st[4:] == ["ok", "ok"]
+    assert trace["steps"][0]["changed"] == {} and trace["steps"][1]["changed"] == {}
+    assert trace["steps"][2]["changed"]["w"]["requires_grad"] is False
+    # every param frozen: the loss does not require grad, backward raises (torch.autograd)
+    assert st[3] == "error" and trace["steps"][3]["message"].startswith("RuntimeError")
+    assert final(trace)["w"]["value"] == [1.0, 2.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Robustness: the same answers as the Rust driver (rust_probes/protocol/src/lib.rs).
+
+
+def test_bad_ops_are_answered_and_the_program_goes_on(worker):
+    ops = [
+        {"op": "teleport", "target": "w"},               # unknown op
+        {"op": "write", "target": "w", "index": 0},     # missing field
+        {"op": "read", "target": "w", "extra": 1},       # unknown field
+        {"target": "w"},                                 # no op field
+        {"op": "fill", "target": "nope", "value": 1.0},  # unbound name
+        write("w", [1, 2], index=5),                     # torch raises (IndexError)
+        write("w", [1, 2, 3]),                           # torch raises (shape)
+        {"op": "fill", "target": "w", "value": 4.0},     # still served
+    ]
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], ops, check=False)
+    st = statuses(trace)
+    assert st == ["unsupported", "error", "error", "error", "skipped", "error", "error", "ok"]
+    msgs = [s.get("message") for s in trace["steps"]]
+    assert msgs[0] == 'unknown op "teleport"'
+    assert msgs[1] == "malformed op: missing field `value`"
+    assert "unknown field `extra`" in msgs[2]
+    assert msgs[3] == "malformed op: no string field `op`"
+    assert msgs[4] == "no tensor named nope"
+    assert msgs[5].startswith("IndexError: ")
+    assert msgs[6].startswith("RuntimeError: ")
+    assert final(trace)["w"]["value"] == [4.0] * 4
+
+
+def test_unknown_device_is_a_trace_error(worker):
+    trace = worker.run([param("w", [1], [1])], [{"op": "read", "target": "w"}], device="tpu")
+    assert trace["status"] == "error" and "unknown device" in trace["message"]
+    assert trace["initial"] == {} and trace["steps"] == []
+
+
+def test_non_finite_values_travel_as_strings(worker):
+    # 2 * 3e38 overflows float32 (max ~3.4e38) to +-inf; 0 * 3e38 stays 0 (IEEE 754).
+    trace = worker.run([param("w", [3], [2, 0, -2])],
+                       [{"op": "scale", "target": "w", "factor": 3e38}])
+    assert trace["steps"][0]["changed"]["w"]["value"] == ["Infinity", 0.0, "-Infinity"]
+    # ... and non-finite values are read from the strings in requests too (de_f32s)
+    trace = worker.run([param("w", [3], ["Infinity", "NaN", "-Infinity"])],
+                       [{"op": "read", "target": "w"}, write("w", [1, "NaN", 3])])
+    assert trace["initial"]["w"]["value"] == ["Infinity", "NaN", "-Infinity"]
+    # Obs: PartialEq in the Rust driver: NaN != NaN, so a NaN-holding tensor is always "changed"
+    assert "w" in trace["steps"][0]["changed"]
+    assert trace["steps"][1]["changed"]["w"]["value"] == [1.0, "NaN", 3.0]
+
+
+def test_float32_values_use_the_shortest_f32_digits(worker):
+    trace = worker.run([param("w", [2], [0.1, 1e-3])], [])
+    assert trace["initial"]["w"]["value"] == [0.1, 0.001]
+
+
+def test_malformed_lines_get_error_replies(worker):
+    for bad in (b"not json\n", b'{"type": "run"}\n', b'[1, 2]\n', b'{"type": "bogus"}\n',
+                b'\xff\xfe\n', b'{"type": "run", "id": -1, "device": "cpu", '
+                               b'"program": {"tensors": [], "ops": []}}\n'):
+        worker.send_raw(bad)
+        reply = worker.recv()
+        assert reply["type"] == "error" and reply["id"] is None, bad
+        assert reply["message"].startswith("malformed request")
+    worker.send_raw(b"\n   \n")  # blank lines are skipped, not answered
+    assert worker.hello()["type"] == "hello"
+
+
+def test_pipelined_requests_are_answered_in_order(worker):
+    prog = {"tensors": [param("w", [1], [1])], "ops": [step("sgd", lr=0.5)]}
+    for i in (101, 102, 103):
+        worker.send({"type": "run", "id": i, "device": "cpu", "program": prog})
+    assert [worker.recv()["id"] for _ in range(3)] == [101, 102, 103]
+
+
+def test_eof_exits_zero():
+    w = Worker()
+    assert w.hello()["framework"] == "torch"
+    w.proc.stdin.close()
+    assert w.proc.wait(timeout=30) == 0
+    w.proc.stdout.close()
+    w.proc.stderr.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Fault injection.
+
+FAULT_PROGRAM = {"tensors": [param("w", [1], [1])], "ops": [{"op": "_fault"}]}
+
+
+def test_fault_op_is_unknown_without_the_variable(worker):
+    trace = worker.run(FAULT_PROGRAM["tensors"], FAULT_PROGRAM["ops"])
+    assert trace["steps"][0]["status"] == "unsupported"
+
+
+def test_fault_segfault_kills_the_worker():
+    w = Worker({"ALIASFUZZ_TORCH_FAULT": "segfault"})
+    try:
+        assert w.hello()["type"] == "hello"
+        w.send({"type": "run", "id": 1, "device": "cpu", "program": FAULT_PROGRAM})
+        assert w.proc.wait(timeout=60) == -signal.SIGSEGV
+        assert w.recv(timeout=1) is None  # no reply for the killed program
+    finally:
+        if w.proc.poll() is None:
+            w.proc.kill()
+        w.proc.wait()
+
+
+def test_fault_hang_blocks_the_worker():
+    w = Worker({"ALIASFUZZ_TORCH_FAULT": "hang"})
+    try:
+        assert w.hello()["type"] == "hello"
+        w.send({"type": "run", "id": 1, "device": "cpu", "program": FAULT_PROGRAM})
+        assert w.recv(timeout=3) is None
+        assert w.proc.poll() is None
+    finally:
+        w.proc.kill()
+        w.proc.wait()
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="needs CUDA")
+def test_cuda_devices(worker):
+    # On an accelerator the numpy round trip copies (Tensor.cpu / Tensor.to copy across devices),
+    # so to_host keeps; module.to("cpu") keeps the Parameter object (Module._apply set_data path).
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("h", "w", "to_host"), snap("c", "w", "to_cpu"), step("sgd", lr=0.5),
+                        move("w", "alt"), step("sgd", lr=0.5)], device="cuda")
+    assert statuses(trace) == ["ok"] * 5, trace["steps"]
+    s = states(trace)
+    assert trace["initial"]["w"]["device"] == "cuda:0"
+    assert s[2]["h"]["value"] == [1.0, 2.0, 3.0, 4.0] == s[2]["c"]["value"]
+    assert s[3]["w"]["device"] == "cpu"
+    assert s[3]["w"]["identity"] == trace["initial"]["w"]["identity"]
+    assert s[4]["w"]["value"] == [0.0, 1.0, 2.0, 3.0]
+    ops = [step("adam", lr=0.01), step("adamw", lr=0.02, weight_decay=0.05), step("sgd", lr=0.1)]
+    plain = run_opt(worker, ops, "cuda")
+    for variant in ("cuda+foreach", "cuda+fused"):
+        for a, b in zip(plain, run_opt(worker, ops, variant)):
+            assert a == approx(b, rel=1e-5, abs=1e-6), variant
+
+
+def test_startup_and_round_trip_are_fast(worker):
+    """Coarse guard (the harness runs many programs): a warm round trip well under a second."""
+    prog = [param("w", [2, 2], [1, 2, 3, 4])]
+    ops = [snap("s", "w", "clone"), step("adam", lr=0.1), write("w", [1, 1], index=0)]
+    worker.run(prog, ops)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        worker.run(prog, ops)
+    per = (time.perf_counter() - t0) / 20
+    assert per < 1.0, per
