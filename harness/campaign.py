@@ -1,0 +1,455 @@
+"""Campaigns: a budgeted fuzzing run that streams findings to a run folder and can be resumed.
+
+Run folder layout (all writes are atomic or append-only, so a campaign killed at any moment loses
+nothing it already reported):
+
+- ``campaign.json``: configuration, versions, machine, progress (rewritten atomically);
+- ``findings.jsonl``: one line per finding, appended and fsync'ed as it is found (the journal);
+- ``findings.json``: the same findings as one JSON list (rewritten atomically after each one);
+- ``cases/NNN-<hash>.toml``: the minimized case of each finding (``aliasfuzz repro`` replays it),
+  ``.original.toml`` the program it was found in, ``.json`` the repro result on every target;
+- ``corpus/``: the Hypothesis example database, unless ``--db`` points elsewhere.
+
+Workers: ``--workers N`` starts N processes, each with its own targets; they claim chunks from a
+shared counter, so the chunk -> programs mapping stays fixed by the seed whatever N is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing as mp
+import os
+import platform
+import queue as queue_mod
+import re
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .baseline import load_baseline
+from .engine import Engine, Recorded, chunk_seed, generate
+from .ir import Program, check_program, dump_case, write_case, TensorDecl
+
+CORPUS_KEY = b"aliasfuzz/corpus/v1"
+
+
+class CampaignError(RuntimeError):
+    """A usage or set-up problem with the campaign (one line)."""
+
+
+def parse_duration(text: str | None) -> float | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", str(text))
+    if not m:
+        raise CampaignError(f"--budget: {text!r} is not a duration like 90s, 10m, 2h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+@dataclass
+class CampaignConfig:
+    out: str
+    seed: int
+    budget_s: float | None = None
+    max_programs: int | None = None
+    targets: list[str] | None = None
+    profile: str = "default"
+    workers: int = 1
+    db: str | None = None
+    chunk_size: int = 64
+    shrink_time_s: float = 60.0
+    baseline: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------------
+# Files.
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def program_to_bytes(p: Program) -> bytes:
+    return json.dumps(p.to_wire(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def program_from_bytes(raw: bytes) -> Program:
+    doc = json.loads(raw)
+    tensors = tuple(TensorDecl(t["name"], t["kind"], tuple(t["shape"]),
+                               tuple(t["value"]) if t.get("value") is not None else None,
+                               tuple(t["grad"]) if t.get("grad") is not None else None,
+                               t.get("init"), t.get("fill"), t.get("seed")) for t in doc["tensors"])
+    return Program(tensors, check_program(tensors, doc["ops"]))
+
+
+class RunFolder:
+    """The one place that knows the run folder's layout."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.cases = self.path / "cases"
+        self.journal = self.path / "findings.jsonl"
+        self.findings_json = self.path / "findings.json"
+        self.state_json = self.path / "campaign.json"
+
+    def create(self) -> None:
+        try:
+            self.cases.mkdir(parents=True, exist_ok=True)
+            probe = self.path / ".writable"
+            probe.write_text("")
+            probe.unlink()
+        except OSError as e:
+            raise CampaignError(f"{self.path}: cannot write the run folder: {e.strerror or e}") from None
+
+    def load_findings(self) -> list[dict[str, Any]]:
+        """The journal, tolerating a torn last line (a kill in the middle of a write)."""
+        out = []
+        if not self.journal.exists():
+            return out
+        for line in self.journal.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def load_state(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.state_json.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CampaignError(f"{self.path}: no campaign.json: not a run folder") from None
+        except ValueError as e:
+            raise CampaignError(f"{self.state_json}: unreadable ({e})") from None
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        atomic_write(self.state_json, json.dumps(state, indent=2))
+
+    def add_finding(self, record: dict[str, Any], minimized: str, original: str, repro: dict | None,
+                    all_records: list[dict[str, Any]]) -> None:
+        """Writes the case files first, then the journal line, then the list: a finding is in
+        the journal only once everything it points to exists."""
+        n = len(all_records) + 1
+        stem = f"{n:03d}-{hashlib.sha1(record['signature'].encode()).hexdigest()[:8]}"
+        atomic_write(self.cases / f"{stem}.toml", minimized)
+        atomic_write(self.cases / f"{stem}.original.toml", original)
+        if repro is not None:
+            atomic_write(self.cases / f"{stem}.json", json.dumps(repro, indent=1))
+        record = {**record, "case": f"cases/{stem}.toml", "original_case": f"cases/{stem}.original.toml",
+                  "repro": f"cases/{stem}.json" if repro is not None else None}
+        line = json.dumps(record, sort_keys=True) + "\n"
+        with open(self.journal, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        all_records.append(record)
+        atomic_write(self.findings_json, json.dumps(all_records, indent=1))
+
+
+# ------------------------------------------------------------------------------------------------
+# Corpus: a Hypothesis example database, local or shared (Redis).
+
+
+def open_database(spec: str | None, folder: RunFolder):
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    if spec and spec.startswith("redis://"):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError as e:  # pragma: no cover - redis is a pinned dependency
+            raise CampaignError(f"--db {spec}: the redis package is missing ({e})") from None
+        client = redis.Redis.from_url(spec)
+        try:
+            client.ping()
+        except Exception as e:
+            raise CampaignError(f"--db {spec}: cannot reach Redis ({e})") from None
+        return RedisExampleDatabase(client, key_prefix=b"aliasfuzz:")
+    return DirectoryBasedExampleDatabase(spec or str(folder.path / "corpus"))
+
+
+# ------------------------------------------------------------------------------------------------
+# The worker loop (in-process for one worker, one process each for several).
+
+
+def _record_json(rec: Recorded, versions: dict[str, dict[str, str]]) -> dict[str, Any]:
+    f = rec.finding
+    return {
+        "signature": rec.signature, "kind": f.kind, "aspect": f.aspect, "status": rec.status,
+        "baseline": rec.baseline, "targets": [t for t in f.targets if t != "-"], "op": f.op_label,
+        "method": f.method, "sides": list(f.sides), "sentence": f.sentence(), "detail": f.detail,
+        "ops_before": len(rec.original.ops), "ops_after": len(rec.minimized.ops),
+        "seconds_to_find": round(rec.seconds_to_find, 3),
+        "shrink_seconds": round(rec.shrink.seconds, 3) if rec.shrink else None,
+        "shrink_complete": rec.shrink.complete if rec.shrink else None,
+        "shrink_runs": rec.shrink.runs if rec.shrink else None,
+        "versions": {t: versions.get(t, {}) for t in f.targets if t != "-"},
+    }
+
+
+def _titled(program: Program, title: str, meta: dict[str, Any]) -> Program:
+    from dataclasses import replace
+
+    return replace(program, title=title, meta=meta)
+
+
+def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | None],
+                emit: Callable[[tuple], None], known: Callable[[str], bool], elapsed_before: float,
+                replay_programs: list[Program]) -> None:
+    """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
+    returns None. Everything it learns goes out through ``emit``."""
+    from .repro import run_case
+    from .runner import Runner
+    from .targets.registry import discover
+
+    baseline = load_baseline(config.baseline) if config.baseline else load_baseline()
+    found = discover(config.targets)
+    if not found.targets:
+        found.close()
+        raise CampaignError("no target is available (run `aliasfuzz targets`)")
+    runner = Runner(found.targets)
+    infos = {t.id: t.info for t in found.targets}
+    versions = {t.id: dict(t.info.versions) for t in found.targets}
+    engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s)
+    engine.started -= elapsed_before
+    emit(("targets", {t.id: t.info.to_json() for t in found.targets}, found.unavailable))
+
+    def on_new(rec: Recorded) -> None:
+        record = _record_json(rec, versions)
+        meta = {"signature": rec.signature, "kind": record["kind"], "status": rec.status,
+                "seed": config.seed}
+        minimized = _titled(rec.minimized, record["sentence"], meta)
+        repro = run_case(minimized, runner, infos, baseline).to_json()
+        emit(("finding", record, dump_case(minimized), dump_case(_titled(rec.original, "original program", meta)),
+              repro))
+
+    try:
+        if replay_programs:
+            engine.process(replay_programs, on_new, known)
+            emit(("progress", len(replay_programs), None, engine.programs_run))
+        while True:
+            chunk = claim()
+            if chunk is None:
+                break
+            programs = generate(config.chunk_size, chunk_seed(config.seed, chunk), config.profile)
+            engine.process(programs, on_new, known)
+            emit(("progress", len(programs), chunk, engine.programs_run))
+            for tgt in runner.targets:
+                for line in tgt.process.stats.log:
+                    emit(("log", line))
+                tgt.process.stats.log.clear()
+    finally:
+        runner.close()
+
+
+def _worker_process(config_json: dict, worker: int, counter, limit, deadline, outq, seen, elapsed_before,
+                    replay_raw: list[bytes]) -> None:
+    config = CampaignConfig(**config_json)
+
+    def claim() -> int | None:
+        if time.time() >= deadline.value:
+            return None
+        with counter.get_lock():
+            if limit.value >= 0 and counter.value >= limit.value:
+                return None
+            n = counter.value
+            counter.value += 1
+        return n
+
+    def known(sig: str) -> bool:
+        try:
+            if sig in seen:
+                return True
+            seen[sig] = worker
+            return False
+        except Exception:
+            return False
+
+    try:
+        worker_loop(config, worker, claim, outq.put, known, elapsed_before,
+                    [program_from_bytes(r) for r in replay_raw])
+    except Exception as e:  # reported by the parent; the other workers go on
+        outq.put(("error", f"worker {worker}: {type(e).__name__}: {e}"))
+    outq.put(("done", worker))
+
+
+# ------------------------------------------------------------------------------------------------
+# The campaign driver (parent process): owns the run folder, the progress display, the exit code.
+
+
+@dataclass
+class CampaignResult:
+    folder: RunFolder
+    findings: list[dict[str, Any]]
+    programs: int
+    seconds: float
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def new(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["status"] == "new"]
+
+
+def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[[str], None] = print,
+                 progress=None) -> CampaignResult:
+    folder = RunFolder(config.out)
+    state: dict[str, Any]
+    if resume:
+        state = folder.load_state()
+        saved = CampaignConfig(**state["config"])
+        # A resume continues the same campaign: same seed, targets and profile; the budget
+        # and worker count may change.
+        saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
+        config = saved
+        records = folder.load_findings()
+        if records:  # rebuild the list from the journal (the journal is the truth)
+            atomic_write(folder.findings_json, json.dumps(records, indent=1))
+    else:
+        folder.create()
+        if folder.journal.exists() and folder.journal.stat().st_size:
+            raise CampaignError(f"{folder.path}: already holds a campaign: use --resume {folder.path} or another --out")
+        records = []
+        state = {"config": config.to_json(), "started": time.time(), "next_chunk": 0, "programs": 0,
+                 "elapsed_s": 0.0, "replayed": 0, "machine": machine_info(), "targets": {},
+                 "unavailable": {}, "runs": []}
+    folder.create()
+    elapsed_before = float(state.get("elapsed_s", 0.0))
+    db = open_database(config.db, folder)
+    seen_sigs = {r["signature"] for r in records}
+    replay = [] if resume else _load_corpus(db)
+    state["replayed"] = state.get("replayed", 0) + len(replay)
+    if replay:
+        log(f"replaying {len(replay)} program(s) from the corpus")
+    start = time.monotonic()
+    budget = config.budget_s if config.budget_s is not None else float("inf")
+    chunk_limit = -1
+    if config.max_programs is not None:
+        chunk_limit = state["next_chunk"] + -(-max(0, config.max_programs - len(replay)) // config.chunk_size)
+    state["runs"].append({"started": time.time(), "budget_s": config.budget_s, "max_programs": config.max_programs,
+                          "workers": config.workers, "resumed": resume})
+    errors: list[str] = []
+    programs_this_run = 0
+    completed_chunks: set[int] = set()
+
+    def handle(msg: tuple) -> None:
+        nonlocal programs_this_run
+        kind = msg[0]
+        if kind == "targets":
+            state["targets"].update(msg[1])
+            state["unavailable"].update(msg[2])
+        elif kind == "finding":
+            _, record, minimized, original, repro = msg
+            if record["signature"] in seen_sigs:
+                return
+            seen_sigs.add(record["signature"])
+            folder.add_finding(record, minimized, original, repro, records)
+            if record["status"] == "new":
+                _store_corpus(db, minimized, original)
+            log(f"[{record['status']}] {record['kind']}: {record['sentence']} -> {records[-1]['case']}")
+        elif kind == "progress":
+            _, n, chunk, _ = msg
+            programs_this_run += n
+            state["programs"] = state.get("programs", 0) + n
+            if chunk is not None:
+                completed_chunks.add(chunk)
+                state["next_chunk"] = max(state.get("next_chunk", 0), chunk + 1)
+            state["elapsed_s"] = elapsed_before + time.monotonic() - start
+            folder.save_state(state)
+            if progress:
+                progress(state, records)
+        elif kind == "log":
+            log(msg[1])
+        elif kind == "error":
+            errors.append(msg[1])
+            log(f"error: {msg[1]}")
+
+    if config.workers <= 1:
+        counter = [state["next_chunk"]]
+
+        def claim() -> int | None:
+            if time.monotonic() - start >= budget:
+                return None
+            if chunk_limit >= 0 and counter[0] >= chunk_limit:
+                return None
+            counter[0] += 1
+            return counter[0] - 1
+
+        worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay)
+    else:
+        ctx = mp.get_context("spawn")
+        manager = ctx.Manager()
+        seen = manager.dict({s: -1 for s in seen_sigs})
+        counter = ctx.Value("q", state["next_chunk"])
+        limit = ctx.Value("q", chunk_limit)
+        deadline = ctx.Value("d", time.time() + min(budget, 10 ** 9))
+        outq = ctx.Queue()
+        shares = [replay[i::config.workers] for i in range(config.workers)]
+        procs = [ctx.Process(target=_worker_process, daemon=True,
+                             args=(config.to_json(), w, counter, limit, deadline, outq, seen, elapsed_before,
+                                   [program_to_bytes(p) for p in shares[w]]))
+                 for w in range(config.workers)]
+        for p in procs:
+            p.start()
+        alive = config.workers
+        while alive:
+            try:
+                msg = outq.get(timeout=1.0)
+            except queue_mod.Empty:
+                if not any(p.is_alive() for p in procs):
+                    break
+                continue
+            if msg[0] == "done":
+                alive -= 1
+            else:
+                handle(msg)
+        for p in procs:
+            p.join(timeout=10)
+        manager.shutdown()
+    state["elapsed_s"] = elapsed_before + time.monotonic() - start
+    state["runs"][-1]["ended"] = time.time()
+    state["runs"][-1]["programs"] = programs_this_run
+    folder.save_state(state)
+    if not folder.findings_json.exists():
+        atomic_write(folder.findings_json, "[]")
+    return CampaignResult(folder, records, state["programs"], state["elapsed_s"], errors)
+
+
+def _load_corpus(db) -> list[Program]:
+    out = []
+    for raw in db.fetch(CORPUS_KEY):
+        try:
+            out.append(program_from_bytes(raw))
+        except Exception:
+            continue  # an entry from another format version: skip it, never fail the campaign
+    return out
+
+
+def _store_corpus(db, *cases_toml: str) -> None:
+    import tomllib
+
+    from .ir import parse_case
+
+    for text in cases_toml:
+        try:
+            db.save(CORPUS_KEY, program_to_bytes(parse_case(tomllib.loads(text))))
+        except Exception:
+            pass
+
+
+def machine_info() -> dict[str, Any]:
+    return {"platform": platform.platform(), "machine": platform.machine(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "hostname": platform.node()}

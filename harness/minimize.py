@@ -1,0 +1,377 @@
+"""Minimization: shrink a program to a 1-minimal case that still shows the same signature.
+
+A domain pass over the case format, run to a fixpoint:
+
+1. remove ops: chunks first (halves, quarters, ...), then single ops; an op that binds a name is
+   removed together with every later op that uses that name;
+2. remove tensors, with every op that uses them;
+3. simplify: values to 0 and 1, drop custom gradients, shrink shapes, simplify op fields
+   (learning rates, optimizers, write values, devices);
+4. rename tensors canonically (``p0``, ``b0``, ``l0`` for tensors, ``s0``... for snapshots,
+   ``m0``... for module clones).
+
+The result is 1-minimal: no single op or tensor can be removed and no value simplified without
+losing the signature. Every round evaluates its candidates in one batch on the targets (the probes
+pipeline them), so a pass costs one round trip, not one per candidate.
+
+Shrinking is bounded in time; when the bound stops it early, the result says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from .ir import CaseError, Program, TensorDecl, check_program, snapshot_shape
+
+#: Given candidate programs, which of them still show the signature (same order).
+Predicate = Callable[[Sequence[Program]], list[bool]]
+
+
+@dataclass
+class MinimizeResult:
+    program: Program
+    ops_before: int
+    ops_after: int
+    runs: int
+    seconds: float
+    complete: bool  # False when the time bound stopped it before a fixpoint
+
+
+def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]]) -> Program | None:
+    try:
+        canonical = check_program(tuple(tensors), list(ops))
+    except CaseError:
+        return None
+    return Program(tuple(tensors), canonical)
+
+
+def _bound_by(op: Mapping[str, Any], params: Sequence[str]) -> set[str]:
+    if op["op"] == "snapshot":
+        return {op["name"]}
+    if op["op"] == "module_clone":
+        return {f"{op['name']}.{p}" for p in params}
+    return set()
+
+
+def _uses(op: Mapping[str, Any]) -> set[str]:
+    return {op[k] for k in ("of", "target") if k in op}
+
+
+def without_ops(program: Program, drop: set[int]) -> Program | None:
+    """The program without ops ``drop`` and, transitively, every op using a name they bound."""
+    params = [t.name for t in program.tensors if t.trainable]
+    gone: set[str] = set()
+    kept = []
+    for i, op in enumerate(program.ops):
+        if i in drop or _uses(op) & gone:
+            gone |= _bound_by(op, params)
+            continue
+        kept.append(op)
+    if len(kept) == len(program.ops):
+        return None
+    p = _valid(program.tensors, kept)
+    return replace(p, title=program.title, meta=program.meta) if p else None
+
+
+def without_tensor(program: Program, name: str) -> Program | None:
+    if len(program.tensors) <= 1:
+        return None
+    tensors = tuple(t for t in program.tensors if t.name != name)
+    params = [t.name for t in program.tensors if t.trainable]
+    gone = {name}
+    kept = []
+    for op in program.ops:
+        if _uses(op) & gone:
+            gone |= _bound_by(op, params)
+            continue
+        if op["op"] == "module_clone":
+            gone.add(f"{op['name']}.{name}")  # the clone no longer holds the removed param
+        kept.append(op)
+    p = _valid(tensors, kept)
+    return replace(p, title=program.title, meta=program.meta) if p else None
+
+
+def _shape_after(program: Program) -> Iterator[tuple[int, Mapping[str, Any], dict[str, tuple[int, ...]]]]:
+    shapes = {t.name: t.shape for t in program.tensors}
+    params = [t.name for t in program.tensors if t.trainable]
+    for i, op in enumerate(program.ops):
+        yield i, op, shapes
+        if op["op"] == "snapshot":
+            shapes[op["name"]] = snapshot_shape(op["method"], shapes[op["of"]])
+        elif op["op"] == "module_clone":
+            for p in params:
+                shapes[f"{op['name']}.{p}"] = shapes[p]
+
+
+def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program | None:
+    """The program with tensor ``name`` reshaped: values truncated, writes adapted."""
+    decl = program.tensor(name)
+    n = math.prod(shape)
+    value = None if decl.value is None else tuple((list(decl.value) * n)[:n])
+    grad = None if decl.grad is None else tuple((list(decl.grad) * n)[:n])
+    tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t
+                    for t in program.tensors)
+    new = replace(program, tensors=tensors)
+    ops = []
+    for i, op, shapes in _shape_after(new):
+        if op["op"] == "write":
+            tshape = shapes[op["target"]]
+            op = dict(op)
+            if op["index"] is not None:
+                op["index"] = min(op["index"], tshape[0] - 1)
+                want = math.prod(tshape[1:])
+            else:
+                want = math.prod(tshape)
+            op["value"] = (list(op["value"]) * want)[:want]
+        elif op["op"] == "snapshot" and op["method"] == "transpose" and len(shapes[op["of"]]) < 2:
+            return None
+        ops.append(op)
+    p = _valid(tensors, ops)
+    return replace(p, title=program.title, meta=program.meta) if p else None
+
+
+def _smaller_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    out = []
+    if len(shape) > 1:
+        out.append(shape[1:])  # drop the leading dimension
+        out.append(shape[:-1])
+    for i, d in enumerate(shape):
+        if d > 1:
+            out.append(shape[:i] + (1,) + shape[i + 1:])
+            if d > 2:
+                out.append(shape[:i] + (d - 1,) + shape[i + 1:])
+    return out
+
+
+def _simpler_values(xs: tuple[float, ...]) -> list[tuple[float, ...]]:
+    out = []
+    for v in (0.0, 1.0):
+        cand = tuple(v for _ in xs)
+        if cand != xs:
+            out.append(cand)
+    for i, x in enumerate(xs):
+        for v in (0.0, 1.0):
+            if x != v and abs(x) > v:
+                out.append(xs[:i] + (v,) + xs[i + 1:])
+                break
+    return out
+
+
+def simplifications(program: Program) -> Iterator[Program]:
+    """Candidate programs that are each 'simpler' by one step (a well-founded order, so the
+    fixpoint loop terminates)."""
+    for t in program.tensors:
+        if t.grad is not None:
+            yield replace(program, tensors=tuple(replace(u, grad=None) if u is t else u for u in program.tensors))
+        for smaller in _smaller_shapes(t.shape):
+            p = with_shape(program, t.name, smaller)
+            if p is not None:
+                yield p
+        if t.value is not None:
+            for vals in _simpler_values(t.value):
+                yield replace(program, tensors=tuple(replace(u, value=vals) if u is t else u for u in program.tensors))
+        if t.kind == "lazy" and t.init == "uniform":
+            yield replace(program, tensors=tuple(replace(u, init="const", fill=0.0, seed=None) if u is t else u
+                                                 for u in program.tensors))
+    for i, op in enumerate(program.ops):
+        for simpler in _simpler_op(op):
+            p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:])
+            if p is not None:
+                yield replace(p, title=program.title, meta=program.meta)
+
+
+_OPTIMIZER_ORDER = ("sgd", "sgd_momentum", "adam", "adamw")
+_DEVICE_ORDER = ("home", "cpu", "alt")
+
+
+def _simpler_op(op: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    kind = op["op"]
+    if kind == "step":
+        rank = _OPTIMIZER_ORDER.index(op["optimizer"])
+        for simpler in _OPTIMIZER_ORDER[:rank]:
+            yield {**op, "optimizer": simpler, "momentum": 0.9 if simpler == "sgd_momentum" else 0.0,
+                   "weight_decay": 0.01 if simpler == "adamw" else 0.0}
+        if op["lr"] != 1.0 and op["lr"] > 0.5:
+            yield {**op, "lr": 1.0}
+    elif kind == "write":
+        for vals in _simpler_values(tuple(op["value"])):
+            yield {**op, "value": list(vals)}
+        if op["index"] is not None and op["index"] > 0:
+            yield {**op, "index": 0}
+    elif kind == "fill" and op["value"] not in (0.0, 1.0):
+        yield {**op, "value": 1.0}
+        yield {**op, "value": 0.0}
+    elif kind == "scale" and op["factor"] not in (0.0, 2.0):
+        yield {**op, "factor": 2.0}
+    elif kind == "move":
+        rank = _DEVICE_ORDER.index(op["device"])
+        for simpler in _DEVICE_ORDER[:rank]:
+            yield {**op, "device": simpler}
+        if op["method"] == "fork":
+            yield {**op, "method": "to"}
+
+
+def canonical_names(program: Program) -> Program:
+    """Renames tensors p0.., b0.., l0.. and snapshots s0.., module clones m0.., in order."""
+    mapping: dict[str, str] = {}
+    counters: dict[str, int] = {}
+
+    def fresh(prefix: str) -> str:
+        n = counters.get(prefix, 0)
+        counters[prefix] = n + 1
+        return f"{prefix}{n}"
+
+    prefix_of = {"param": "p", "buffer": "b", "lazy": "l"}
+    for t in program.tensors:
+        mapping[t.name] = fresh(prefix_of[t.kind])
+    params = [t.name for t in program.tensors if t.trainable]
+    ops = []
+    for op in program.ops:
+        op = dict(op)
+        for key in ("of", "target"):
+            if key in op:
+                op[key] = mapping[op[key]]
+        if op["op"] == "snapshot":
+            mapping[op["name"]] = op["name"] = fresh("s")
+        elif op["op"] == "module_clone":
+            old = op["name"]
+            op["name"] = fresh("m")
+            for p in params:
+                mapping[f"{old}.{p}"] = f"{op['name']}.{mapping[p]}"
+        ops.append(op)
+    tensors = tuple(replace(t, name=mapping[t.name]) for t in program.tensors)
+    return Program(tensors, check_program(tensors, ops), program.title, program.meta)
+
+
+def _value_cost(xs: Iterable[float]) -> float:
+    return sum(0.0 if x == 0 else 1.0 if x == 1 else 2.0 + abs(x) for x in xs)
+
+
+def _op_cost(op: Mapping[str, Any]) -> float:
+    kind = op["op"]
+    if kind == "step":
+        return _OPTIMIZER_ORDER.index(op["optimizer"]) + (op["lr"] != 1.0)
+    if kind == "write":
+        return _value_cost(op["value"]) + (op["index"] or 0)
+    if kind == "fill":
+        return _value_cost([op["value"]])
+    if kind == "scale":
+        return float(op["factor"] != 2.0)
+    if kind == "move":
+        return _DEVICE_ORDER.index(op["device"]) + (op["method"] == "fork")
+    return 0.0
+
+
+def cost(program: Program) -> tuple:
+    """What minimization decreases, most important first. Every accepted step lowers it, so the
+    fixpoint loop terminates."""
+    return (
+        len(program.ops),
+        len(program.tensors),
+        sum(t.numel for t in program.tensors),
+        sum(_value_cost(t.value or ()) + (0 if t.grad is None else 1 + _value_cost(t.grad))
+            + (t.kind == "lazy" and t.init == "uniform") for t in program.tensors),
+        sum(_op_cost(op) for op in program.ops),
+    )
+
+
+def _op_removals(program: Program) -> Iterator[Program]:
+    n = len(program.ops)
+    size = n // 2
+    while size >= 2:
+        for start in range(0, n, size):
+            p = without_ops(program, set(range(start, min(n, start + size))))
+            if p is not None:
+                yield p
+        size //= 2
+    for i in reversed(range(n)):
+        p = without_ops(program, {i})
+        if p is not None:
+            yield p
+
+
+def minimize(program: Program, shows: Predicate, *, time_limit_s: float = 60.0,
+             batch_size: int = 16) -> MinimizeResult:
+    """Shrinks ``program`` while ``shows`` holds. ``shows([program])`` must be true."""
+    start = time.monotonic()
+    runs = 0
+    current = program
+    complete = True
+
+    def first_that_shows(candidates: Iterable[Program]) -> Program | None:
+        nonlocal runs
+        current_cost = cost(current)
+        batch: list[Program] = []
+        seen: set[str] = set()
+        for cand in candidates:
+            if time.monotonic() - start > time_limit_s:
+                raise _OutOfTime()
+            key = cand.key()
+            if key in seen or cost(cand) >= current_cost:
+                continue
+            seen.add(key)
+            batch.append(cand)
+            if len(batch) >= batch_size:
+                runs += len(batch)
+                for c, ok in zip(batch, shows(batch)):
+                    if ok:
+                        return c
+                batch = []
+        if batch:
+            runs += len(batch)
+            for c, ok in zip(batch, shows(batch)):
+                if ok:
+                    return c
+        return None
+
+    try:
+        changed = True
+        while changed:
+            changed = False
+            for generate in (_op_removals, _tensor_removals, simplifications):
+                while True:
+                    better = first_that_shows(generate(current))
+                    if better is None:
+                        break
+                    current, changed = better, True
+        renamed = canonical_names(current)
+        if renamed.key() != current.key():
+            runs += 1
+            if shows([renamed])[0]:
+                current = renamed
+    except _OutOfTime:
+        complete = False
+    return MinimizeResult(current, len(program.ops), len(current.ops), runs,
+                          time.monotonic() - start, complete)
+
+
+def _tensor_removals(program: Program) -> Iterator[Program]:
+    for t in reversed(program.tensors):
+        p = without_tensor(program, t.name)
+        if p is not None:
+            yield p
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def is_one_minimal(program: Program, shows: Predicate) -> list[str]:
+    """Every single-op and single-tensor removal that still shows the signature (empty when the
+    program is 1-minimal with respect to removals)."""
+    cands: list[tuple[str, Program]] = []
+    for i in range(len(program.ops)):
+        p = without_ops(program, {i})
+        if p is not None:
+            cands.append((f"op {i}", p))
+    for t in program.tensors:
+        p = without_tensor(program, t.name)
+        if p is not None:
+            cands.append((f"tensor {t.name}", p))
+    if not cands:
+        return []
+    oks = shows([p for _, p in cands])
+    return [label for (label, _), ok in zip(cands, oks) if ok]

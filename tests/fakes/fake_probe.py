@@ -1,0 +1,140 @@
+"""TEST DOUBLE: a fake probe for testing the harness's own logic. Never a framework stand-in.
+
+A tiny numpy interpreter of the case format speaking the real probe protocol, with two devices:
+``ref`` (clean value semantics: every snapshot is a copy except ``alias``) and ``planted``, which
+carries one deliberately planted aliasing bug: its ``clone`` returns the same buffer, so a clone
+follows later writes and steps. Only ``sgd`` steps are interpreted; other optimizers, moves and
+module ops answer ``unsupported``.
+
+Fault switches for the reliability tests (command-line flags):
+``--protocol N`` (answer another protocol version), ``--exit-at-start``, ``--garbage`` (stray
+text before every reply), ``--hang-on-fill`` (a ``fill`` op never returns), ``--die-on-scale``
+(a ``scale`` op kills the process with SIGKILL), ``--slow-ms N`` (sleep per program).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+
+def obs(t, device):
+    arr, ident = t
+    return {"shape": list(arr.shape), "value": [float(x) for x in arr.reshape(-1)], "device": device,
+            "requires_grad": None, "identity": ident, "initialized": True}
+
+
+def run(program, device, flags):
+    names = {}
+    trainable = []
+    grads = {}
+    for t in program["tensors"]:
+        shape = tuple(t["shape"])
+        if t["kind"] == "lazy":
+            value = np.full(shape, t.get("fill") or 0.0, dtype=np.float32)
+        else:
+            value = np.array(t["value"], dtype=np.float32).reshape(shape)
+        names[t["name"]] = (value, t["name"])
+        if t["kind"] != "buffer":
+            trainable.append(t["name"])
+            grads[t["name"]] = np.array(t.get("grad") or [1.0] * value.size, dtype=np.float32).reshape(shape)
+    initial = {n: obs(v, device) for n, v in names.items()}
+    previous = dict(initial)
+    steps = []
+    for op in program["ops"]:
+        status, message = "ok", None
+        kind = op.get("op")
+        uses = [op[k] for k in ("of", "target") if k in op]
+        if any(u not in names for u in uses):
+            status, message = "skipped", "missing name"
+        elif kind == "snapshot":
+            arr, ident = names[op["of"]]
+            m = op["method"]
+            if m == "alias" or (m == "clone" and device == "planted"):
+                names[op["name"]] = (arr, ident)
+            elif m == "reshape":
+                names[op["name"]] = (arr.reshape(-1).copy(), op["name"])
+            elif m == "view_row":
+                names[op["name"]] = (arr[0:1].copy(), op["name"])
+            elif m == "transpose":
+                names[op["name"]] = (arr.swapaxes(-1, -2).copy(), op["name"])
+            else:
+                names[op["name"]] = (arr.copy(), op["name"])
+        elif kind == "write":
+            arr = names[op["target"]][0]
+            if op["index"] is None:
+                arr[...] = np.array(op["value"], dtype=np.float32).reshape(arr.shape)
+            else:
+                arr[op["index"]] = np.array(op["value"], dtype=np.float32).reshape(arr.shape[1:])
+        elif kind == "fill":
+            if flags.hang_on_fill:
+                time.sleep(3600)
+            names[op["target"]][0][...] = op["value"]
+        elif kind == "scale":
+            if flags.die_on_scale:
+                os.kill(os.getpid(), signal.SIGKILL)
+            names[op["target"]][0][...] *= np.float32(op["factor"])
+        elif kind == "step" and op["optimizer"] == "sgd":
+            for p in trainable:
+                arr = names[p][0]
+                arr -= np.float32(op["lr"]) * grads[p]
+        elif kind == "read":
+            pass
+        else:
+            status, message = "unsupported", f"fake probe has no {kind}"
+        now = {n: obs(v, device) for n, v in names.items()}
+        steps.append({"status": status, **({"message": message} if message else {}),
+                      "changed": {n: o for n, o in now.items() if previous.get(n) != o}})
+        previous = now
+    return {"initial": initial, "steps": steps}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--protocol", type=int, default=1)
+    ap.add_argument("--exit-at-start", action="store_true")
+    ap.add_argument("--garbage", action="store_true")
+    ap.add_argument("--hang-on-fill", action="store_true")
+    ap.add_argument("--die-on-scale", action="store_true")
+    ap.add_argument("--slow-ms", type=float, default=0)
+    flags = ap.parse_args()
+    if flags.exit_at_start:
+        sys.exit(3)
+    out = sys.stdout
+    for line in sys.stdin:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            out.write(json.dumps({"type": "error", "id": None, "message": "malformed"}) + "\n")
+            out.flush()
+            continue
+        if flags.garbage:
+            out.write("stray debug output {not json\n")
+        if req.get("type") == "hello":
+            reply = {"type": "hello", "protocol": flags.protocol, "framework": "fake",
+                     "versions": {"fake": "0"},
+                     "devices": [{"name": "ref", "alt": None, "kind": "cpu"},
+                                 {"name": "planted", "alt": None, "kind": "cpu"}],
+                     "ops": ["snapshot", "write", "fill", "scale", "step", "read"],
+                     "methods": ["alias", "clone", "detach", "reshape", "view_row", "transpose"]}
+        elif req.get("type") == "run":
+            if flags.slow_ms:
+                time.sleep(flags.slow_ms / 1000)
+            reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
+                     **run(req["program"], req["device"], flags), "elapsed_us": 1}
+        elif req.get("type") == "exit":
+            break
+        else:
+            reply = {"type": "error", "id": None, "message": "unknown request"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

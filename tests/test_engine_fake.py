@@ -1,0 +1,111 @@
+"""The engine's own logic, on a TEST DOUBLE with one planted divergence (tests/fakes/).
+
+The fake's ``planted`` device returns a shared buffer from ``clone``; ``ref`` copies. The engine
+must find that, shrink it to its known minimal form (one param, a clone, one op that changes the
+param), and give the same signature however the case is renamed, padded or re-valued.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.baseline import Baseline
+from harness.engine import Engine, generate
+from harness.ir import Program, TensorDecl, check_program
+from harness.minimize import canonical_names, is_one_minimal
+from harness.oracle import compare
+from harness.runner import Runner
+from tests.fakes.targets import fake_target
+
+
+@pytest.fixture(scope="module")
+def fake_runner():
+    r = Runner([fake_target("ref"), fake_target("planted")])
+    yield r
+    r.close()
+
+
+def program(tensors, ops) -> Program:
+    tensors = tuple(tensors)
+    return Program(tensors, check_program(tensors, ops))
+
+
+PLANTED = program(
+    [TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0)), TensorDecl("buf", "buffer", (3,), (0.0, 0.0, 0.0))],
+    [{"op": "snapshot", "name": "a", "of": "buf", "method": "alias"},
+     {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
+     {"op": "fill", "target": "buf", "value": 2.0},
+     {"op": "snapshot", "name": "d", "of": "buf", "method": "detach"},
+     {"op": "write", "target": "w", "index": 1, "value": [5.0, 6.0]},
+     {"op": "scale", "target": "a", "factor": 2.0},
+     {"op": "step", "optimizer": "sgd", "lr": 0.5}],
+)
+
+
+def signatures(runner, p):
+    return {f.signature for f in compare(p, runner.run_one(p))}
+
+
+def test_planted_divergence_is_found_and_shrunk(fake_runner):
+    engine = Engine(fake_runner, Baseline([]), shrink_time_s=60)
+    recorded = []
+    engine.process([PLANTED], recorded.append)
+    # The planted clone shares its buffer (verdict) and its identity token (identity).
+    assert sorted(r.finding.aspect for r in recorded) == ["identity", "verdict"]
+    rec = next(r for r in recorded if r.finding.aspect == "verdict")
+    assert rec.finding.kind == "device"
+    assert rec.finding.aspect == "verdict" and rec.finding.method == "clone"
+    assert rec.finding.targets == ("fake:planted", "fake:ref")
+    assert rec.finding.sides == ("follows", "keeps")
+    m = rec.minimized
+    # Known minimal form: one tensor, the clone, and the op that first changes the param.
+    assert len(m.tensors) == 1 and len(m.ops) == 2
+    assert m.ops[0]["op"] == "snapshot" and m.ops[0]["method"] == "clone"
+    assert m.ops[1]["op"] == "write" and rec.finding.op_label.startswith("write")
+    assert [t.name for t in m.tensors] == ["p0"] and m.ops[0]["name"] == "s0"
+    assert rec.shrink.complete and rec.shrink.ops_before == 7 and rec.shrink.ops_after == 2
+    # 1-minimal: no single removal keeps the signature.
+    assert is_one_minimal(m, engine.predicate(rec.signature, fake_runner.ids)) == []
+
+
+def test_signature_survives_renaming_padding_and_values(fake_runner):
+    base = signatures(fake_runner, PLANTED)
+    assert len(base) == 2
+    renamed = canonical_names(PLANTED)
+    assert signatures(fake_runner, renamed) == base
+    padded_ops = [{"op": "read", "target": "buf"}, *PLANTED.ops[:4],
+                  {"op": "snapshot", "name": "extra", "of": "buf", "method": "reshape"},
+                  *PLANTED.ops[4:], {"op": "fill", "target": "buf", "value": 1.0}]
+    assert signatures(fake_runner, program(PLANTED.tensors, padded_ops)) == base
+    revalued = program(
+        [TensorDecl("w", "param", (2, 2), (8.0, -1.0, 0.5, 0.0)), PLANTED.tensors[1]],
+        [*PLANTED.ops[:4], {**PLANTED.ops[4], "value": [9.0, 9.0]}, *PLANTED.ops[5:]])
+    assert signatures(fake_runner, revalued) == base
+
+
+def test_clean_program_has_no_finding(fake_runner):
+    clean = program([TensorDecl("w", "param", (2,), (1.0, 2.0))],
+                    [{"op": "snapshot", "name": "c", "of": "w", "method": "detach"},
+                     {"op": "step", "optimizer": "sgd", "lr": 0.5}])
+    assert signatures(fake_runner, clean) == set()
+
+
+def test_generated_campaign_finds_the_planted_bug(fake_runner):
+    engine = Engine(fake_runner, Baseline([]), shrink_time_s=30)
+    recorded = []
+    for chunk in range(20):
+        engine.process(generate(50, seed=chunk, profile="quick"), recorded.append)
+        if any(r.finding.method == "clone" for r in recorded):
+            break
+    clones = [r for r in recorded if r.finding.method == "clone" and r.finding.aspect == "verdict"]
+    assert clones, [r.signature for r in recorded]
+    for r in clones:
+        assert len(r.minimized.ops) == 2
+        assert is_one_minimal(r.minimized, engine.predicate(r.signature, fake_runner.ids)) == []
+
+
+def test_generation_is_deterministic():
+    a = [p.key() for p in generate(30, seed=1234, profile="default")]
+    b = [p.key() for p in generate(30, seed=1234, profile="default")]
+    c = [p.key() for p in generate(30, seed=1235, profile="default")]
+    assert a == b and a != c
