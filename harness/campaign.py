@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .baseline import load_baseline
-from .engine import Engine, Recorded, chunk_seed, generate
+from .engine import Engine, Recorded, chunk_seed
 from .ir import Program, check_program, dump_case, write_case, TensorDecl
 
 CORPUS_KEY = b"aliasfuzz/corpus/v1"
@@ -60,7 +60,7 @@ class CampaignConfig:
     workers: int = 1
     db: str | None = None
     chunk_size: int = 64
-    shrink_time_s: float = 60.0
+    shrink_time_s: float = 30.0
     baseline: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -197,6 +197,7 @@ def _record_json(rec: Recorded, versions: dict[str, dict[str, str]]) -> dict[str
         "shrink_seconds": round(rec.shrink.seconds, 3) if rec.shrink else None,
         "shrink_complete": rec.shrink.complete if rec.shrink else None,
         "shrink_runs": rec.shrink.runs if rec.shrink else None,
+        "shrink_hypothesis_runs": rec.shrink.hypothesis_runs if rec.shrink else None,
         "versions": {t: versions.get(t, {}) for t in f.targets if t != "-"},
     }
 
@@ -224,7 +225,7 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     runner = Runner(found.targets)
     infos = {t.id: t.info for t in found.targets}
     versions = {t.id: dict(t.info.versions) for t in found.targets}
-    engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s)
+    engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile)
     engine.started -= elapsed_before
     emit(("targets", {t.id: t.info.to_json() for t in found.targets}, found.unavailable))
 
@@ -245,7 +246,7 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
             chunk = claim()
             if chunk is None:
                 break
-            programs = generate(config.chunk_size, chunk_seed(config.seed, chunk), config.profile)
+            programs = engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
             engine.process(programs, on_new, known)
             emit(("progress", len(programs), chunk, engine.programs_run))
             for tgt in runner.targets:

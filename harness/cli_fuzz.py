@@ -24,7 +24,7 @@ def register(sub) -> callable:
     p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder")
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
     p.add_argument("--chunk-size", type=int, default=64, help="programs generated and run per batch")
-    p.add_argument("--shrink-time", type=float, default=60.0, help="seconds to shrink each finding")
+    p.add_argument("--shrink-time", type=float, default=30.0, help="seconds to shrink each finding")
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")

@@ -12,15 +12,17 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings
+from hypothesis.control import _current_build_context
+from hypothesis.database import ExampleDatabase, choices_to_bytes
 
 from generators.programs import Profile, get_profile, programs as program_strategy
 
 from .baseline import Baseline
 from .ir import Program
-from .minimize import MinimizeResult, minimize
+from .minimize import MinimizeResult, cost, minimize
 from .oracle import Finding, compare
 from .runner import Runner
 from .trace import Trace
@@ -31,9 +33,14 @@ def chunk_seed(campaign_seed: int, chunk: int) -> int:
     return int.from_bytes(digest[:8], "little")
 
 
-def generate(n: int, seed: int, profile: str | Profile = "default", max_ops: int | None = None) -> list[Program]:
-    """Draws ``n`` programs with Hypothesis, deterministically for a given seed and version."""
+def generate(n: int, seed: int, profile: str | Profile = "default", max_ops: int | None = None,
+             choices: dict[str, tuple] | None = None) -> list[Program]:
+    """Draws ``n`` programs with Hypothesis, deterministically for a given seed and version.
+
+    With ``choices``, also records each program's Hypothesis choice sequence (keyed by
+    ``Program.key()``) so that Hypothesis's own shrinker can later start from it."""
     out: list[Program] = []
+    datas: list[Any] = []
     strategy = program_strategy(get_profile(profile), max_ops)
 
     @settings(max_examples=n, database=None, phases=[Phase.generate], deadline=None,
@@ -42,9 +49,72 @@ def generate(n: int, seed: int, profile: str | Profile = "default", max_ops: int
     @given(strategy)
     def collect(program: Program) -> None:
         out.append(program)
+        if choices is not None:
+            ctx = _current_build_context.value
+            datas.append(ctx.data if ctx is not None else None)
 
     collect()
+    if choices is not None:
+        for program, data in zip(out, datas):
+            if data is not None:
+                choices[program.key()] = tuple(data.choices)
     return out[:n]
+
+
+class _OneExample(ExampleDatabase):
+    """An example database holding one example: Hypothesis's reuse phase replays it, finds that
+    it fails, and its shrinker takes over from there. It is served from the *secondary* corpus:
+    an interesting example from the primary corpus counts as already shrunk and is not shrunk
+    again."""
+
+    def __init__(self, blob: bytes):
+        super().__init__()
+        self.blob = blob
+
+    def fetch(self, key: bytes):
+        if key.endswith(b".secondary"):
+            yield self.blob
+
+    def save(self, key: bytes, value: bytes) -> None:
+        pass
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        pass
+
+
+class _Shows(Exception):
+    pass
+
+
+def hypothesis_shrink(program: Program, choices: tuple, profile: str | Profile, max_ops: int | None,
+                      shows: Callable[[Sequence[Program]], list[bool]], time_limit_s: float) -> tuple[Program, int]:
+    """Hypothesis's shrinker on a generated finding: the program Hypothesis drew from
+    ``choices`` is replayed and shrunk by deleting and simplifying choices. Returns the smallest
+    program (by ``minimize.cost``) that still shows, and the number of runs."""
+    best = [program]
+    runs = [0]
+    deadline = time.monotonic() + time_limit_s
+
+    @settings(database=_OneExample(choices_to_bytes(choices)), phases=[Phase.reuse, Phase.shrink],
+              max_examples=1, deadline=None, suppress_health_check=list(HealthCheck),
+              report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False)
+    @given(program_strategy(get_profile(profile), max_ops))
+    def still_shows(candidate: Program) -> None:
+        if time.monotonic() > deadline:
+            return  # out of time: nothing shows any more, so Hypothesis stops shrinking
+        runs[0] += 1
+        if shows([candidate])[0]:
+            if cost(candidate) < cost(best[0]):
+                best[0] = candidate
+            raise _Shows()
+
+    try:
+        still_shows()
+    except _Shows:
+        pass
+    except Exception:  # Flaky after the deadline, or a Hypothesis health complaint: keep the best
+        pass
+    return best[0], runs[0]
 
 
 @dataclass
@@ -75,10 +145,20 @@ def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
 class Engine:
     runner: Runner
     baseline: Baseline
-    shrink_time_s: float = 60.0
+    shrink_time_s: float = 30.0
     started: float = field(default_factory=time.monotonic)
     seen: set[str] = field(default_factory=set)
     programs_run: int = 0
+    profile: str = "default"
+    max_ops: int | None = None
+    #: Program key -> Hypothesis choice sequence, for programs generated in this engine.
+    choices: dict[str, tuple] = field(default_factory=dict)
+    #: Share of the shrink time given to Hypothesis's shrinker before the domain pass.
+    hypothesis_share: float = 0.3
+
+    def generate(self, n: int, seed: int) -> list[Program]:
+        self.choices.clear()  # only the current chunk's findings are shrunk from choices
+        return generate(n, seed, self.profile, self.max_ops, choices=self.choices)
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         results = self.runner.run(programs)
@@ -97,9 +177,23 @@ class Engine:
         return shows
 
     def shrink(self, program: Program, finding: Finding) -> tuple[Program, Finding, MinimizeResult]:
+        """Hypothesis's shrinker first (when the program was generated here), then the domain
+        pass, which also guarantees 1-minimality."""
         ids = _targets_for(finding, self.runner.ids)
         shows = self.predicate(finding.signature, ids)
-        result = minimize(program, shows, time_limit_s=self.shrink_time_s)
+        start = time.monotonic()
+        choices = self.choices.get(program.key())
+        hyp_runs = 0
+        start_from = program
+        if choices is not None:
+            start_from, hyp_runs = hypothesis_shrink(program, choices, self.profile, self.max_ops, shows,
+                                                     self.shrink_time_s * self.hypothesis_share)
+        remaining = max(1.0, self.shrink_time_s - (time.monotonic() - start))
+        result = minimize(start_from, shows, time_limit_s=remaining)
+        result.ops_before = len(program.ops)
+        result.runs += hyp_runs
+        result.hypothesis_runs = hyp_runs
+        result.seconds = time.monotonic() - start
         final = next((f for f in compare(result.program, self.runner.subset(ids).run_one(result.program))
                       if f.signature == finding.signature), finding)
         return result.program, final, result
@@ -128,3 +222,18 @@ def replay(engine: Engine, programs: Iterable[Program], on_new: Callable[[Record
            skip: Callable[[str], bool] = lambda s: False) -> int:
     batch = list(programs)
     return engine.process(batch, on_new, skip) if batch else 0
+
+
+def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
+    """``Engine.check`` over a lazy stream of chunks, drawing chunk k+1 (the iterator's work:
+    Hypothesis) while the targets run chunk k. Yields ``(programs, check results)`` per chunk;
+    the targets are idle while the consumer holds a chunk, so it may shrink findings then."""
+    it = iter(chunks)
+    current = next(it, None)
+    while current is not None:
+        wait = engine.runner.submit(current)
+        following = next(it, None)  # drawn while the targets run ``current``
+        results = wait()
+        engine.programs_run += len(current)
+        yield current, [(p, traces, compare(p, traces)) for p, traces in zip(current, results)]
+        current = following

@@ -38,6 +38,7 @@ class MinimizeResult:
     runs: int
     seconds: float
     complete: bool  # False when the time bound stopped it before a fixpoint
+    hypothesis_runs: int = 0  # runs spent in Hypothesis's shrinker before the domain pass
 
 
 def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]]) -> Program | None:
@@ -176,6 +177,15 @@ def simplifications(program: Program) -> Iterator[Program]:
         if t.kind == "lazy" and t.init == "uniform":
             yield replace(program, tensors=tuple(replace(u, init="const", fill=0.0, seed=None) if u is t else u
                                                  for u in program.tensors))
+    # Re-point a use of a snapshot at the snapshot's own source: chains like
+    # ``s1 = detach(s0); s2 = clone(s1)`` collapse, and the op removals can then drop the links.
+    source = _snapshot_sources(program)
+    for i, op in enumerate(program.ops):
+        for key in ("of", "target"):
+            if key in op and op[key] in source:
+                p = _valid(program.tensors, program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1:])
+                if p is not None:
+                    yield replace(p, title=program.title, meta=program.meta)
     for i, op in enumerate(program.ops):
         for simpler in _simpler_op(op):
             p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:])
@@ -246,6 +256,30 @@ def canonical_names(program: Program) -> Program:
     return Program(tensors, check_program(tensors, ops), program.title, program.meta)
 
 
+def _snapshot_sources(program: Program) -> dict[str, str]:
+    params = [t.name for t in program.tensors if t.trainable]
+    out = {}
+    for op in program.ops:
+        if op["op"] == "snapshot":
+            out[op["name"]] = op["of"]
+        elif op["op"] == "module_clone":
+            out.update({f"{op['name']}.{p}": p for p in params})
+    return out
+
+
+def _reference_depth(program: Program) -> int:
+    """How many snapshot links the ops' references go through, summed."""
+    source = _snapshot_sources(program)
+
+    def depth(name: str) -> int:
+        n = 0
+        while name in source:
+            name, n = source[name], n + 1
+        return n
+
+    return sum(depth(op[k]) for op in program.ops for k in ("of", "target") if k in op)
+
+
 def _value_cost(xs: Iterable[float]) -> float:
     return sum(0.0 if x == 0 else 1.0 if x == 1 else 2.0 + abs(x) for x in xs)
 
@@ -274,7 +308,7 @@ def cost(program: Program) -> tuple:
         sum(t.numel for t in program.tensors),
         sum(_value_cost(t.value or ()) + (0 if t.grad is None else 1 + _value_cost(t.grad))
             + (t.kind == "lazy" and t.init == "uniform") for t in program.tensors),
-        sum(_op_cost(op) for op in program.ops),
+        sum(_op_cost(op) for op in program.ops) + _reference_depth(program),
     )
 
 

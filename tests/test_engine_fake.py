@@ -93,13 +93,15 @@ def test_clean_program_has_no_finding(fake_runner):
 def test_generated_campaign_finds_the_planted_bug(fake_runner):
     engine = Engine(fake_runner, Baseline([]), shrink_time_s=30)
     recorded = []
+    engine.profile = "quick"
     for chunk in range(20):
-        engine.process(generate(50, seed=chunk, profile="quick"), recorded.append)
+        engine.process(engine.generate(50, seed=chunk), recorded.append)
         if any(r.finding.method == "clone" for r in recorded):
             break
     clones = [r for r in recorded if r.finding.method == "clone" and r.finding.aspect == "verdict"]
     assert clones, [r.signature for r in recorded]
     for r in clones:
+        assert r.shrink.hypothesis_runs > 0  # Hypothesis's shrinker ran first
         assert len(r.minimized.ops) == 2
         assert is_one_minimal(r.minimized, engine.predicate(r.signature, fake_runner.ids)) == []
 
