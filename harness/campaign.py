@@ -23,15 +23,15 @@ import os
 import platform
 import queue as queue_mod
 import re
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .baseline import load_baseline
-from .engine import Engine, Recorded, chunk_seed
-from .ir import Program, check_program, dump_case, write_case, TensorDecl
+from .files import atomic_write
+from .engine import Engine, Recorded, chunk_seed, pipeline
+from .ir import Program, TensorDecl, check_program, dump_case
 
 CORPUS_KEY = b"aliasfuzz/corpus/v1"
 
@@ -69,19 +69,6 @@ class CampaignConfig:
 
 # ------------------------------------------------------------------------------------------------
 # Files.
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def program_to_bytes(p: Program) -> bytes:
@@ -137,10 +124,22 @@ class RunFolder:
             raise CampaignError(f"{self.state_json}: unreadable ({e})") from None
 
     def save_state(self, state: dict[str, Any]) -> None:
-        atomic_write(self.state_json, json.dumps(state, indent=2))
+        try:
+            atomic_write(self.state_json, json.dumps(state, indent=2))
+        except OSError as e:  # disk full, folder gone: one line, the journal is untouched
+            raise CampaignError(f"{self.state_json}: cannot write ({e.strerror or e}); findings so far "
+                                f"are intact in {self.journal}") from None
 
     def add_finding(self, record: dict[str, Any], minimized: str, original: str, repro: dict | None,
                     all_records: list[dict[str, Any]]) -> None:
+        try:
+            self._add_finding(record, minimized, original, repro, all_records)
+        except OSError as e:
+            raise CampaignError(f"{self.path}: cannot write a finding ({e.strerror or e}); the "
+                                f"{len(all_records)} earlier finding(s) are intact in {self.journal}") from None
+
+    def _add_finding(self, record: dict[str, Any], minimized: str, original: str, repro: dict | None,
+                     all_records: list[dict[str, Any]]) -> None:
         """Writes the case files first, then the journal line, then the list: a finding is in
         the journal only once everything it points to exists."""
         n = len(all_records) + 1
@@ -152,8 +151,13 @@ class RunFolder:
         record = {**record, "case": f"cases/{stem}.toml", "original_case": f"cases/{stem}.original.toml",
                   "repro": f"cases/{stem}.json" if repro is not None else None}
         line = json.dumps(record, sort_keys=True) + "\n"
-        with open(self.journal, "a", encoding="utf-8") as f:
-            f.write(line)
+        with open(self.journal, "a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():  # a torn last line (disk full, kill): start on a line of our own
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         all_records.append(record)
@@ -242,12 +246,18 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
         if replay_programs:
             engine.process(replay_programs, on_new, known)
             emit(("progress", len(replay_programs), None, engine.programs_run))
-        while True:
-            chunk = claim()
-            if chunk is None:
-                break
-            programs = engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
-            engine.process(programs, on_new, known)
+        claimed: list[int] = []
+
+        def chunks():
+            while (chunk := claim()) is not None:
+                claimed.append(chunk)
+                yield engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
+
+        # Chunk k+1 is drawn while the targets run chunk k (see engine.pipeline).
+        for programs, results in pipeline(engine, chunks()):
+            chunk = claimed.pop(0)
+            engine.record(results, on_new, known)
+            engine.forget(programs)
             emit(("progress", len(programs), chunk, engine.programs_run))
             for tgt in runner.targets:
                 for line in tgt.process.stats.log:
@@ -328,6 +338,7 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
                  "elapsed_s": 0.0, "replayed": 0, "machine": machine_info(), "targets": {},
                  "unavailable": {}, "runs": []}
     folder.create()
+    folder.save_state(state)  # before any finding: a kill at any moment leaves a resumable folder
     elapsed_before = float(state.get("elapsed_s", 0.0))
     db = open_database(config.db, folder)
     seen_sigs = {r["signature"] for r in records}

@@ -157,8 +157,12 @@ class Engine:
     hypothesis_share: float = 0.3
 
     def generate(self, n: int, seed: int) -> list[Program]:
-        self.choices.clear()  # only the current chunk's findings are shrunk from choices
+        """A chunk of programs; their choice sequences are kept until ``forget``."""
         return generate(n, seed, self.profile, self.max_ops, choices=self.choices)
+
+    def forget(self, programs: Iterable[Program]) -> None:
+        for p in programs:
+            self.choices.pop(p.key(), None)
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         results = self.runner.run(programs)
@@ -202,8 +206,14 @@ class Engine:
                 skip: Callable[[str], bool] = lambda s: False) -> int:
         """Runs a chunk; records and shrinks each signature not seen before. Returns how many
         programs showed any divergence."""
+        return self.record(self.check(programs), on_new, skip)
+
+    def record(self, results: Iterable[tuple[Program, dict[str, Trace], list[Finding]]],
+               on_new: Callable[[Recorded], None], skip: Callable[[str], bool] = lambda s: False) -> int:
+        """Shrinks and reports each signature not seen before; returns how many programs
+        showed any divergence."""
         divergent = 0
-        for program, _traces, findings in self.check(programs):
+        for program, _traces, findings in results:
             if findings:
                 divergent += 1
             for f in findings:

@@ -482,20 +482,9 @@ def dump_case(program: Program) -> str:
 
 def write_case(program: Program, path: str | Path) -> Path:
     """Writes a case file atomically (a crash never leaves half a case behind)."""
-    import os
-    import tempfile
+    from .files import atomic_write
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dump_case(program))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, dump_case(program))
 
 
 def names_bound(program: Program) -> list[str]:

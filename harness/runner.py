@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .ir import Program
 from .targets.base import Target
@@ -25,12 +25,22 @@ class Runner:
 
     def run(self, programs: Sequence[Program]) -> list[dict[str, Trace]]:
         """One ``{target id: trace}`` per program, in program order."""
+        return self.submit(programs)()
+
+    def submit(self, programs: Sequence[Program]) -> Callable[[], list[dict[str, Trace]]]:
+        """Starts ``programs`` on every target and returns at once; calling the result waits for
+        the traces (as ``run`` returns them). One batch in flight at a time: collect it before
+        submitting the next or using the targets otherwise."""
         if not programs:
-            return []
+            return lambda: []
         wires = [p.to_wire() for p in programs]
         futures = [(t.id, self._pool.submit(t.run_wire, wires)) for t in self.targets]
-        results = {tid: f.result() for tid, f in futures}
-        return [{tid: results[tid][i] for tid in results} for i in range(len(programs))]
+
+        def collect() -> list[dict[str, Trace]]:
+            results = {tid: f.result() for tid, f in futures}
+            return [{tid: results[tid][i] for tid in results} for i in range(len(programs))]
+
+        return collect
 
     def subset(self, ids: Sequence[str]) -> "Runner":
         """A runner over some of these targets (sharing their processes; closing it closes

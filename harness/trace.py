@@ -231,6 +231,9 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         return Verdict(snap, "error", message=f"{snap.name} was not observed")
     events = []
     for k in range(snap.op + 1, len(trace.steps)):
+        changed = trace.steps[k].changed
+        if snap.source not in changed and snap.name not in changed:
+            continue  # neither side moved: no event (the states are merged from ``changed``)
         before, after = trace.state_after(k - 1), trace.state_after(k)
         x0, x1 = _view(snap.method, before.get(snap.source)), _view(snap.method, after.get(snap.source))
         s0 = before[snap.name].value if snap.name in before else None

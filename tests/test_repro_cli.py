@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import jsonschema
 import pytest
 
 from tests.conftest import CASES, ROOT, run_cli

@@ -1,0 +1,334 @@
+"""``aliasfuzz bench``: how fast the engine is against what bounds it, on this machine, one seed.
+
+Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
+
+- ``ceiling``: Hypothesis drawing the programs, nothing executed (``engine.generate``);
+- ``engine``: the full engine, generate + run on every CPU target + oracle, as a campaign worker
+  does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k);
+  ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
+- ``spawn``: the naive baseline, a fresh probe process per program and target (start, handshake,
+  one program, exit), the targets run concurrently, then the oracle;
+- ``engine_2workers``: two worker processes, each with its own probes, splitting the chunks;
+- ``per_target``: each target alone, wall seconds per program (pipe and decoding included) and
+  the probe's own ``elapsed_us``;
+- ``per_length``: engine seconds per program (run + oracle) for programs of exactly 8/16/32/64 ops;
+- ``rss``: resident memory of the worker (this process) and of every probe, sampled during a
+  long run (``--rss-programs``; the issue's figure is ``--rss-programs 100000``).
+
+Figures are wall-clock on a shared machine: the load average is printed with them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .engine import Engine, chunk_seed, generate, pipeline
+from .ir import Program
+from .oracle import compare
+from .runner import Runner
+from .targets.base import ProbeProcess, Target
+from .trace import Trace
+
+LENGTHS = (8, 16, 32, 64)
+
+
+@dataclass
+class BenchConfig:
+    seed: int = 1
+    programs: int = 512
+    chunk_size: int = 64
+    profile: str = "default"
+    targets: list[str] | None = None
+    spawn_programs: int = 4
+    length_programs: int = 64
+    rss_programs: int = 5000
+    rss_points: int = 10
+    workers: bool = True
+
+
+@dataclass
+class BenchResult:
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.figures
+
+
+def rss_kib(pid: int | None) -> int | None:
+    """Resident set size of a process in KiB (Linux ``/proc``), None when it is gone."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def open_cpu_targets(wanted: list[str] | None):
+    """Every CPU target (or those wanted); non-CPU devices are closed again."""
+    from .targets.registry import discover
+
+    found = discover(wanted)
+    keep = [t for t in found.targets if t.info.kind == "cpu"]
+    for t in found.targets:
+        if t not in keep:
+            t.close()
+    found.targets = keep
+    return found
+
+
+def _chunks(config: BenchConfig, start: int = 0, step: int = 1, max_ops: int | None = None):
+    n_chunks = -(-config.programs // config.chunk_size)
+    for k in range(start, n_chunks, step):
+        yield generate(config.chunk_size, chunk_seed(config.seed, k), config.profile, max_ops)
+
+
+def _load() -> str:
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def measure_ceiling(config: BenchConfig) -> tuple[float, int]:
+    start = time.perf_counter()
+    n = sum(len(c) for c in _chunks(config))
+    return time.perf_counter() - start, n
+
+
+def measure_engine(engine: Engine, config: BenchConfig) -> tuple[float, int, int]:
+    start = time.perf_counter()
+    n = divergent = 0
+    for programs, results in pipeline(engine, _chunks(config)):
+        n += len(programs)
+        divergent += sum(1 for _, _, f in results if f)
+    return time.perf_counter() - start, n, divergent
+
+
+def measure_engine_serial(engine: Engine, config: BenchConfig) -> tuple[float, int]:
+    start = time.perf_counter()
+    n = 0
+    for programs in _chunks(config):
+        engine.check(programs)
+        n += len(programs)
+    return time.perf_counter() - start, n
+
+
+def measure_spawn(targets: Sequence[Target], programs: Sequence[Program]) -> float:
+    """A fresh process per program and target: start, handshake, one program, exit."""
+
+    def one(t: Target, wire: dict, out: dict) -> None:
+        proc = ProbeProcess(t.id, t.process.argv, cwd=t.process.cwd, env=t.process.env,
+                            timeout_s=t.process.timeout_s)
+        proc.start()
+        try:
+            out[t.id] = proc.run_batch(t.info.device, [wire], t.id)[0]
+        finally:
+            proc.stop()
+
+    start = time.perf_counter()
+    for p in programs:
+        wire = p.to_wire()
+        traces: dict[str, Trace] = {}
+        threads = [threading.Thread(target=one, args=(t, wire, traces)) for t in targets]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        compare(p, traces)
+    return time.perf_counter() - start
+
+
+def measure_per_target(targets: Sequence[Target], programs: Sequence[Program]) -> dict[str, dict[str, float]]:
+    wires = [p.to_wire() for p in programs]
+    out = {}
+    for t in targets:
+        start = time.perf_counter()
+        traces = t.run_wire(wires)
+        wall = time.perf_counter() - start
+        probe = sum(tr.elapsed_us for tr in traces) / 1e6
+        out[t.id] = {"wall_s_per_program": wall / len(wires), "probe_s_per_program": probe / len(wires)}
+    return out
+
+
+def measure_lengths(engine: Engine, config: BenchConfig) -> tuple[dict[int, float], dict[int, float]]:
+    run_cost: dict[int, float] = {}
+    gen_cost: dict[int, float] = {}
+    for n_ops in LENGTHS:
+        start = time.perf_counter()
+        programs = generate(config.length_programs, chunk_seed(config.seed, 10_000 + n_ops), config.profile, n_ops)
+        gen_cost[n_ops] = (time.perf_counter() - start) / len(programs)
+        assert all(len(p.ops) == n_ops for p in programs), "generate(max_ops=N) must force N ops"
+        start = time.perf_counter()
+        engine.check(programs)
+        run_cost[n_ops] = (time.perf_counter() - start) / len(programs)
+    return run_cost, gen_cost
+
+
+def measure_rss(engine: Engine, config: BenchConfig, log) -> list[dict[str, Any]]:
+    """Runs ``rss_programs`` programs (fresh seeds) and samples RSS at ``rss_points`` points."""
+    cfg = BenchConfig(**{**config.__dict__, "programs": config.rss_programs, "seed": config.seed + 1})
+    n_chunks = -(-cfg.programs // cfg.chunk_size)
+    every = max(1, n_chunks // max(1, cfg.rss_points))
+    points = []
+
+    def sample(n: int) -> None:
+        point = {"programs": n, "worker_kib": rss_kib(os.getpid())}
+        for t in engine.runner.targets:
+            point[t.id] = rss_kib(t.process.pid)
+        points.append(point)
+        log(f"  rss after {n:>7} programs: " + ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in point.items()
+                                                           if k != "programs" and v is not None))
+
+    sample(0)
+    n = 0
+    for k, (programs, _results) in enumerate(pipeline(engine, _chunks(cfg))):
+        n += len(programs)
+        if (k + 1) % every == 0 or n >= cfg.programs:
+            sample(n)
+    return points
+
+
+# -- two workers --------------------------------------------------------------------------------
+
+
+def _worker_main(config_json: dict, worker: int, workers: int, ready, go, outq) -> None:
+    config = BenchConfig(**config_json)
+    found = open_cpu_targets(config.targets)
+    runner = Runner(found.targets)
+    try:
+        engine = Engine(runner, _no_baseline())
+        for _ in pipeline(engine, [generate(8, 99 + worker, config.profile)]):
+            pass  # warm the probes and Hypothesis
+        ready.release()
+        go.wait()
+        start = time.perf_counter()
+        n = 0
+        for programs, _results in pipeline(engine, _chunks(config, worker, workers)):
+            n += len(programs)
+        outq.put((worker, n, start, time.perf_counter()))
+    except BaseException as e:  # reported by the parent
+        ready.release()
+        outq.put((worker, -1, 0.0, repr(e)))
+    finally:
+        runner.close()
+
+
+def measure_workers(config: BenchConfig, workers: int = 2) -> tuple[float, int]:
+    """Wall time from the moment every worker is warm until the last one is done."""
+    ctx = mp.get_context("spawn")
+    ready, go, outq = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_worker_main, args=(config.__dict__, w, workers, ready, go, outq), daemon=True)
+             for w in range(workers)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire()
+    start = time.perf_counter()
+    go.set()
+    results = [outq.get() for _ in procs]
+    end = time.perf_counter()
+    for p in procs:
+        p.join(timeout=30)
+    bad = [r for r in results if r[1] < 0]
+    if bad:
+        raise RuntimeError(f"bench worker failed: {bad[0][3]}")
+    return end - start, sum(r[1] for r in results)
+
+
+def _no_baseline():
+    from .baseline import Baseline
+
+    return Baseline([])
+
+
+# -- the whole benchmark ------------------------------------------------------------------------
+
+
+def run_bench(config: BenchConfig, log=print) -> BenchResult:
+    fig: dict[str, Any] = {"seed": config.seed, "programs": config.programs, "chunk_size": config.chunk_size,
+                           "profile": config.profile, "cpus": os.cpu_count(), "load_before": _load()}
+    found = open_cpu_targets(config.targets)
+    if not found.targets:
+        found.close()
+        from .targets.base import SetupError
+
+        raise SetupError("no CPU target is available (run `aliasfuzz targets`)")
+    fig["targets"] = [t.id for t in found.targets]
+    fig["unavailable"] = dict(found.unavailable)
+    runner = Runner(found.targets)
+    engine = Engine(runner, _no_baseline())
+    try:
+        log(f"aliasfuzz bench: targets {', '.join(fig['targets'])}; {config.programs} programs, "
+            f"seed {config.seed}, profile {config.profile}; load {fig['load_before']}")
+        warm = generate(16, 12345, config.profile)  # first-use costs (imports, caches) out of the timings
+        engine.check(warm)
+
+        seconds, n = measure_ceiling(config)
+        fig["ceiling_pps"] = n / seconds
+        log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s")
+
+        seconds, n, divergent = measure_engine(engine, config)
+        fig["engine_pps"] = n / seconds
+        fig["divergent_programs"] = divergent
+        log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s "
+            f"({divergent} of {n} programs diverge)")
+
+        seconds, n = measure_engine_serial(engine, config)
+        fig["engine_serial_pps"] = n / seconds
+        log(f"    engine (serial, no overlap): {fig['engine_serial_pps']:8.1f} programs/s")
+
+        spawn_programs = generate(config.spawn_programs, chunk_seed(config.seed, 0), config.profile)
+        seconds = measure_spawn(runner.targets, spawn_programs)
+        fig["spawn_pps"] = len(spawn_programs) / seconds
+        log(f"(c) spawn per program:           {fig['spawn_pps']:8.2f} programs/s")
+
+        fig["ratio_ceiling"] = fig["engine_pps"] / fig["ceiling_pps"]
+        fig["ratio_spawn"] = fig["engine_pps"] / fig["spawn_pps"]
+        log(f"(b)/(a) = {fig['ratio_ceiling']:.2f} (target >= 0.5);  (b)/(c) = {fig['ratio_spawn']:.0f} (target >= 20)")
+
+        sample = generate(config.chunk_size, chunk_seed(config.seed, 0), config.profile)
+        fig["per_target"] = measure_per_target(runner.targets, sample)
+        for tid, v in fig["per_target"].items():
+            log(f"    {tid:<22} {v['wall_s_per_program'] * 1e3:7.2f} ms/program wall, "
+                f"{v['probe_s_per_program'] * 1e3:7.2f} ms in the probe")
+
+        run_cost, gen_cost = measure_lengths(engine, config)
+        fig["per_length"] = {str(k): v for k, v in run_cost.items()}
+        fig["per_length_generate"] = {str(k): v for k, v in gen_cost.items()}
+        log("    per program by length (run + oracle | generation): " + "; ".join(
+            f"{k} ops {run_cost[k] * 1e3:.1f} | {gen_cost[k] * 1e3:.1f} ms" for k in LENGTHS))
+
+        if config.workers:
+            runner.close()  # free the cores for the two workers
+            seconds, n = measure_workers(config, 2)
+            fig["engine_2workers_pps"] = n / seconds
+            fig["ratio_2workers"] = fig["engine_2workers_pps"] / fig["engine_pps"]
+            log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s "
+                f"({fig['ratio_2workers']:.2f}x one; target >= 1.6)")
+            found = open_cpu_targets(config.targets)
+            runner = Runner(found.targets)
+            engine = Engine(runner, _no_baseline())
+
+        if config.rss_programs:
+            log(f"    rss over {config.rss_programs} programs:")
+            fig["rss"] = measure_rss(engine, config, log)
+            # Growth after the first chunk (the probes allocate their working set there).
+            first, last = fig["rss"][min(1, len(fig["rss"]) - 1)], fig["rss"][-1]
+            fig["rss_growth_kib"] = {k: (last[k] - first[k]) if last.get(k) and first.get(k) else None
+                                     for k in first if k != "programs"}
+        fig["restarts"] = {t.id: t.process.stats.starts - 1 for t in runner.targets}
+        fig["load_after"] = _load()
+        return BenchResult(fig)
+    finally:
+        runner.close()

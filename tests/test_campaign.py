@@ -1,0 +1,136 @@
+"""Campaigns through the real command line: kill -9 and resume, exit statuses, JUnit, seeds.
+
+Findings come fast from the TEST DOUBLE fake probe (tests/fakes/fake_probe.py, which has one
+planted aliasing bug on its ``planted`` device), put in place of the candle probe binary with
+``ALIASFUZZ_PROBE_DIR``: ``--targets candle`` then means ``candle:ref`` and ``candle:planted``,
+both fakes. The harness code under test is the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+from tests.conftest import PY, ROOT, run_cli
+
+FAKE = ROOT / "tests" / "fakes" / "fake_probe.py"
+
+
+def fake_probe_dir(tmp: Path, *flags: str) -> dict[str, str]:
+    """A probe directory whose ``candle_probe`` is the fake; returns the env to use it."""
+    d = tmp / "fakeprobe"
+    d.mkdir(exist_ok=True)
+    script = d / "candle_probe"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} {' '.join(flags)} \"$@\"\n")
+    script.chmod(0o755)
+    return {"ALIASFUZZ_PROBE_DIR": str(d)}
+
+
+def journal_signatures(out: Path) -> list[str]:
+    p = out / "findings.jsonl"
+    if not p.exists():
+        return []
+    sigs = []
+    for line in p.read_text().splitlines():
+        try:
+            sigs.append(json.loads(line)["signature"])
+        except ValueError:
+            pass
+    return sigs
+
+
+def test_sigkill_then_resume_keeps_every_finding(tmp_path):
+    env = {**os.environ, **fake_probe_dir(tmp_path, "--slow-ms", "20")}
+    out = tmp_path / "run"
+    proc = subprocess.Popen([PY, "-m", "harness.cli", "fuzz", "--targets", "candle", "--profile", "quick",
+                             "--seed", "7", "--max-programs", "100000", "--chunk-size", "8", "--shrink-time", "10",
+                             "--out", str(out), "--no-report"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        # campaign.json is first written when the first chunk ends (campaign.py): wait for it
+        # too, or a resume has nothing to resume.
+        while ((len(journal_signatures(out)) < 2 or not (out / "campaign.json").exists())
+               and time.monotonic() < deadline and proc.poll() is None):
+            time.sleep(0.1)
+        assert proc.poll() is None, "the campaign ended before it could be killed"
+        before = journal_signatures(out)
+        assert before, "no finding within 120s"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # the campaign and its probes, mid-run
+        proc.wait(timeout=30)
+    before = journal_signatures(out)  # whatever reached the journal before the kill
+    r = run_cli("fuzz", "--resume", str(out), "--max-programs", "16", "--no-report", env=fake_probe_dir(tmp_path))
+    assert r.returncode in (0, 1), r.stderr
+    after = json.loads((out / "findings.json").read_text())
+    assert set(before) <= {f["signature"] for f in after}
+    for f in after:  # everything a finding points to exists
+        assert (out / f["case"]).exists() and (out / f["original_case"]).exists()
+    state = json.loads((out / "campaign.json").read_text())
+    assert state["runs"][-1]["resumed"] is True and state["config"]["seed"] == 7
+
+
+def test_exit_statuses_and_junit(tmp_path):
+    env = fake_probe_dir(tmp_path)
+    # 0: nothing new (a single target cannot diverge)
+    r = run_cli("fuzz", "--targets", "candle:ref", "--max-programs", "16", "--seed", "1", "--profile", "quick",
+                "--out", str(tmp_path / "zero"), "--no-report", env=env)
+    assert r.returncode == 0, r.stderr
+    # 1: new findings, with JUnit
+    junit = tmp_path / "junit.xml"
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+                "--shrink-time", "10", "--out", str(tmp_path / "one"), "--junit", str(junit), env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    findings = json.loads((tmp_path / "one" / "findings.json").read_text())
+    root = ET.parse(junit).getroot()
+    cases = root.findall(".//testcase")
+    assert {c.get("name") for c in cases} == {f["signature"] for f in findings}
+    assert len(root.findall(".//failure")) == sum(f["status"] == "new" for f in findings) > 0
+    assert (tmp_path / "one" / "report.html").exists() and (tmp_path / "one" / "report.md").exists()
+    # 2: bad input, one line on stderr
+    for args in (["--budget", "soon"], ["--targets", "nosuch:dev", "--max-programs", "1"], []):
+        r = run_cli("fuzz", *args, "--out", str(tmp_path / "two"), env=env)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_same_seed_same_programs(tmp_path):
+    from harness.engine import chunk_seed, generate
+
+    a = [p.key() for p in generate(16, chunk_seed(99, 3), "quick")]
+    b = [p.key() for p in generate(16, chunk_seed(99, 3), "quick")]
+    assert a == b
+    env = fake_probe_dir(tmp_path)
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "5", "--profile", "quick",
+                    "--shrink-time", "10", "--out", str(out), "--no-report", env=env)
+        assert r.returncode in (0, 1), r.stderr
+        findings = json.loads((out / "findings.json").read_text())
+        runs.append([(f["signature"], (out / f["original_case"]).read_text()) for f in findings])
+        assert json.loads((out / "campaign.json").read_text())["programs"] == 64
+    assert runs[0] == runs[1]
+
+
+def test_junit_known_and_new(tmp_path):
+    from harness.junit import write_junit
+
+    path = write_junit([{"signature": "a|b", "status": "new", "kind": "device", "sentence": "x & <y>", "case": "c.toml"},
+                        {"signature": "c|d", "status": "known", "baseline": "K1", "kind": "framework", "sentence": "z"},
+                        {"signature": "a|b", "status": "new"}], tmp_path / "sub" / "j.xml")
+    root = ET.parse(path).getroot()
+    cases = root.findall(".//testcase")
+    assert [c.get("name") for c in cases] == ["a|b", "c|d"]
+    assert cases[0].find("failure") is not None and cases[1].find("failure") is None
+    assert "K1" in cases[1].find("system-out").text
+    assert not list(tmp_path.glob("sub/.*tmp"))

@@ -1,0 +1,152 @@
+"""Reports (report.md / report.html / history.html), the report command, and the stand-alone
+reproducers: the PyTorch script and the generated candle and burn cargo projects must print what
+the targets observed for the same case."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.ir import load_case
+from harness.paths import cargo_target_dir, probe_binary
+from harness.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
+from tests.conftest import CASES, ROOT, run_cli
+from tests.test_campaign import fake_probe_dir
+
+
+def _need(what: str, how: str):
+    msg = f"{what} is not available ({how})"
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reports")
+    out = tmp / "reports" / "run1"
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+                "--shrink-time", "10", "--out", str(out), env=fake_probe_dir(tmp))
+    assert r.returncode == 1, r.stdout + r.stderr
+    return out
+
+
+def test_reports_are_written_with_summary_and_findings(fake_run):
+    md = (fake_run / "report.md").read_text()
+    page = (fake_run / "report.html").read_text()
+    findings = json.loads((fake_run / "findings.json").read_text())
+    for text in (md, page):
+        assert "seed" in text and "throughput" in text and "candle:planted" in text
+        for f in findings:
+            assert f["case"] in text
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert 'class="side-by-side"' in page and 'class="divergent' in page
+    assert "[format]" not in page and 'format = &quot;aliasfuzz-case/1&quot;' in page
+    for f in findings:  # reproducers next to each case, linked from the report
+        stem = f["case"][: -len(".toml")]
+        assert (fake_run / f"{stem}.torch.py").exists() and f"{stem}.torch.py" in page
+        assert (fake_run / f"{stem}-candle" / "Cargo.toml").exists()
+
+
+def test_report_command_and_history(fake_run, tmp_path):
+    (fake_run / "report.html").unlink()
+    r = run_cli("report", str(fake_run))
+    assert r.returncode == 0 and (fake_run / "report.html").exists(), r.stderr
+    second = fake_run.parent / "run2"
+    shutil.copytree(fake_run, second)
+    r = run_cli("report", "--history", str(fake_run.parent))
+    assert r.returncode == 0, r.stderr
+    page = (fake_run.parent / "history.html").read_text()
+    assert page.count("<svg") == 1 and page.count('class="bar-new"') == 2 and "polyline" in page
+    assert "run1/report.html" in page
+    for args in ([str(tmp_path / "missing")], [str(tmp_path)], ["--history", str(tmp_path)], []):
+        r = run_cli("report", *args)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+
+
+def test_report_html_renders_in_headless_chromium(fake_run, tmp_path):
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        _need("chromium", "Debian/Ubuntu: apt-get install -y chromium")
+    r = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                        "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+                        "--dump-dom", (fake_run / "report.html").resolve().as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    dom = r.stdout
+    assert '<section id="summary">' in dom and "programs run" in dom
+    assert '<table class="side-by-side">' in dom and "follows" in dom and "keeps" in dom
+
+
+# ------------------------------------------------------------------------------------------------
+# Reproducers against the targets.
+
+
+def _repro_json(case: Path, target: str) -> dict:
+    r = run_cli("repro", "--json", "--targets", target, str(case))
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def _compare(printed: dict, expected: dict, label: str, ops_status: list[dict]) -> None:
+    assert None in printed, f"{label}: no initial line"
+    for step, names in expected.items():
+        if step is not None and ops_status[step].get("status") != "ok":
+            continue
+        got = printed.get(step, {})
+        for name, want in names.items():
+            assert name in got, f"{label}: op {step}: {name} not printed"
+            have = got[name]
+            if isinstance(want, str) or isinstance(have, str):
+                assert have == want, f"{label}: op {step}: {name}: {have} != {want}"
+                continue
+            assert len(have) == len(want) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want)), \
+                f"{label}: after op {step}: {name} printed {have}, the target observed {want}"
+
+
+TORCH_CASES = sorted(CASES.glob("*.toml"))
+
+
+@pytest.mark.parametrize("case", TORCH_CASES, ids=[c.stem for c in TORCH_CASES])
+def test_torch_script_prints_what_the_worker_observed(case, tmp_path):
+    doc = _repro_json(case, "torch:cpu")
+    tj = doc["targets"]["torch:cpu"]
+    if tj["status"] != "ok":
+        pytest.skip(f"torch:cpu: {tj['status']}")
+    if any(t.kind == "lazy" and t.init == "uniform" for t in load_case(case).tensors):
+        pytest.skip("uniform lazy values are generator-specific")
+    script = tmp_path / "repro.torch.py"
+    script.write_text(torch_script(load_case(case), doc))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    _compare(parse_output(r.stdout), trace_states(tj), case.name, tj["ops"])
+
+
+def _cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
+    if not probe_binary(f"{framework}_probe").exists():
+        _need(f"the {framework} probe", "build the probes with `make probes`")
+    if shutil.which("cargo") is None:
+        _need("cargo", "install Rust from https://rustup.rs")
+    doc = _repro_json(case, target)
+    tj = doc["targets"][target]
+    assert tj["status"] == "ok", tj
+    proj = write_project(load_case(case), framework, tmp_path / f"repro-{framework}", doc)
+    prepare_cargo_build(proj)
+    env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
+    r = subprocess.run(["cargo", "run", "-q"], cwd=proj, env=env, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-4000:]
+    _compare(parse_output(r.stdout), trace_states(tj), f"{framework} reproducer of {case.name}", tj["ops"])
+
+
+def test_candle_reproducer_prints_what_the_probe_observed(tmp_path):
+    _cargo_reproducer("candle", CASES / "candle_clone_shares_storage.toml", "candle:cpu", tmp_path)
+
+
+def test_burn_reproducer_prints_what_the_probe_observed(tmp_path):
+    _cargo_reproducer("burn", CASES / "example_sgd_snapshots.toml", "burn:flex", tmp_path)
