@@ -214,7 +214,7 @@ def _titled(program: Program, title: str, meta: dict[str, Any]) -> Program:
 
 def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | None],
                 emit: Callable[[tuple], None], known: Callable[[str], bool], elapsed_before: float,
-                replay_programs: list[Program]) -> None:
+                replay_programs: list[Program], deadline: float | None = None) -> None:
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
     returns None. Everything it learns goes out through ``emit``."""
     from .repro import run_case
@@ -229,7 +229,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     runner = Runner(found.targets)
     infos = {t.id: t.info for t in found.targets}
     versions = {t.id: dict(t.info.versions) for t in found.targets}
-    engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile)
+    engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
+                    deadline=deadline)
     engine.started -= elapsed_before
     emit(("targets", {t.id: t.info.to_json() for t in found.targets}, found.unavailable))
 
@@ -292,7 +293,8 @@ def _worker_process(config_json: dict, worker: int, counter, limit, deadline, ou
 
     try:
         worker_loop(config, worker, claim, outq.put, known, elapsed_before,
-                    [program_from_bytes(r) for r in replay_raw])
+                    [program_from_bytes(r) for r in replay_raw],
+                    deadline.value)
     except Exception as e:  # reported by the parent; the other workers go on
         outq.put(("error", f"worker {worker}: {type(e).__name__}: {e}"))
     outq.put(("done", worker))
@@ -400,7 +402,8 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             counter[0] += 1
             return counter[0] - 1
 
-        worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay)
+        worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay,
+                    time.time() + budget if budget != float("inf") else None)
     else:
         ctx = mp.get_context("spawn")
         manager = ctx.Manager()

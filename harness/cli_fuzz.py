@@ -24,7 +24,8 @@ def register(sub) -> callable:
     p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder")
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
     p.add_argument("--chunk-size", type=int, default=64, help="programs generated and run per batch")
-    p.add_argument("--shrink-time", type=float, default=30.0, help="seconds to shrink each finding")
+    p.add_argument("--shrink-time", type=float, default=None,
+                   help="seconds to shrink each finding (default: 30, or a tenth of a shorter budget)")
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
@@ -47,7 +48,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         config = CampaignConfig(out=out, seed=seed, budget_s=budget, max_programs=args.max_programs,
                                 targets=parse_target_list(args.targets), profile=args.profile,
                                 workers=args.workers, db=args.db, chunk_size=args.chunk_size,
-                                shrink_time_s=args.shrink_time, baseline=args.baseline)
+                                shrink_time_s=_shrink_time(args.shrink_time, budget),
+                                baseline=args.baseline)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
         else:
@@ -81,6 +83,15 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if result.errors and not result.findings and result.programs == 0:
         return 2
     return 1 if new else 0
+
+
+def _shrink_time(given: float | None, budget: float | None) -> float:
+    """Per-finding shrink bound: a short campaign spreads its budget over more findings."""
+    if given is not None:
+        return given
+    if budget is None:
+        return 30.0
+    return max(3.0, min(30.0, budget / 10))
 
 
 class _Display:

@@ -155,6 +155,9 @@ class Engine:
     choices: dict[str, tuple] = field(default_factory=dict)
     #: Share of the shrink time given to Hypothesis's shrinker before the domain pass.
     hypothesis_share: float = 0.3
+    #: Wall-clock time (``time.time()``) after which nothing is shrunk any more: a finding found
+    #: at the end of a budget is recorded as found, with ``complete = False``.
+    deadline: float | None = None
 
     def generate(self, n: int, seed: int) -> list[Program]:
         """A chunk of programs; their choice sequences are kept until ``forget``."""
@@ -186,13 +189,18 @@ class Engine:
         ids = _targets_for(finding, self.runner.ids)
         shows = self.predicate(finding.signature, ids)
         start = time.monotonic()
+        limit = self.shrink_time_s
+        if self.deadline is not None:  # the campaign's budget bounds shrinking too
+            limit = min(limit, self.deadline - time.time())
+        if limit < 1.0:
+            return program, finding, MinimizeResult(program, len(program.ops), len(program.ops), 0, 0.0, False)
         choices = self.choices.get(program.key())
         hyp_runs = 0
         start_from = program
         if choices is not None:
             start_from, hyp_runs = hypothesis_shrink(program, choices, self.profile, self.max_ops, shows,
-                                                     self.shrink_time_s * self.hypothesis_share)
-        remaining = max(1.0, self.shrink_time_s - (time.monotonic() - start))
+                                                     limit * self.hypothesis_share)
+        remaining = max(0.5, limit - (time.monotonic() - start))
         result = minimize(start_from, shows, time_limit_s=remaining)
         result.ops_before = len(program.ops)
         result.runs += hyp_runs

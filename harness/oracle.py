@@ -35,6 +35,7 @@ from .ir import Program, names_bound
 from .trace import CRASH, TIMEOUT, Trace, Verdict, identity_partition, snapshots, verdicts
 
 ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
+REFERENCE_FRAMEWORK = "torch"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,20 @@ def op_label(op: Mapping[str, Any]) -> str:
         return f"step:{op['optimizer']}"
     if kind == "write":
         return "write:whole" if op.get("index") is None else "write:row"
+    if kind == "move":
+        return f"move:{op['method']}:{op['device']}"
+    return kind
+
+
+def op_class(op: Mapping[str, Any]) -> str:
+    """The coarse op kind used in verdict and identity signatures: which write or which
+    optimizer changed the source rarely changes *whether* a snapshot follows it, so those are
+    one root cause (the sentence and the case still name the exact op)."""
+    kind = op["op"]
+    if kind in ("write", "fill", "scale"):
+        return "write"
+    if kind == "step":
+        return "step"
     if kind == "move":
         return f"move:{op['method']}:{op['device']}"
     return kind
@@ -172,7 +187,7 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
             sa, sb = ea.get(k, "none"), eb.get(k, "none")
             if sa != sb:
                 found.append(Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
-                                     op_label=op_label(ctx.program.ops[k]), method=a.snapshot.method,
+                                     op_label=op_class(ctx.program.ops[k]), method=a.snapshot.method,
                                      sides=(sa, sb), op_index=k, subject=name))
                 break
     found.sort(key=lambda f: f.op_index)
@@ -200,7 +215,7 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
                 same_a = sa[x].identity == sa[y].identity
                 same_b = sb[x].identity == sb[y].identity
                 if same_a != same_b:
-                    ctx.add(aspect="identity", op_label=op_label(ctx.program.ops[i]),
+                    ctx.add(aspect="identity", op_label=op_class(ctx.program.ops[i]),
                             method=_relating_method(ctx.program, x, y),
                             sides=("same" if same_a else "distinct", "same" if same_b else "distinct"),
                             op_index=i, subject=f"{x},{y}",
@@ -233,7 +248,7 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     skip = _nondeterministic_names(ctx.program)
     for i in range(len(a.steps)):
         if i in hidden:
-            continue
+            break  # one side could not run this op: from here on the states differ by design
         sa, sb = a.state_after(i), b.state_after(i)
         for name in sa:
             if name in skip or name not in sb:
@@ -293,10 +308,15 @@ def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
                     out.append(("variant", (a, b)))
             elif da == ba and db == bb:
                 out.append(("device", (a, b)))
+    # Porting hazards are measured against the framework code is ported *from*: with torch
+    # present, every other framework is compared with torch only (candle against burn would
+    # repeat each of their differences from torch); without it, every pair.
     prim = sorted(primary.values())
+    reference = primary.get(REFERENCE_FRAMEWORK)
     for i, a in enumerate(prim):
         for b in prim[i + 1:]:
-            out.append(("framework", (a, b)))
+            if reference is None or reference in (a, b):
+                out.append(("framework", (a, b)))
     return out
 
 
