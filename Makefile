@@ -27,17 +27,24 @@ venv: $(STAMP)
 probes: $(STAMP)
 	$(PY) -m harness.build --full=$(FULL) --cuda=$(CUDA)
 
+# A short CPU campaign into a fresh run folder; exit status 1 (new findings) is what a fuzz run
+# is for, so only a set-up or usage error (2) fails `make fuzz`.
+RUN := reports/run-$(shell date +%Y%m%d-%H%M%S)
 fuzz: probes
-	$(VENV)/bin/aliasfuzz fuzz --budget $(BUDGET) --profile quick --out reports/latest
+	$(VENV)/bin/aliasfuzz fuzz --budget $(BUDGET) --profile quick --out $(RUN); \
+	    status=$$?; [ $$status -le 1 ] || exit $$status
+	$(VENV)/bin/aliasfuzz report --history reports
+	@echo "report: $(RUN)/report.html (and report.md); history: reports/history.html"
 
 test: probes
+	cd rust_probes && CARGO_TARGET_DIR="$$($(PY) -c 'from harness.paths import cargo_target_dir; print(cargo_target_dir())')" cargo test --workspace -q
 	$(PY) -m pytest -q
 
 bench: probes
 	$(VENV)/bin/aliasfuzz bench
 
 clean:
-	rm -rf reports/latest .hypothesis
+	rm -rf reports/run-* reports/history.html .hypothesis
 
 distclean: clean
 	rm -rf $(VENV) rust_probes/target

@@ -59,6 +59,10 @@ OP_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
 }
 OP_KINDS = tuple(OP_FIELDS)
 
+#: Largest tensor a case may declare: aliasing needs a few elements, and a huge lazy shape would
+#: make a probe's allocation abort the process rather than fail one op.
+MAX_NUMEL = 4096
+
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 
@@ -240,6 +244,8 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
         if "value" in raw:
             raise err(f"{where}.value", "lazy tensors have no value: use init and fill")
         shape = tuple(shape_raw)
+        if math.prod(shape) > MAX_NUMEL:
+            raise err(f"{where}.shape", f"at most {MAX_NUMEL} elements, got {math.prod(shape)}")
         value = None
         fill = float(fill) if init == "const" else None
     else:
@@ -248,6 +254,8 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
         shape, value = _flatten(raw["value"], f"{where}.value", err)
         if not 1 <= len(shape) <= 3:
             raise err(f"{where}.value", f"rank must be 1 to 3, got {len(shape)}")
+        if math.prod(shape) > MAX_NUMEL:
+            raise err(f"{where}.value", f"at most {MAX_NUMEL} elements, got {math.prod(shape)}")
         if "shape" in raw and tuple(raw["shape"]) != shape:
             raise err(f"{where}.shape", f"says {raw['shape']} but value has shape {list(shape)}")
         for key in ("init", "fill", "seed"):

@@ -14,7 +14,7 @@ and behaves like it on everything that is not framework specific:
   ``skipped`` (``no tensor named a, b``); an exception raised by torch inside an op: ``error`` with
   ``"<ExceptionType>: <message>"``;
 - ``changed`` holds the names whose observation differs from the previous step (new names included),
-  compared like the Rust ``Obs: PartialEq`` (so a value holding NaN always counts as changed);
+  compared like the Rust ``Obs: PartialEq`` (values by float32 bit pattern, NaN included);
 - non-finite floats travel as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 
 Differences from the Rust driver, on purpose: a request line that is not UTF-8 gets an ``error``
@@ -44,6 +44,7 @@ import math
 import os
 import platform
 import signal
+import struct
 import sys
 import time
 
@@ -345,7 +346,8 @@ def _unreadable(note: str) -> dict:
 
 
 def _same_obs(a: dict | None, b: dict) -> bool:
-    """``Obs: PartialEq`` of the Rust crate: float equality, so NaN never equals itself."""
+    """``Obs: PartialEq`` of the Rust crate: values compare by float32 bit pattern, so a tensor
+    holding a NaN is not reported as changed after every op."""
     if a is None or a.keys() != b.keys():
         return False
     for k in a:
@@ -353,11 +355,15 @@ def _same_obs(a: dict | None, b: dict) -> bool:
             va, vb = a[k], b[k]
             if (va is None) != (vb is None):
                 return False
-            if va is not None and (len(va) != len(vb) or any(x != y for x, y in zip(va, vb))):
+            if va is not None and (len(va) != len(vb) or any(_bits(x) != _bits(y) for x, y in zip(va, vb))):
                 return False
         elif a[k] != b[k]:
             return False
     return True
+
+
+def _bits(x: float) -> bytes:
+    return struct.pack("<f", x)
 
 
 class Session:

@@ -263,7 +263,7 @@ pub struct Program {
 // Observations and traces.
 
 /// What one named tensor holds after an op, read to the host.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Obs {
     pub shape: Vec<usize>,
     /// Row-major values; `None` when the tensor is not initialised (lazy) or could not be read.
@@ -278,6 +278,27 @@ pub struct Obs {
     /// Why `value` is missing, when it is missing for a reason other than lazy init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// Equality for the delta encoding: values compare by bit pattern, so a tensor holding a NaN
+/// is not reported as changed after every op (NaN != NaN under `f32`'s `PartialEq`).
+impl PartialEq for Obs {
+    fn eq(&self, other: &Obs) -> bool {
+        let same_values = match (&self.value, &other.value) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        same_values
+            && self.shape == other.shape
+            && self.device == other.device
+            && self.requires_grad == other.requires_grad
+            && self.identity == other.identity
+            && self.initialized == other.initialized
+            && self.note == other.note
+    }
 }
 
 impl Obs {
@@ -512,5 +533,48 @@ pub fn serve<P: Probe>(mut probe: P) {
         if write_reply(&mut out, &reply).is_err() {
             break; // the harness went away
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obs(value: Vec<f32>) -> Obs {
+        Obs {
+            shape: vec![value.len()],
+            value: Some(value),
+            device: "cpu".into(),
+            requires_grad: Some(true),
+            identity: None,
+            initialized: true,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn nan_holding_observations_are_equal_to_themselves() {
+        assert_eq!(obs(vec![1.0, f32::NAN]), obs(vec![1.0, f32::NAN]));
+        assert_ne!(obs(vec![1.0, f32::NAN]), obs(vec![1.0, 2.0]));
+        assert_ne!(obs(vec![0.0]), obs(vec![-0.0]));
+    }
+
+    #[test]
+    fn non_finite_floats_round_trip_as_strings() {
+        let text = serde_json::to_string(&obs(vec![f32::INFINITY, f32::NAN, -1.5])).unwrap();
+        assert!(text.contains(r#"["Infinity","NaN",-1.5]"#), "{text}");
+        let back: Obs = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, obs(vec![f32::INFINITY, f32::NAN, -1.5]));
+    }
+
+    #[test]
+    fn unknown_and_malformed_ops_do_not_reject_the_program() {
+        let program: Program = serde_json::from_str(
+            r#"{"tensors":[{"name":"w","kind":"param","shape":[1],"value":[1.0]}],
+                "ops":[{"op":"explode"},{"op":"snapshot","name":"s"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(program.ops.len(), 2);
+        assert!(serde_json::from_value::<Op>(program.ops[1].clone()).is_err());
     }
 }

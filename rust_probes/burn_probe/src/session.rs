@@ -1,0 +1,593 @@
+//! One program on one device: names bound to burn values, the model that owns the params, and
+//! the optimizers. Every op is the burn call a user writes; the table is in README.md.
+
+use crate::on_val;
+use crate::vals::{
+    edit_val, move_val, obs_param, observe_val, read_val, Edit, IntoVal, Model, MoveKind, Val,
+};
+use aliasfuzz_protocol::{
+    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome, Program, Session,
+    TensorKind, TensorSpec,
+};
+use burn::module::{Module, Param, ParamId};
+use burn::nn::Initializer;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{
+    AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig,
+};
+use burn::tensor::{Device, Distribution, Shape, Tensor, TensorData};
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+enum Slot {
+    /// A param owned by the model, at (rank, index).
+    Model(usize, usize),
+    /// A value bound outside the model: a buffer or a snapshot.
+    Own(Val),
+    /// The value was moved into a burn call that panicked: burn consumed it, nothing to observe.
+    Lost(String),
+}
+
+struct ModelParam {
+    name: String,
+    rank: usize,
+    idx: usize,
+    grad: Vec<f32>,
+}
+
+pub struct BurnSession {
+    home: Device,
+    alt: Option<Device>,
+    model: Model,
+    params: Vec<ModelParam>,
+    /// Model slots whose param was lost to a panicking call (a placeholder holds the slot).
+    lost: HashSet<(usize, usize)>,
+    order: Vec<String>,
+    slots: HashMap<String, Slot>,
+    optims: Vec<(String, ModuleOptimizer)>,
+    /// Checkpoint files written by `save_load`, kept until the session ends: a tensor loaded by
+    /// `load_file` is backed by the file and reads its bytes on access (observed: deleting the
+    /// file makes `to_data` panic with `host access failed: Read(..No such file..)`).
+    checkpoints: Vec<tempfile::TempDir>,
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panic: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panic: {s}")
+    } else {
+        "panic".into()
+    }
+}
+
+fn make<const D: usize>(spec: &TensorSpec, home: &Device) -> Result<Val, String>
+where
+    Tensor<D>: IntoVal,
+    Param<Tensor<D>>: IntoVal,
+{
+    let dims: [usize; D] = spec
+        .shape
+        .clone()
+        .try_into()
+        .map_err(|_| format!("{}: shape {:?} is not rank {D}", spec.name, spec.shape))?;
+    let numel: usize = dims.iter().product();
+    let data = || -> Result<TensorData, String> {
+        let value = spec.value.clone().ok_or_else(|| format!("{}: no value", spec.name))?;
+        if value.len() != numel {
+            return Err(format!(
+                "{}: {} values for shape {:?}",
+                spec.name,
+                value.len(),
+                spec.shape
+            ));
+        }
+        Ok(TensorData::new(value, dims))
+    };
+    if let Some(g) = &spec.grad {
+        if g.len() != numel {
+            return Err(format!("{}: grad has {} values for shape {:?}", spec.name, g.len(), dims));
+        }
+    }
+    Ok(match spec.kind {
+        // Param::from_data: a leaf requiring grad on an autodiff device (burn-core param/tensor.rs).
+        TensorKind::Param => Param::<Tensor<D>>::from_data(data()?, home).into_val(),
+        TensorKind::Buffer => Tensor::<D>::from_data(data()?, home).into_val(),
+        TensorKind::Lazy => match spec.init {
+            // burn-nn initializer.rs `Initializer::init`: a `Param::uninitialized` whose closure
+            // runs on first `val()`.
+            Some(LazyInit::Const) => {
+                let value = spec.fill.ok_or_else(|| format!("{}: const needs fill", spec.name))?;
+                Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
+            }
+            // `Param::uninitialized` with burn's uniform sampler seeded at initialisation time,
+            // so the value depends on the seed only, not on what ran before the first read.
+            Some(LazyInit::Uniform) => {
+                let seed = spec.seed.unwrap_or(0);
+                Param::uninitialized(
+                    ParamId::new(),
+                    move |device, require_grad| {
+                        device.seed(seed);
+                        let t = Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), device);
+                        if require_grad {
+                            t.require_grad()
+                        } else {
+                            t
+                        }
+                    },
+                    home.clone(),
+                    true,
+                    Shape::new(dims),
+                )
+                .into_val()
+            }
+            None => return Err(format!("{}: lazy tensor without init", spec.name)),
+        },
+    })
+}
+
+/// One term of the loss, `(p * g).sum()`, on the home device (`to_device` is differentiable,
+/// burn-tensor base.rs `Tensor::to_device`).
+fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32], home: &Device) -> Tensor<1> {
+    let v = p.val();
+    let g = Tensor::<D>::from_data(TensorData::new(grad.to_vec(), v.dims()), &v.device());
+    let term = (v * g).sum();
+    if term.device() != *home {
+        term.to_device(home)
+    } else {
+        term
+    }
+}
+
+fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method) -> Result<Val, Outcome>
+where
+    Tensor<D>: IntoVal,
+{
+    Ok(match method {
+        // `Tensor::clone`: a handle on the same primitive.
+        Method::Clone => t.clone().into_val(),
+        Method::Detach => t.detach().into_val(),
+        Method::Mul1 => t.mul_scalar(1.0).into_val(),
+        Method::ToHome => {
+            let device = t.device();
+            t.to_device(&device).into_val()
+        }
+        Method::ToCpu => t.to_device(&Device::flex().autodiff()).into_val(),
+        Method::Reshape => {
+            let n: usize = t.dims().iter().product();
+            t.reshape([n]).into_val()
+        }
+        Method::ViewRow => t.slice([0..1]).into_val(),
+        Method::Transpose => t.transpose().into_val(),
+        Method::ToHost => {
+            let device = t.device();
+            Tensor::<D>::from_data(t.to_data(), &device).into_val()
+        }
+        other => return Err(Outcome::Error(format!("internal: {} is not a tensor method", other.as_str()))),
+    })
+}
+
+fn make_optimizer(
+    kind: OptimizerKind,
+    momentum: f64,
+    betas: [f64; 2],
+    eps: f64,
+    weight_decay: f64,
+) -> ModuleOptimizer {
+    // L2 weight decay, added to the gradient (burn-optim decay.rs `WeightDecay::transform`).
+    let decay = (weight_decay != 0.0).then(|| WeightDecayConfig::new(weight_decay as f32));
+    match kind {
+        OptimizerKind::Sgd => SgdConfig::new().with_weight_decay(decay).init(),
+        // MomentumConfig defaults to dampening 0.1 (burn-optim momentum.rs): set 0 explicitly.
+        OptimizerKind::SgdMomentum => SgdConfig::new()
+            .with_weight_decay(decay)
+            .with_momentum(Some(
+                MomentumConfig::new()
+                    .with_momentum(momentum)
+                    .with_dampening(0.0)
+                    .with_nesterov(false),
+            ))
+            .init(),
+        OptimizerKind::Adam => AdamConfig::new()
+            .with_beta_1(betas[0] as f32)
+            .with_beta_2(betas[1] as f32)
+            .with_epsilon(eps as f32)
+            .with_weight_decay(decay)
+            .init(),
+        OptimizerKind::Adamw => AdamWConfig::new()
+            .with_beta_1(betas[0] as f32)
+            .with_beta_2(betas[1] as f32)
+            .with_epsilon(eps as f32)
+            .with_weight_decay(weight_decay as f32)
+            .init(),
+    }
+}
+
+impl BurnSession {
+    pub fn new(home: Device, alt: Option<Device>, program: &Program) -> Result<Self, String> {
+        let mut s = BurnSession {
+            home,
+            alt,
+            model: Model::empty(),
+            params: vec![],
+            lost: HashSet::new(),
+            order: vec![],
+            slots: HashMap::new(),
+            optims: vec![],
+            checkpoints: vec![],
+        };
+        for spec in &program.tensors {
+            if s.slots.contains_key(&spec.name) {
+                return Err(format!("tensor {:?} defined twice", spec.name));
+            }
+            let v = match spec.shape.len() {
+                1 => make::<1>(spec, &s.home)?,
+                2 => make::<2>(spec, &s.home)?,
+                3 => make::<3>(spec, &s.home)?,
+                r => return Err(format!("{}: rank {r} (burn probe supports 1 to 3)", spec.name)),
+            };
+            let slot = match spec.kind {
+                TensorKind::Param | TensorKind::Lazy => {
+                    let (rank, idx) = s.model.push(v)?;
+                    s.params.push(ModelParam {
+                        name: spec.name.clone(),
+                        rank,
+                        idx,
+                        grad: spec.grad_or_ones(),
+                    });
+                    Slot::Model(rank, idx)
+                }
+                TensorKind::Buffer => Slot::Own(v),
+            };
+            s.bind(spec.name.clone(), slot);
+        }
+        Ok(s)
+    }
+
+    fn bind(&mut self, name: String, slot: Slot) {
+        if !self.slots.contains_key(&name) {
+            self.order.push(name.clone());
+        }
+        self.slots.insert(name, slot);
+    }
+
+    /// A handle clone of the name's value (`Param::clone` / `Tensor::clone`).
+    fn get(&self, name: &str) -> Result<Val, Outcome> {
+        match self.slots.get(name) {
+            Some(Slot::Model(r, i)) => Ok(self.model.get(*r, *i)),
+            Some(Slot::Own(v)) => Ok(v.handle_clone()),
+            Some(Slot::Lost(m)) => Err(Outcome::Error(format!("{name} was lost earlier ({m})"))),
+            None => Err(Outcome::Error(format!("no tensor named {name}"))),
+        }
+    }
+
+    fn shape_of(&self, name: &str) -> Result<Vec<usize>, Outcome> {
+        match self.slots.get(name) {
+            Some(Slot::Model(r, i)) => Ok(match r {
+                1 => self.model.p1[*i].lazy_shape().as_slice().to_vec(),
+                2 => self.model.p2[*i].lazy_shape().as_slice().to_vec(),
+                _ => self.model.p3[*i].lazy_shape().as_slice().to_vec(),
+            }),
+            Some(Slot::Own(v)) => Ok(v.shape()),
+            _ => self.get(name).map(|_| vec![]),
+        }
+    }
+
+    /// Moves the name's value into `f` (so burn sees the handle as unique, as a user's
+    /// `x = f(x)` does) and rebinds the name to the result. If `f` panics burn has consumed the
+    /// value: the name becomes `Lost` and the op an error.
+    fn consume(&mut self, name: &str, f: impl FnOnce(Val) -> Val) -> Outcome {
+        let (holder, v) = match self.slots.remove(name) {
+            Some(Slot::Model(r, i)) => (Some((r, i)), self.model.take(r, i)),
+            Some(Slot::Own(v)) => (None, v),
+            Some(Slot::Lost(m)) => {
+                let out = Outcome::Error(format!("{name} was lost earlier ({m})"));
+                self.slots.insert(name.to_string(), Slot::Lost(m));
+                return out;
+            }
+            None => return Outcome::Error(format!("no tensor named {name}")),
+        };
+        let result = catch_unwind(AssertUnwindSafe(|| f(v)));
+        let (slot, outcome) = match (result, holder) {
+            (Ok(v), Some((r, i))) => match self.model.put(r, i, v) {
+                Ok(()) => (Slot::Model(r, i), Outcome::Ok),
+                Err(e) => {
+                    self.lost.insert((r, i));
+                    (Slot::Lost(e.clone()), Outcome::Error(e))
+                }
+            },
+            (Ok(v), None) => (Slot::Own(v), Outcome::Ok),
+            (Err(p), holder) => {
+                let msg = panic_text(p);
+                if let Some(ri) = holder {
+                    self.lost.insert(ri);
+                }
+                (Slot::Lost(format!("consumed by a call that failed: {msg}")), Outcome::Error(msg))
+            }
+        };
+        self.slots.insert(name.to_string(), slot);
+        outcome
+    }
+
+    /// Rebinds the model to `f(model)`; a panic loses every model param.
+    fn model_op(&mut self, f: impl FnOnce(Model) -> Model) -> Outcome {
+        let lens = (self.model.p1.len(), self.model.p2.len(), self.model.p3.len());
+        let model = std::mem::replace(&mut self.model, Model::empty());
+        match catch_unwind(AssertUnwindSafe(|| f(model))) {
+            Ok(m) => {
+                self.model = m;
+                Outcome::Ok
+            }
+            Err(p) => {
+                let msg = panic_text(p);
+                self.lose_model(lens, &msg);
+                Outcome::Error(msg)
+            }
+        }
+    }
+
+    fn lose_model(&mut self, lens: (usize, usize, usize), msg: &str) {
+        let mut m = Model::empty();
+        for _ in 0..lens.0 {
+            m.push(Model::placeholder_val(1)).ok();
+        }
+        for _ in 0..lens.1 {
+            m.push(Model::placeholder_val(2)).ok();
+        }
+        for _ in 0..lens.2 {
+            m.push(Model::placeholder_val(3)).ok();
+        }
+        self.model = m;
+        let names: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Model(..)))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in names {
+            if let Some(Slot::Model(r, i)) = self.slots.get(&n) {
+                self.lost.insert((*r, *i));
+            }
+            self.slots.insert(n, Slot::Lost(format!("the model was consumed by a call that failed: {msg}")));
+        }
+    }
+
+    /// The module `of` lives in, and its slot there: the model itself for a model param, a
+    /// one-param model for a Param bound outside it.
+    fn module_of(&self, of: &str, src: Val) -> Result<(Model, usize, usize), Outcome> {
+        match self.slots.get(of) {
+            Some(Slot::Model(r, i)) => Ok((self.model.clone(), *r, *i)),
+            _ => match src {
+                v @ (Val::P1(_) | Val::P2(_) | Val::P3(_)) => {
+                    let mut m = Model::empty();
+                    let (r, i) = m.push(v).map_err(Outcome::Error)?;
+                    Ok((m, r, i))
+                }
+                _ => Err(Outcome::Unsupported(
+                    "burn records hold module params only: a plain Tensor in a module is a \
+                     constant whose visit records nothing (burn-core module/param/constant.rs, \
+                     `TODO: tensor record should persist`)"
+                        .into(),
+                )),
+            },
+        }
+    }
+
+    fn snapshot(&mut self, name: &str, of: &str, method: Method) -> Outcome {
+        let src = match self.get(of) {
+            Ok(v) => v,
+            Err(o) => return o,
+        };
+        let result: Result<Val, Outcome> = match method {
+            // The same handle bound to the name: `Param::clone` (same ParamId, shared lazy state)
+            // or `Tensor::clone`.
+            Method::Alias => Ok(src),
+            Method::Contiguous => Err(Outcome::Unsupported(
+                "burn has no contiguous call: layout is internal to each backend (burn-tensor \
+                 0.22.1 Tensor API)"
+                    .into(),
+            )),
+            Method::Copy => Err(Outcome::Unsupported(
+                "burn has no copy-into call (no copy_/copy_from in the burn-tensor 0.22.1 Tensor \
+                 API): tensors are values"
+                    .into(),
+            )),
+            Method::Deepcopy => Err(Outcome::Unsupported(
+                "burn has no deep copy: Tensor::clone and Param::clone are handle clones and \
+                 Module clones share lazy state (burn-core module/param/base.rs)"
+                    .into(),
+            )),
+            // The model's record: `model.clone().into_record()`, applied back with
+            // `load_record` onto the model (a ModuleRecord has no public per-tensor reader in
+            // 0.22.1: burn-core store/mod.rs), then the param read out of the loaded model.
+            Method::StateDict => self.module_of(of, src).and_then(|(model, r, i)| {
+                let record = model.clone().into_record();
+                let loaded = model.try_load_record(record).map_err(|e| {
+                    Outcome::Error(format!("load_record: {e}"))
+                })?;
+                Ok(loaded.get(r, i))
+            }),
+            // `save_file` to a temporary burnpack file, `load_file` into a fresh model of the
+            // same layout on the home device (new ParamIds, lazy zeros): what a user restoring a
+            // checkpoint writes. The loaded param carries the ParamId stored in the file.
+            Method::SaveLoad => self.module_of(of, src).and_then(|(model, r, i)| {
+                let dir = tempfile::tempdir()
+                    .map_err(|e| Outcome::Error(format!("tempdir: {e}")))?;
+                let path = dir.path().join("model.bpk");
+                self.checkpoints.push(dir);
+                let skeleton = model.skeleton(&self.home);
+                model
+                    .save_file(&path)
+                    .map_err(|e| Outcome::Error(format!("save_file: {e}")))?;
+                let loaded = skeleton
+                    .try_load_file(&path)
+                    .map_err(|e| Outcome::Error(format!("load_file: {e}")))?;
+                Ok(loaded.get(r, i))
+            }),
+            // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
+            m => on_val!(src, param p => snap_tensor(p.val(), m), tensor t => snap_tensor(t, m)),
+        };
+        match result {
+            Ok(v) => {
+                self.bind(name.to_string(), Slot::Own(v));
+                Outcome::Ok
+            }
+            Err(o) => o,
+        }
+    }
+
+    fn edit(&mut self, target: &str, edit: Edit) -> Outcome {
+        let shape = match self.shape_of(target) {
+            Ok(s) => s,
+            Err(o) => return o,
+        };
+        if let Err(e) = edit.check(&shape) {
+            return Outcome::Error(format!("{e} (checked before calling burn)"));
+        }
+        self.consume(target, |v| edit_val(v, &edit))
+    }
+
+    fn step(
+        &mut self,
+        kind: OptimizerKind,
+        lr: f64,
+        momentum: f64,
+        betas: [f64; 2],
+        eps: f64,
+        weight_decay: f64,
+    ) -> Outcome {
+        // loss = sum over the model's params of (p * g).sum(); backward; GradientsParams.
+        let mut loss: Option<Tensor<1>> = None;
+        for mp in &self.params {
+            if self.lost.contains(&(mp.rank, mp.idx)) {
+                continue;
+            }
+            let term = match mp.rank {
+                1 => loss_term(&self.model.p1[mp.idx], &mp.grad, &self.home),
+                2 => loss_term(&self.model.p2[mp.idx], &mp.grad, &self.home),
+                _ => loss_term(&self.model.p3[mp.idx], &mp.grad, &self.home),
+            };
+            loss = Some(match loss {
+                None => term,
+                Some(l) => l + term,
+            });
+        }
+        let Some(loss) = loss else {
+            return Outcome::Error("the model has no params".into());
+        };
+        let grads = loss.backward();
+        let gp = GradientsParams::from_grads(grads, &self.model);
+        let key = format!("{kind:?}|{lr}|{momentum}|{betas:?}|{eps}|{weight_decay}");
+        let at = match self.optims.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                let opt = make_optimizer(kind, momentum, betas, eps, weight_decay);
+                self.optims.push((key, opt));
+                self.optims.len() - 1
+            }
+        };
+        let lens = (self.model.p1.len(), self.model.p2.len(), self.model.p3.len());
+        let model = std::mem::replace(&mut self.model, Model::empty());
+        let opt = &mut self.optims[at].1;
+        match catch_unwind(AssertUnwindSafe(|| opt.step(lr, model, gp))) {
+            Ok(m) => {
+                self.model = m;
+                Outcome::Ok
+            }
+            Err(p) => {
+                let msg = panic_text(p);
+                self.lose_model(lens, &msg);
+                Outcome::Error(msg)
+            }
+        }
+    }
+
+    fn module_clone(&mut self, name: &str) -> Outcome {
+        let clone = self.model.clone();
+        let mut bound = vec![];
+        for mp in &self.params {
+            if self.lost.contains(&(mp.rank, mp.idx)) {
+                continue;
+            }
+            bound.push((format!("{name}.{}", mp.name), clone.get(mp.rank, mp.idx)));
+        }
+        for (n, v) in bound {
+            self.bind(n, Slot::Own(v));
+        }
+        Outcome::Ok
+    }
+}
+
+impl Model {
+    fn placeholder_val(rank: usize) -> Val {
+        match rank {
+            1 => Val::P1(crate::vals::placeholder::<1>()),
+            2 => Val::P2(crate::vals::placeholder::<2>()),
+            _ => Val::P3(crate::vals::placeholder::<3>()),
+        }
+    }
+}
+
+impl Session for BurnSession {
+    fn apply(&mut self, op: &Op) -> Outcome {
+        match op {
+            Op::Snapshot { name, of, method } => self.snapshot(name, of, *method),
+            Op::Write { target, index, value } => {
+                self.edit(target, Edit::Write { index: *index, value: value.clone() })
+            }
+            Op::Fill { target, value } => self.edit(target, Edit::Fill(*value)),
+            Op::Scale { target, factor } => self.edit(target, Edit::Scale(*factor)),
+            Op::Step { optimizer, lr, momentum, betas, eps, weight_decay } => {
+                self.step(*optimizer, *lr, *momentum, *betas, *eps, *weight_decay)
+            }
+            Op::Move { target, device, method } => {
+                let dev = match device {
+                    DeviceRole::Home => self.home.clone(),
+                    DeviceRole::Cpu => Device::flex().autodiff(),
+                    DeviceRole::Alt => match &self.alt {
+                        Some(d) => d.clone(),
+                        None => {
+                            return Outcome::Unsupported("no second device for this target".into())
+                        }
+                    },
+                };
+                let kind = match method {
+                    MoveMethod::To => MoveKind::To,
+                    MoveMethod::Fork => MoveKind::Fork,
+                };
+                self.consume(target, |v| move_val(v, kind, &dev))
+            }
+            Op::ModuleClone { name } => self.module_clone(name),
+            // Module mode changes rebind the model, as `model = model.valid()` does.
+            Op::Valid {} => self.model_op(|m| m.valid()),
+            Op::Train {} => self.model_op(|m| m.train()),
+            Op::NoGrad {} => self.model_op(|m| m.no_grad()),
+            Op::Freeze {} => self.model_op(|m| m.freeze()),
+            Op::Read { target } => match self.get(target) {
+                Ok(v) => {
+                    read_val(&v);
+                    Outcome::Ok
+                }
+                Err(o) => o,
+            },
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.order.clone()
+    }
+
+    fn observe(&mut self, name: &str) -> Obs {
+        match self.slots.get(name) {
+            Some(Slot::Model(r, i)) => match r {
+                1 => obs_param(&self.model.p1[*i]),
+                2 => obs_param(&self.model.p2[*i]),
+                _ => obs_param(&self.model.p3[*i]),
+            },
+            Some(Slot::Own(v)) => observe_val(v),
+            Some(Slot::Lost(m)) => Obs::unreadable(m.clone()),
+            None => Obs::unreadable(format!("no tensor named {name}")),
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! Rank-erased values bound to names, the `#[derive(Module)]` model that owns the program's
+//! parameters, and the rank-generic helpers every op goes through.
+//!
+//! burn tensors carry their rank in the type (`Tensor<D>`); programs use ranks 1 to 3, so a bound
+//! value is one of six variants and each op is a generic function instantiated per rank.
+
+use aliasfuzz_protocol::Obs;
+use burn::module::{Module, Param, ParamId};
+use burn::tensor::{Device, Shape, Tensor, TensorData};
+
+/// A name's value: a burn `Param` (has a `ParamId`, may be lazy) or a plain tensor.
+pub enum Val {
+    P1(Param<Tensor<1>>),
+    P2(Param<Tensor<2>>),
+    P3(Param<Tensor<3>>),
+    T1(Tensor<1>),
+    T2(Tensor<2>),
+    T3(Tensor<3>),
+}
+
+pub trait IntoVal {
+    fn into_val(self) -> Val;
+}
+
+macro_rules! into_val {
+    ($d:literal, $p:ident, $t:ident) => {
+        impl IntoVal for Param<Tensor<$d>> {
+            fn into_val(self) -> Val {
+                Val::$p(self)
+            }
+        }
+        impl IntoVal for Tensor<$d> {
+            fn into_val(self) -> Val {
+                Val::$t(self)
+            }
+        }
+    };
+}
+into_val!(1, P1, T1);
+into_val!(2, P2, T2);
+into_val!(3, P3, T3);
+
+/// Dispatches on a `Val` (owned or borrowed), binding the param or the tensor of any rank.
+#[macro_export]
+macro_rules! on_val {
+    ($v:expr, param $p:ident => $pe:expr, tensor $t:ident => $te:expr $(,)?) => {
+        match $v {
+            $crate::vals::Val::P1($p) => $pe,
+            $crate::vals::Val::P2($p) => $pe,
+            $crate::vals::Val::P3($p) => $pe,
+            $crate::vals::Val::T1($t) => $te,
+            $crate::vals::Val::T2($t) => $te,
+            $crate::vals::Val::T3($t) => $te,
+        }
+    };
+}
+
+impl Val {
+    /// A Rust clone of the handle: `Param::clone` (same id, shared lazy state) or `Tensor::clone`
+    /// (same primitive, reference counted).
+    pub fn handle_clone(&self) -> Val {
+        match self {
+            Val::P1(p) => Val::P1(p.clone()),
+            Val::P2(p) => Val::P2(p.clone()),
+            Val::P3(p) => Val::P3(p.clone()),
+            Val::T1(t) => Val::T1(t.clone()),
+            Val::T2(t) => Val::T2(t.clone()),
+            Val::T3(t) => Val::T3(t.clone()),
+        }
+    }
+
+    /// Shape without forcing a lazy parameter.
+    pub fn shape(&self) -> Vec<usize> {
+        on_val!(self, param p => p.lazy_shape().as_slice().to_vec(), tensor t => t.dims().to_vec())
+    }
+}
+
+/// The program's trainable parameters, by rank, in program order within each rank. Buffers are
+/// not in the model: they are plain tensors bound outside it (see README: a plain `Tensor` field
+/// would be a module *constant*, which burn neither records nor trains).
+#[derive(Module, Debug)]
+pub struct Model {
+    pub p1: Vec<Param<Tensor<1>>>,
+    pub p2: Vec<Param<Tensor<2>>>,
+    pub p3: Vec<Param<Tensor<3>>>,
+}
+
+/// An uninitialised stand-in put in a model slot while its param is moved out for an op.
+pub fn placeholder<const D: usize>() -> Param<Tensor<D>> {
+    Param::uninitialized(
+        ParamId::new(),
+        |device, _| Tensor::<D>::zeros([0; D], device),
+        Device::flex(),
+        false,
+        Shape::new([0; D]),
+    )
+}
+
+impl Model {
+    pub fn empty() -> Model {
+        Model { p1: vec![], p2: vec![], p3: vec![] }
+    }
+
+    /// Appends a param; returns its (rank, index) slot.
+    pub fn push(&mut self, v: Val) -> Result<(usize, usize), String> {
+        Ok(match v {
+            Val::P1(p) => {
+                self.p1.push(p);
+                (1, self.p1.len() - 1)
+            }
+            Val::P2(p) => {
+                self.p2.push(p);
+                (2, self.p2.len() - 1)
+            }
+            Val::P3(p) => {
+                self.p3.push(p);
+                (3, self.p3.len() - 1)
+            }
+            _ => return Err("only params live in the model".into()),
+        })
+    }
+
+    /// A `Param::clone` of the slot's param (same id, shared lazy state).
+    pub fn get(&self, rank: usize, idx: usize) -> Val {
+        match rank {
+            1 => Val::P1(self.p1[idx].clone()),
+            2 => Val::P2(self.p2[idx].clone()),
+            _ => Val::P3(self.p3[idx].clone()),
+        }
+    }
+
+    /// Moves the slot's param out (the model holds a placeholder until `put`).
+    pub fn take(&mut self, rank: usize, idx: usize) -> Val {
+        match rank {
+            1 => Val::P1(std::mem::replace(&mut self.p1[idx], placeholder())),
+            2 => Val::P2(std::mem::replace(&mut self.p2[idx], placeholder())),
+            _ => Val::P3(std::mem::replace(&mut self.p3[idx], placeholder())),
+        }
+    }
+
+    pub fn put(&mut self, rank: usize, idx: usize, v: Val) -> Result<(), String> {
+        match (rank, v) {
+            (1, Val::P1(p)) => self.p1[idx] = p,
+            (2, Val::P2(p)) => self.p2[idx] = p,
+            (3, Val::P3(p)) => self.p3[idx] = p,
+            (_, other) => {
+                return Err(format!(
+                    "a rank-{rank} model param cannot be rebound to a {}",
+                    describe(&other)
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// The same layout with fresh, lazily zero-initialised params (new ParamIds) on `device`:
+    /// what a user builds from the model's config before `load_file`.
+    pub fn skeleton(&self, device: &Device) -> Model {
+        fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device) -> Param<Tensor<D>> {
+            let shape = p.lazy_shape();
+            let s2 = shape.clone();
+            Param::uninitialized(
+                ParamId::new(),
+                move |device, require_grad| {
+                    let t = Tensor::<D>::zeros(s2, device);
+                    if require_grad {
+                        t.require_grad()
+                    } else {
+                        t
+                    }
+                },
+                device.clone(),
+                true,
+                shape,
+            )
+        }
+        Model {
+            p1: self.p1.iter().map(|p| fresh(p, device)).collect(),
+            p2: self.p2.iter().map(|p| fresh(p, device)).collect(),
+            p3: self.p3.iter().map(|p| fresh(p, device)).collect(),
+        }
+    }
+}
+
+pub fn describe(v: &Val) -> String {
+    match v {
+        Val::P1(_) | Val::P2(_) | Val::P3(_) => format!("Param<Tensor<{}>>", v.shape().len()),
+        Val::T1(_) => "Tensor<1>".into(),
+        Val::T2(_) => "Tensor<2>".into(),
+        Val::T3(_) => "Tensor<3>".into(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Devices.
+
+/// The accelerator devices compiled in, by protocol name (constructors, without autodiff).
+#[allow(unused_mut, clippy::vec_init_then_push)]
+pub fn gpu_constructors() -> Vec<(&'static str, fn() -> Device)> {
+    let mut v: Vec<(&'static str, fn() -> Device)> = Vec::new();
+    #[cfg(all(feature = "wgpu", not(feature = "vulkan")))]
+    v.push(("wgpu", || Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)));
+    #[cfg(feature = "vulkan")]
+    v.push(("wgpu", || Device::vulkan(burn::tensor::DeviceKind::DefaultDevice)));
+    #[cfg(feature = "metal")]
+    v.push(("metal", || Device::metal(burn::tensor::DeviceKind::DefaultDevice)));
+    #[cfg(feature = "cuda")]
+    v.push(("cuda", || Device::cuda(0)));
+    v
+}
+
+#[allow(deprecated)] // burn-ndarray is deprecated in 0.22 but still shipped; it is our alt CPU device
+pub fn ndarray_device() -> Device {
+    Device::ndarray()
+}
+
+/// The protocol name of a device. Device equality ignores autodiff (burn-tensor device.rs
+/// `impl PartialEq for Device`), which is what we want here.
+pub fn device_name(d: &Device) -> String {
+    if *d == Device::flex() {
+        return "flex".into();
+    }
+    if *d == ndarray_device() {
+        return "ndarray".into();
+    }
+    for (name, make) in gpu_constructors() {
+        if *d == make() {
+            return name.into();
+        }
+    }
+    format!("{d:?}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observation. Never forces a lazy parameter: `is_initialized`, `lazy_shape` and `lazy_device`
+// read the shared lazy state without running the initializer (burn-core module/param/base.rs).
+
+pub fn obs_tensor<const D: usize>(t: &Tensor<D>, identity: Option<String>) -> Obs {
+    let (value, note) = match t.to_data().try_to_vec_as::<f32>() {
+        Ok(v) => (Some(v), None),
+        Err(e) => (None, Some(format!("to_data: {e:?}"))),
+    };
+    Obs {
+        shape: t.dims().to_vec(),
+        value,
+        device: device_name(&t.device()),
+        requires_grad: Some(t.is_require_grad()),
+        identity,
+        initialized: true,
+        note,
+    }
+}
+
+pub fn obs_param<const D: usize>(p: &Param<Tensor<D>>) -> Obs {
+    let identity = Some(p.id.to_string());
+    if !p.is_initialized() {
+        return Obs {
+            shape: p.lazy_shape().as_slice().to_vec(),
+            value: None,
+            device: device_name(&p.lazy_device()),
+            requires_grad: None,
+            identity,
+            initialized: false,
+            note: None,
+        };
+    }
+    obs_tensor(&p.val(), identity)
+}
+
+pub fn observe_val(v: &Val) -> Obs {
+    on_val!(v, param p => obs_param(p), tensor t => obs_tensor(t, None))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Value ops: a burn tensor is a value, so each "in-place" op rebinds the name to the result.
+
+#[derive(Clone, Debug)]
+pub enum Edit {
+    /// `slice_assign` of row `index`, or whole-tensor replacement (`Tensor::from_data`).
+    Write { index: Option<usize>, value: Vec<f32> },
+    /// `slice_fill` over every row.
+    Fill(f32),
+    /// `mul_scalar`.
+    Scale(f32),
+}
+
+impl Edit {
+    /// Checks the edit against the target's shape before any value is moved into burn, so that
+    /// a bad index or length is an error for the op and the name keeps its value.
+    pub fn check(&self, shape: &[usize]) -> Result<(), String> {
+        if let Edit::Write { index, value } = self {
+            let numel: usize = shape.iter().product();
+            let rows = shape.first().copied().unwrap_or(1);
+            let want = match index {
+                Some(i) if *i >= rows => {
+                    return Err(format!("row {i} out of range for shape {shape:?}"))
+                }
+                Some(_) => numel / rows.max(1),
+                None => numel,
+            };
+            if value.len() != want {
+                return Err(format!(
+                    "write of {} values where shape {shape:?} needs {want}",
+                    value.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn edit_tensor<const D: usize>(t: Tensor<D>, edit: &Edit) -> Tensor<D> {
+    match edit {
+        Edit::Write { index: Some(i), value } => {
+            let mut row = t.dims();
+            row[0] = 1;
+            let v = Tensor::<D>::from_data(TensorData::new(value.clone(), row), &t.device());
+            t.slice_assign([*i..*i + 1], v)
+        }
+        Edit::Write { index: None, value } => {
+            let dims = t.dims();
+            let device = t.device();
+            drop(t);
+            Tensor::<D>::from_data(TensorData::new(value.clone(), dims), &device)
+        }
+        Edit::Fill(x) => {
+            let rows = t.dims()[0];
+            t.slice_fill([0..rows], *x)
+        }
+        Edit::Scale(f) => t.mul_scalar(*f),
+    }
+}
+
+/// An edit of a parameter, the way burn's own optimizer updates one (burn-optim
+/// module_optimizer.rs `ModuleOptimizerMapper::map_float` + parameter_context.rs): `Param::map`
+/// (keeps the ParamId), the op on `tensor.inner()` (outside the graph), then `from_inner` and
+/// `require_grad` restored.
+pub fn edit_param<const D: usize>(p: Param<Tensor<D>>, edit: &Edit) -> Param<Tensor<D>> {
+    p.map(|t| {
+        let require_grad = t.is_require_grad();
+        let autodiff = t.is_autodiff();
+        let out = edit_tensor(t.inner(), edit);
+        let out = if autodiff { Tensor::from_inner(out) } else { out };
+        if require_grad {
+            out.require_grad()
+        } else {
+            out
+        }
+    })
+}
+
+pub fn edit_val(v: Val, edit: &Edit) -> Val {
+    on_val!(v, param p => edit_param(p, edit).into_val(), tensor t => edit_tensor(t, edit).into_val())
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum MoveKind {
+    To,
+    Fork,
+}
+
+/// `Module::to_device` / `Module::fork` on the value: `Param<Tensor<D>>` is a Module
+/// (burn-core module/param/tensor.rs), and so is a plain `Tensor<D>`, as a constant whose `fork`
+/// is `to_device` (module/param/constant.rs).
+pub fn move_val(v: Val, kind: MoveKind, device: &Device) -> Val {
+    on_val!(v,
+        param p => match kind {
+            MoveKind::To => Module::to_device(p, device).into_val(),
+            MoveKind::Fork => Module::fork(p, device).into_val(),
+        },
+        tensor t => match kind {
+            MoveKind::To => Module::to_device(t, device).into_val(),
+            MoveKind::Fork => Module::fork(t, device).into_val(),
+        },
+    )
+}
+
+/// Forces a read (and so a lazy initialisation).
+pub fn read_val(v: &Val) {
+    on_val!(v, param p => { let _ = p.val().to_data(); }, tensor t => { let _ = t.to_data(); })
+}

@@ -1,0 +1,461 @@
+//! One program interpreted on candle: every op maps onto the call a candle user writes.
+//!
+//! | op / method   | candle call                                                               |
+//! |---------------|---------------------------------------------------------------------------|
+//! | alias         | the same handle (`let s = &w`): same `Var`/`Tensor`, same id              |
+//! | clone         | `Var::clone` on a param (a `Var`), `Tensor::clone` otherwise (Arc clone)  |
+//! | detach        | `Tensor::detach()`                                                        |
+//! | copy          | `Tensor::copy()?`                                                         |
+//! | mul1          | `(&t * 1.0)?` (affine)                                                    |
+//! | to_home       | `t.to_device(t.device())?` (a shallow clone on the same device)           |
+//! | to_cpu        | `t.to_device(&Device::Cpu)?`                                              |
+//! | contiguous    | `t.contiguous()?`                                                         |
+//! | reshape       | `t.reshape(t.elem_count())?`                                              |
+//! | view_row      | `t.narrow(0, 0, 1)?`                                                      |
+//! | transpose     | `t.t()?`                                                                  |
+//! | state_dict    | the `Var` under that name in `VarMap::data()` (params only)               |
+//! | deepcopy      | unsupported: candle has no deep-copy call                                 |
+//! | to_host       | `Tensor::new(t.flatten_all()?.to_vec1::<f32>()?, t.device())?.reshape(shape)` |
+//! | save_load     | `VarMap::save` + `VarMap::load` into a fresh VarMap (params only)         |
+//! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]`             |
+//! | write (whole) | `Var::set(&v)` on a `Var`; `t.slice_set(&v, 0, 0)?` on a plain tensor     |
+//! | fill          | `t.const_set(value.into())?`                                              |
+//! | scale         | `var.set(&(var.as_tensor() * factor)?)` on a `Var`; plain tensor: unsupported |
+//! | step          | `SGD` / `AdamW` (`adam` = AdamW with weight_decay 0), `backward_step`     |
+//! | move          | rebinds the name to `t.to_device(&dev)?`; `fork`: unsupported             |
+//! | module_clone  | a clone of the `VarMap::data()` map: `<name>.<param>` = the cloned `Var`  |
+//! | read          | `t.flatten_all()?.to_vec1::<f32>()?`                                      |
+//! | valid, train, no_grad, freeze | unsupported (candle has no module modes or requires-grad switch) |
+//!
+//! Handles. A name is bound either to a `Var` or to a `Tensor`, whichever type the user's
+//! variable would have: params (and lazy params) are `Var`s; `alias`/`clone` of a `Var` stay a
+//! `Var` (a user who writes `let s = w.clone()` on a `Var` gets a `Var`, sharing the same inner
+//! `Tensor`, so the same id and storage); `state_dict` and `save_load` give the `Var` read from a
+//! `VarMap`; every other method returns a `Tensor` (what the candle call returns, even when that
+//! tensor is the Var's own tensor, as `to_device` to the same device and a `narrow` over the
+//! whole first dimension are). The type matters for whole-tensor `write` and for `scale`, which
+//! only a `Var` can do (`Var::set`).
+
+use aliasfuzz_protocol::{
+    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome, Program, Session,
+    TensorKind,
+};
+use candle_core::{DType, Device, DeviceLocation, Tensor, Var};
+use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarMap, SGD};
+use std::collections::HashMap;
+
+/// Ops this probe interprets (some answer `unsupported` for some inputs: `scale` on a plain
+/// tensor, `step` with `sgd_momentum`, `move` with `fork`). `valid`, `train`, `no_grad` and
+/// `freeze` are never supported and so are not listed.
+pub const OPS: &[&str] =
+    &["snapshot", "write", "fill", "scale", "step", "move", "module_clone", "read"];
+
+/// Snapshot methods this probe interprets (`state_dict` and `save_load` for params only).
+/// `deepcopy` is never supported (candle has no such call) and so is not listed.
+pub const METHODS: &[&str] = &[
+    "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
+    "view_row", "transpose", "state_dict", "to_host", "save_load",
+];
+
+#[derive(Clone)]
+enum Handle {
+    Var(Var),
+    Tensor(Tensor),
+}
+
+impl Handle {
+    fn tensor(&self) -> &Tensor {
+        match self {
+            Handle::Var(v) => v.as_tensor(),
+            Handle::Tensor(t) => t,
+        }
+    }
+}
+
+enum Opt {
+    Sgd(SGD),
+    AdamW(AdamW),
+}
+
+impl Opt {
+    fn backward_step(&mut self, loss: &Tensor) -> candle_core::Result<()> {
+        match self {
+            Opt::Sgd(o) => o.backward_step(loss),
+            Opt::AdamW(o) => o.backward_step(loss),
+        }
+    }
+}
+
+pub struct CandleSession {
+    home: Device,
+    alt: Option<Device>,
+    /// The model: params and lazy params, keyed by their program name.
+    varmap: VarMap,
+    /// Names of the model's params in program order (for `module_clone`).
+    params: Vec<String>,
+    /// The gradient `step` uses for each VarMap entry.
+    grads: HashMap<String, Vec<f32>>,
+    /// Bound names in creation order; rebinding keeps the position.
+    order: Vec<String>,
+    bound: HashMap<String, Handle>,
+    /// One optimizer per distinct step spec (key: the serialized op), created at its first step.
+    optimizers: HashMap<String, Opt>,
+}
+
+/// A candle error as a one-line message (without the captured backtrace, if any).
+fn msg(e: candle_core::Error) -> String {
+    match e {
+        candle_core::Error::WithBacktrace { inner, .. } => msg(*inner),
+        other => other.to_string(),
+    }
+}
+
+fn device_name(d: &Device) -> String {
+    match d.location() {
+        DeviceLocation::Cpu => "cpu".into(),
+        DeviceLocation::Cuda { gpu_id } => format!("cuda:{gpu_id}"),
+        DeviceLocation::Metal { gpu_id } => format!("metal:{gpu_id}"),
+    }
+}
+
+type R<T> = Result<T, Outcome>;
+
+fn ce<T>(r: candle_core::Result<T>) -> R<T> {
+    r.map_err(|e| Outcome::Error(msg(e)))
+}
+
+impl CandleSession {
+    pub fn open(home: Device, alt: Option<Device>, program: &Program) -> Result<Self, String> {
+        let mut s = CandleSession {
+            home,
+            alt,
+            varmap: VarMap::new(),
+            params: vec![],
+            grads: HashMap::new(),
+            order: vec![],
+            bound: HashMap::new(),
+            optimizers: HashMap::new(),
+        };
+        for spec in &program.tensors {
+            let name = spec.name.clone();
+            if s.bound.contains_key(&name) {
+                return Err(format!("duplicate tensor name {name:?}"));
+            }
+            let ctx = |e: candle_core::Error| format!("creating {name:?}: {}", msg(e));
+            let shape = spec.shape.clone();
+            let handle = match spec.kind {
+                TensorKind::Param => {
+                    let value =
+                        spec.value.clone().ok_or_else(|| format!("param {name:?} has no value"))?;
+                    let var = Var::from_vec(value, shape, &s.home).map_err(ctx)?;
+                    // As a user registers a variable in a model's VarMap.
+                    s.varmap.data().lock().unwrap().insert(name.clone(), var.clone());
+                    Handle::Var(var)
+                }
+                TensorKind::Buffer => {
+                    let value =
+                        spec.value.clone().ok_or_else(|| format!("buffer {name:?} has no value"))?;
+                    Handle::Tensor(Tensor::from_vec(value, shape, &s.home).map_err(ctx)?)
+                }
+                TensorKind::Lazy => {
+                    // candle has no lazy parameters: created now through the VarMap, as
+                    // `VarBuilder::get_with_hints` does, and reported initialised.
+                    let init = match spec.init.unwrap_or(LazyInit::Const) {
+                        LazyInit::Const => Init::Const(spec.fill.unwrap_or(0.0) as f64),
+                        LazyInit::Uniform => {
+                            if let Some(seed) = spec.seed {
+                                // The CPU backend refuses to be seeded ("cannot seed the CPU rng
+                                // with set_seed", cpu_backend/mod.rs): CPU values are then not
+                                // reproducible, which the oracle allows (it never compares the
+                                // values of uniform tensors).
+                                let _ = s.home.set_seed(seed);
+                            }
+                            Init::Uniform { lo: -1.0, up: 1.0 }
+                        }
+                    };
+                    s.varmap.get(shape, &name, init, DType::F32, &s.home).map_err(ctx)?;
+                    let var = s.varmap.data().lock().unwrap()[&name].clone();
+                    Handle::Var(var)
+                }
+            };
+            if spec.kind != TensorKind::Buffer {
+                let grad = spec.grad_or_ones();
+                if grad.len() != spec.numel() {
+                    return Err(format!(
+                        "grad of {name:?} has {} values for shape {:?}",
+                        grad.len(),
+                        spec.shape
+                    ));
+                }
+                s.grads.insert(name.clone(), grad);
+                s.params.push(name.clone());
+            }
+            s.bind(name, handle);
+        }
+        Ok(s)
+    }
+
+    fn bind(&mut self, name: String, handle: Handle) {
+        if self.bound.insert(name.clone(), handle).is_none() {
+            self.order.push(name);
+        }
+    }
+
+    fn get(&self, name: &str) -> R<Handle> {
+        // The driver skips ops whose names do not exist; this is only a safety net.
+        self.bound.get(name).cloned().ok_or_else(|| Outcome::Error(format!("no tensor {name:?}")))
+    }
+
+    fn model_var(&self, name: &str, method: &str) -> R<Var> {
+        self.varmap.data().lock().unwrap().get(name).cloned().ok_or_else(|| {
+            Outcome::Unsupported(format!(
+                "{method}: {name:?} is not in the VarMap (only params are; buffers and snapshots \
+                 are plain tensors a candle model does not hold)"
+            ))
+        })
+    }
+
+    fn snapshot(&self, of: &str, method: Method) -> R<Handle> {
+        let src = self.get(of)?;
+        let t = src.tensor();
+        Ok(match method {
+            // `let s = &w;`: the very same handle.
+            Method::Alias => src.clone(),
+            // `w.clone()`: a Var stays a Var (Var derives Clone over its Arc'd Tensor).
+            Method::Clone => match &src {
+                Handle::Var(v) => Handle::Var(v.clone()),
+                Handle::Tensor(t) => Handle::Tensor(t.clone()),
+            },
+            Method::Detach => Handle::Tensor(t.detach()),
+            Method::Copy => Handle::Tensor(ce(t.copy())?),
+            Method::Mul1 => Handle::Tensor(ce(t * 1.0)?),
+            Method::ToHome => Handle::Tensor(ce(t.to_device(t.device()))?),
+            Method::ToCpu => Handle::Tensor(ce(t.to_device(&Device::Cpu))?),
+            Method::Contiguous => Handle::Tensor(ce(t.contiguous())?),
+            Method::Reshape => Handle::Tensor(ce(t.reshape(t.elem_count()))?),
+            Method::ViewRow => Handle::Tensor(ce(t.narrow(0, 0, 1))?),
+            Method::Transpose => Handle::Tensor(ce(t.t())?),
+            // The model's container read without copying: the Var the VarMap holds under the
+            // name (after a `move` of the name, still the original Var).
+            Method::StateDict => Handle::Var(self.model_var(of, "state_dict")?),
+            Method::Deepcopy => {
+                return Err(Outcome::Unsupported(
+                    "candle has no deep-copy call (Tensor::clone and Var::clone share storage; \
+                     Tensor::copy is the `copy` method)"
+                        .into(),
+                ))
+            }
+            Method::ToHost => {
+                let host: Vec<f32> = ce(t.flatten_all().and_then(|f| f.to_vec1::<f32>()))?;
+                Handle::Tensor(ce(Tensor::new(host, t.device()).and_then(|n| n.reshape(t.shape())))?)
+            }
+            Method::SaveLoad => Handle::Var(self.save_load(of)?),
+        })
+    }
+
+    /// `VarMap::save` of the model to a temporary safetensors file, then `VarMap::load` into a
+    /// fresh VarMap. `load` only fills variables already in the map (var_map.rs: "values for
+    /// variables that are currently not in the map are not kept"), so the fresh map is first
+    /// given the model's structure with `VarMap::get(.., Init::Const(0.), ..)`, as a user
+    /// rebuilding the model through a `VarBuilder` would. Returns the fresh map's `Var` for `of`:
+    /// a new Var (new id, its own storage) holding the saved values.
+    /// The model's `Var`s by name, as the `VarMap` holds them (a snapshot of the map, not copies).
+    fn model_vars(&self) -> Vec<(String, Var)> {
+        self.varmap.data().lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+    }
+
+    fn save_load(&self, of: &str) -> R<Var> {
+        self.model_var(of, "save_load")?;
+        let dir = tempfile::tempdir().map_err(|e| Outcome::Error(format!("tempdir: {e}")))?;
+        let path = dir.path().join("model.safetensors");
+        ce(self.varmap.save(&path))?;
+        let mut fresh = VarMap::new();
+        let structure = self.model_vars();
+        for (k, v) in &structure {
+            ce(fresh.get(v.shape(), k, Init::Const(0.0), v.dtype(), v.device()))?;
+        }
+        ce(fresh.load(&path))?;
+        let var = fresh.data().lock().unwrap()[of].clone();
+        Ok(var)
+    }
+
+    fn write(&self, target: &str, index: Option<usize>, value: &[f32]) -> R<()> {
+        let h = self.get(target)?;
+        let t = h.tensor();
+        match index {
+            Some(i) => {
+                let mut row_shape = t.dims().to_vec();
+                if row_shape.is_empty() {
+                    return Err(Outcome::Error("write: a rank-0 tensor has no rows".into()));
+                }
+                row_shape[0] = 1;
+                let row = ce(Tensor::from_vec(value.to_vec(), row_shape, t.device()))?;
+                ce(t.slice_set(&row, 0, i))
+            }
+            None => {
+                let whole = ce(Tensor::from_vec(value.to_vec(), t.shape(), t.device()))?;
+                match &h {
+                    Handle::Var(v) => ce(v.set(&whole)),
+                    Handle::Tensor(t) => ce(t.slice_set(&whole, 0, 0)),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn step(&mut self, op: &Op, kind: OptimizerKind, lr: f64, betas: [f64; 2], eps: f64, wd: f64) -> R<()> {
+        // `momentum` only matters to `sgd_momentum`; the harness fills it for every step.
+        let key = serde_json::to_string(op).expect("ops serialize");
+        if !self.optimizers.contains_key(&key) {
+            let opt = match kind {
+                OptimizerKind::SgdMomentum => {
+                    return Err(Outcome::Unsupported(
+                        "candle_nn::SGD has no momentum (optim.rs: \"this version does not support \
+                         momentum\") and candle-nn has no other SGD"
+                            .into(),
+                    ))
+                }
+                OptimizerKind::Adam if wd != 0.0 => {
+                    return Err(Outcome::Unsupported(
+                        "candle has no Adam with L2 weight decay: candle_nn::AdamW decays \
+                         decoupled (theta * (1 - lr*wd)), which is AdamW, not Adam"
+                            .into(),
+                    ))
+                }
+                OptimizerKind::Sgd => Opt::Sgd(ce(SGD::new(self.varmap.all_vars(), lr))?),
+                OptimizerKind::Adam | OptimizerKind::Adamw => {
+                    let params = ParamsAdamW {
+                        lr,
+                        beta1: betas[0],
+                        beta2: betas[1],
+                        eps,
+                        weight_decay: if kind == OptimizerKind::Adam { 0.0 } else { wd },
+                    };
+                    Opt::AdamW(ce(AdamW::new(self.varmap.all_vars(), params))?)
+                }
+            };
+            self.optimizers.insert(key.clone(), opt);
+        }
+        // loss = sum over the model's Vars of sum(var * g).
+        let vars = self.model_vars();
+        let mut loss: Option<Tensor> = None;
+        for (name, var) in &vars {
+            let g = ce(Tensor::from_vec(self.grads[name].clone(), var.shape(), var.device()))?;
+            let term = ce((var.as_tensor() * &g).and_then(|p| p.sum_all()))?;
+            loss = Some(match loss {
+                None => term,
+                Some(l) => ce(l + term)?,
+            });
+        }
+        match loss {
+            None => Ok(()), // a model without params: nothing to train
+            Some(loss) => ce(self.optimizers.get_mut(&key).unwrap().backward_step(&loss)),
+        }
+    }
+
+    fn apply_inner(&mut self, op: &Op) -> R<()> {
+        match op {
+            Op::Snapshot { name, of, method } => {
+                let h = self.snapshot(of, *method)?;
+                self.bind(name.clone(), h);
+                Ok(())
+            }
+            Op::Write { target, index, value } => self.write(target, *index, value),
+            Op::Fill { target, value } => ce(self.get(target)?.tensor().const_set((*value).into())),
+            Op::Scale { target, factor } => match self.get(target)? {
+                Handle::Var(v) => ce((v.as_tensor() * *factor as f64).and_then(|p| v.set(&p))),
+                Handle::Tensor(_) => Err(Outcome::Unsupported(
+                    "candle has no public in-place multiply for a plain Tensor (tensors are \
+                     immutable by design; only Var::set writes a product back)"
+                        .into(),
+                )),
+            },
+            Op::Step { optimizer, lr, momentum: _, betas, eps, weight_decay } => {
+                self.step(op, *optimizer, *lr, *betas, *eps, *weight_decay)
+            }
+            Op::Move { target, device, method } => {
+                if *method == MoveMethod::Fork {
+                    return Err(Outcome::Unsupported(
+                        "candle has no fork (burn only); Tensor::to_device is `to`".into(),
+                    ));
+                }
+                let dev = match device {
+                    DeviceRole::Home => self.home.clone(),
+                    DeviceRole::Cpu => Device::Cpu,
+                    DeviceRole::Alt => self.alt.clone().ok_or_else(|| {
+                        Outcome::Unsupported(
+                            "no second candle device here (cpu only: build with --features cuda \
+                             or metal on a machine that has one)"
+                                .into(),
+                        )
+                    })?,
+                };
+                // `let w = w.to_device(&dev)?`: the name is rebound; the VarMap and the
+                // optimizers keep the original Var.
+                let moved = ce(self.get(target)?.tensor().to_device(&dev))?;
+                self.bind(target.clone(), Handle::Tensor(moved));
+                Ok(())
+            }
+            // The nearest a candle user has to cloning a whole model: clone what the VarMap holds
+            // (`varmap.data().lock().unwrap().clone()`, a HashMap<String, Var>). Cloning a candle
+            // model struct (`Linear` etc. derive Clone) or `VarMap::clone` (Arc) or
+            // `all_vars()` gives the same Vars: Arc clones sharing the params' storage and ids.
+            Op::ModuleClone { name } => {
+                let cloned: HashMap<String, Var> = self.varmap.data().lock().unwrap().clone();
+                for p in self.params.clone() {
+                    if let Some(v) = cloned.get(&p) {
+                        self.bind(format!("{name}.{p}"), Handle::Var(v.clone()));
+                    }
+                }
+                Ok(())
+            }
+            Op::Valid {} | Op::Train {} => Err(Outcome::Unsupported(
+                "candle has no module train/eval modes (dropout etc. take a `train: bool` argument)"
+                    .into(),
+            )),
+            Op::NoGrad {} | Op::Freeze {} => Err(Outcome::Unsupported(
+                "candle has no requires-grad switch: a Var is always tracked; a user detaches \
+                 or leaves it out of the optimizer"
+                    .into(),
+            )),
+            Op::Read { target } => {
+                let t = self.get(target)?.tensor().clone();
+                ce(t.flatten_all().and_then(|f| f.to_vec1::<f32>())).map(|_| ())
+            }
+        }
+    }
+}
+
+impl Session for CandleSession {
+    fn apply(&mut self, op: &Op) -> Outcome {
+        match self.apply_inner(op) {
+            Ok(()) => Outcome::Ok,
+            Err(o) => o,
+        }
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.order.clone()
+    }
+
+    fn observe(&mut self, name: &str) -> Obs {
+        let Some(h) = self.bound.get(name) else {
+            return Obs::unreadable(format!("no tensor {name:?}"));
+        };
+        let t = h.tensor();
+        let (value, note) = match t.flatten_all().and_then(|f| f.to_vec1::<f32>()) {
+            Ok(v) => (Some(v), None),
+            Err(e) => (None, Some(format!("read failed: {}", msg(e)))),
+        };
+        Obs {
+            shape: t.dims().to_vec(),
+            value,
+            device: device_name(t.device()),
+            requires_grad: Some(t.is_variable()),
+            // A Var's id is its inner tensor's id.
+            identity: Some(format!("{:?}", t.id())),
+            initialized: true,
+            note,
+        }
+    }
+}
