@@ -437,6 +437,17 @@ def load_case(path: str | Path) -> Program:
 # Writing cases back (minimized findings, corpus exports).
 
 
+def _canonical_defaults(op: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional fields of ``op`` with the values loading would fill in."""
+    _, optional = OP_FIELDS[op["op"]]
+    out = {k: v for k, v in optional.items() if v is not None}
+    if op["op"] == "step":
+        probe = {"optimizer": op["optimizer"], "momentum": None, "weight_decay": None}
+        _step_defaults(probe)
+        out.update(momentum=probe["momentum"], weight_decay=probe["weight_decay"])
+    return out
+
+
 def case_document(program: Program) -> dict[str, Any]:
     doc: dict[str, Any] = {"format": FORMAT}
     if program.title:
@@ -462,11 +473,14 @@ def case_document(program: Program) -> dict[str, Any]:
     params = [t.name for t in program.tensors if t.trainable]
     for op in program.ops:
         out = {"op": op["op"]}
+        defaults = _canonical_defaults(op)
         for key, value in op.items():
             if key == "op":
                 continue
             if key == "index" and value is None:
                 continue  # TOML has no null: an absent index means "whole tensor"
+            if key in defaults and defaults[key] == value:
+                continue  # keep written cases short: defaults are filled in again on load
             if key == "value" and op["op"] == "write":
                 shape = shapes[op["target"]]
                 value = _nest(value, shape if op["index"] is None else shape[1:])

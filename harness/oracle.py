@@ -60,8 +60,8 @@ class Finding:
         a, b = self.targets
         sa, sb = self.sides
         if self.aspect == "verdict":
-            return (f"After `{self.op_label}` (op {self.op_index}), a `{self.method}` snapshot"
-                    f" ({self.subject}) {_say(sa)} on {a} but {_say(sb)} on {b}.")
+            return (f"After op {self.op_index} (`{self.op_label}`), the `{self.method}` snapshot"
+                    f" {self.subject} {_say(sa)} on {a} but {_say(sb)} on {b}.")
         if self.aspect == "identity":
             x, _, y = (self.subject or ",").partition(",")
             return (f"After op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa} objects"
@@ -136,8 +136,10 @@ def _nondeterministic_names(program: Program) -> set[str]:
 
 
 def _hidden_ops(a: Trace, b: Trace) -> set[int]:
-    return {i for i, (x, y) in enumerate(zip(a.steps, b.steps))
-            if x.status in ("unsupported", "skipped") or y.status in ("unsupported", "skipped")}
+    """Ops that did not run on both sides. Unsupported and skipped ops are never compared; an op
+    that failed on one side is reported once, as an ``error`` finding, and its effects are not
+    compared again as verdicts, identities or values."""
+    return {i for i, (x, y) in enumerate(zip(a.steps, b.steps)) if x.status != "ok" or y.status != "ok"}
 
 
 @dataclass

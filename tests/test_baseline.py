@@ -1,0 +1,44 @@
+"""The known-divergence baseline: well-formed, and every entry backed by a case that shows it on
+the real targets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.baseline import load_baseline
+from harness.ir import CaseError, load_case
+from harness.oracle import compare
+from tests.conftest import ROOT
+
+BASELINE = load_baseline()
+
+
+def test_every_entry_has_a_reason_reference_and_existing_case():
+    assert len(BASELINE.entries) >= 8
+    for e in BASELINE.entries:
+        assert e.reason and e.upstream, e.id
+        assert (ROOT / e.case).exists(), f"{e.id}: {e.case} does not exist"
+
+
+@pytest.mark.parametrize("entry", BASELINE.entries, ids=lambda e: e.id)
+def test_entry_case_shows_a_finding_the_entry_matches(entry, runner):
+    program = load_case(ROOT / entry.case)
+    findings = compare(program, runner.run_one(program))
+    matched = [f for f in findings if entry.matches(f)]
+    assert matched, f"{entry.case} shows none of {entry.id}; it shows {[f.signature for f in findings]}"
+    # the first entry that matches is the one reported: an earlier, broader entry must not steal it
+    assert any(BASELINE.match(f) is entry for f in matched)
+
+
+def test_bad_baseline_is_a_one_line_error(tmp_path: Path):
+    bad = tmp_path / "baseline.toml"
+    bad.write_text('[[known]]\nid = "x"\nreason = "r"\n')
+    with pytest.raises(CaseError) as info:
+        load_baseline(bad)
+    assert "known[0].case" in str(info.value) and "\n" not in str(info.value)
+    bad.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c"\ncolour = 1\n')
+    with pytest.raises(CaseError) as info:
+        load_baseline(bad)
+    assert "known[0].colour" in str(info.value)
