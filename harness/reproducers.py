@@ -13,9 +13,15 @@ the CPU, translating every op the way the probes do (``harness/targets/torch_wor
 
 (values row-major; ``uninitialized`` for a lazy param not yet created). An op the framework
 reported ``unsupported`` (or that failed) in the finding's repro result is emitted as a comment.
-The Rust projects pin the probes' crate versions and share the probes' profile, so with
-``CARGO_TARGET_DIR`` pointing at the probes' target directory and the probes' Cargo.lock copied
-in (``prepare_cargo_build``), no dependency is rebuilt.
+The Rust projects depend on their framework's crates only, pinned as in the probes, and use the
+probes' profile. Sharing the probes' ``CARGO_TARGET_DIR`` (with their Cargo.lock copied in,
+``prepare_cargo_build``) does not by itself avoid rebuilding candle or burn: cargo unifies features
+over everything one build resolves, and the probe workspace builds candle_probe, burn_probe and
+their serde/serde_json/tempfile together, so a one-framework project enables other features on
+shared crates (serde, half, rand, ...) and every crate above them gets a new hash. The test
+suite's builds therefore use ``write_project(..., unify_with_probes=True)``: the generated
+Cargo.toml then lists exactly the probe workspace's dependency set, so the resolved features, and
+so the compiled artifacts, are the workspace's own and only the reproducer crate is compiled.
 """
 
 from __future__ import annotations
@@ -37,18 +43,89 @@ LINE_RE = re.compile(r"^(initial|after op (\d+)): (\S+) = (.*)$")
 # Shared helpers.
 
 
-def _probe_dep_lines(crate: str) -> list[str]:
-    """The probe's dependency lines minus the protocol crate, with workspace deps spelled out."""
-    doc = tomllib.loads((PROBES_WORKSPACE / crate / "Cargo.toml").read_text(encoding="utf-8"))
-    ws = tomllib.loads((PROBES_WORKSPACE / "Cargo.toml").read_text(encoding="utf-8"))
-    wsdeps = ws.get("workspace", {}).get("dependencies", {})
-    lines = []
-    for name, spec in doc.get("dependencies", {}).items():
-        if isinstance(spec, dict) and "path" in spec:
-            continue
+# The crates a reproducer of each framework depends on (their version and features are read from
+# the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
+FRAMEWORK_CRATES = {"candle": ("candle-core", "candle-nn"), "burn": ("burn",)}
+
+
+def _load_toml(path: Path) -> dict:
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _workspace_members() -> list[Path]:
+    ws = _load_toml(PROBES_WORKSPACE / "Cargo.toml").get("workspace", {})
+    out: list[Path] = []
+    for pattern in ws.get("members", []):
+        out += sorted(p for p in PROBES_WORKSPACE.glob(pattern) if (p / "Cargo.toml").exists())
+    return out
+
+
+def _member_deps(member: Path, table: str = "dependencies") -> dict[str, dict]:
+    """A workspace member's registry dependencies (path deps, i.e. other members, left out),
+    ``workspace = true`` entries spelled out, each as a table (``{ version = ... }``)."""
+    wsdeps = _load_toml(PROBES_WORKSPACE / "Cargo.toml").get("workspace", {}).get("dependencies", {})
+    out: dict[str, dict] = {}
+    for name, spec in _load_toml(member / "Cargo.toml").get(table, {}).items():
         if isinstance(spec, dict) and spec.get("workspace"):
+            extra = [f for f in spec.get("features", [])]
             spec = wsdeps[name]
-        lines.append(f"{name} = {_toml_value(spec)}")
+            if extra:
+                spec = _spec(spec)
+                spec["features"] = sorted(set(spec.get("features", [])) | set(extra))
+        spec = _spec(spec)
+        if "path" in spec:
+            continue
+        out[name] = spec
+    return out
+
+
+def _spec(spec: Any) -> dict:
+    return {"version": spec} if isinstance(spec, str) else dict(spec)
+
+
+def _merge_spec(name: str, a: dict, b: dict) -> dict:
+    """Two members' requirements on one crate, as cargo unifies them (one version, the union of
+    the features, default features if either wants them)."""
+    if a == b:
+        return a
+    other = {k: v for k, v in {**a, **b}.items() if k not in ("features", "default-features")}
+    if a.get("version") != b.get("version") or any(a.get(k) != b.get(k) for k in other if k != "version"):
+        raise ValueError(f"rust_probes: members require {name} differently: {a} vs {b}")
+    out = dict(other)
+    feats = sorted(set(a.get("features", [])) | set(b.get("features", [])))
+    if feats:
+        out["features"] = feats
+    if a.get("default-features", True) is False and b.get("default-features", True) is False:
+        out["default-features"] = False
+    return out
+
+
+def _workspace_deps(table: str) -> dict[str, dict]:
+    """The union of every probe workspace member's registry dependencies of one kind."""
+    out: dict[str, dict] = {}
+    for member in _workspace_members():
+        for name, spec in _member_deps(member, table).items():
+            out[name] = _merge_spec(name, out[name], spec) if name in out else spec
+    return out
+
+
+def _dep_lines(deps: dict[str, dict]) -> list[str]:
+    return [f"{name} = {_toml_value(spec['version'] if list(spec) == ['version'] else spec)}"
+            for name, spec in deps.items()]
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def _toml_tables(prefix: str, table: dict) -> list[str]:
+    """``table`` as TOML tables under ``prefix`` (nested tables as ``[prefix.key]``)."""
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    lines = [f"[{prefix}]", *(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()), ""] \
+        if scalars or not table else []
+    for k, v in table.items():
+        if isinstance(v, dict):
+            lines += _toml_tables(f"{prefix}.{_toml_key(k)}", v)
     return lines
 
 
@@ -66,17 +143,41 @@ def _toml_value(v: Any) -> str:
     raise TypeError(v)
 
 
-def _cargo_toml(package: str, probe: str) -> str:
-    feats = tomllib.loads((PROBES_WORKSPACE / probe / "Cargo.toml").read_text(encoding="utf-8")).get("features", {})
-    feature_lines = [f"{k} = {_toml_value(v)}" for k, v in feats.items()]
+def _cargo_toml(package: str, framework: str, unify_with_probes: bool = False) -> str:
+    """The reproducer's Cargo.toml: its framework's crates, pinned as in the probe, the probe's
+    features and the probe workspace's profiles. ``unify_with_probes`` (test builds only) lists
+    the whole probe workspace's dependency set instead (see the module docstring)."""
+    probe = PROBES_WORKSPACE / f"{framework}_probe"
+    probe_deps = _member_deps(probe)
+    deps = {name: probe_deps[name] for name in FRAMEWORK_CRATES[framework]}
+    build_deps: dict[str, dict] = {}
+    note = [f"# Crate versions and features are pinned as in rust_probes/{framework}_probe/Cargo.toml."]
+    if unify_with_probes:
+        deps = {**deps, **{k: v for k, v in _workspace_deps("dependencies").items() if k not in deps}}
+        for k in FRAMEWORK_CRATES[framework]:
+            deps[k] = _merge_spec(k, probe_deps[k], _workspace_deps("dependencies")[k])
+        build_deps = _workspace_deps("build-dependencies")
+        note += [
+            "# Test build: the dependencies below are the whole probe workspace's (rust_probes/*/Cargo.toml),",
+            "# not only what this program uses. cargo unifies features over the dependency graph it resolves;",
+            "# with exactly the workspace's set, every dependency gets the workspace's features and so the same",
+            "# build hash, and a CARGO_TARGET_DIR shared with `cargo build --workspace --bins` in rust_probes",
+            "# reuses every compiled dependency (a candle- or burn-only set rebuilds serde, half, rand,",
+            "# candle-core or burn and everything above them: minutes instead of seconds).",
+        ]
+    feats = _load_toml(probe / "Cargo.toml").get("features", {})
+    feature_lines = [f"{k} = {_toml_value(v)}" for k, v in feats.items()
+                     if all(str(f).split("/", 1)[0].rstrip("?") in deps for f in v)]
+    profiles = _load_toml(PROBES_WORKSPACE / "Cargo.toml").get("profile", {})
     return "\n".join([
         "# Generated by aliasfuzz (harness/reproducers.py): a stand-alone reproducer.",
-        f"# Crate versions are pinned as in rust_probes/{probe}/Cargo.toml.",
+        *note,
         "[package]", f'name = "{package}"', 'version = "0.1.0"', 'edition = "2021"', "publish = false", "",
-        "[dependencies]", *_probe_dep_lines(probe), "",
+        "[dependencies]", *_dep_lines(deps), "",
+        *(["[build-dependencies]", *_dep_lines(build_deps), ""] if build_deps else []),
         "[features]", *feature_lines, "",
-        "# Same profile as the probes, so a shared CARGO_TARGET_DIR reuses their compiled dependencies.",
-        "[profile.dev]", "opt-level = 1", "", '[profile.dev.package."*"]', "opt-level = 2", "debug = false", "",
+        "# The probes' profiles (rust_probes/Cargo.toml): their kernels are built optimised.",
+        *(_toml_tables("profile", profiles) if profiles else []),
         "# Not part of any enclosing workspace.", "[workspace]", "",
     ])
 
@@ -111,7 +212,17 @@ def _comment_lines(prefix: str, i: int, op: dict, status: str, message: str | No
 
 
 def _rust_f32_list(values: Iterable[float]) -> str:
-    return "vec![" + ", ".join(_rust_float(v) for v in values) + "]"
+    """A ``Vec<f32>`` literal: the first element carries the type (an unsuffixed literal would make
+    ``Var::from_vec``/``TensorData::new``, generic over the element type, build an F64 tensor)."""
+    items = [_rust_float(v) for v in values]
+    if not items:
+        return "Vec::<f32>::new()"
+    return "vec![" + ", ".join([_rust_f32(items[0]), *items[1:]]) + "]"
+
+
+def _rust_f32(literal: str) -> str:
+    """A float literal typed f32 (``1.5f32``); ``f32::NAN`` and the like are already."""
+    return literal if literal.startswith("f32::") else literal + "f32"
 
 
 def _rust_float(v: float) -> str:
@@ -243,15 +354,15 @@ def torch_script(program: Program, repro: dict | None = None) -> str:
             tgt = op["target"]
             out += [f"# CPU only: `{op['device']}` is the CPU here. What module.to does to a param/buffer:",
                     f"if {tgt!r} in model._parameters and model._parameters[{tgt!r}] is names[{tgt!r}]:",
-                    f"    with torch.no_grad():",
+                    "    with torch.no_grad():",
                     f"        names[{tgt!r}].data = names[{tgt!r}].data.to({dev!r})",
                     f"elif {tgt!r} in model._buffers and model._buffers[{tgt!r}] is names[{tgt!r}]:",
                     f"    model._buffers[{tgt!r}] = names[{tgt!r}] = names[{tgt!r}].to({dev!r})",
                     "else:",
                     f"    names[{tgt!r}] = names[{tgt!r}].to({dev!r})"]
         elif kind == "module_clone":
-            out += [f"_m = copy.deepcopy(model)",
-                    f"for _k, _p in _m.named_parameters():",
+            out += ["_m = copy.deepcopy(model)",
+                    "for _k, _p in _m.named_parameters():",
                     f"    names[{op['name']!r} + '.' + _k] = _p"]
         elif kind in ("valid", "train"):
             out.append("model.eval()" if kind == "valid" else "model.train()")
@@ -283,11 +394,16 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
             order.append(name)
 
     def ten(name: str) -> str:
-        return f"{_ident(name)}.as_tensor()" if kinds[name] == "var" else f"(&{_ident(name)})"
+        """The name's tensor as a method receiver (``v.as_tensor()`` for a Var, else ``v``)."""
+        return f"{_ident(name)}.as_tensor()" if kinds[name] == "var" else _ident(name)
+
+    def ten_ref(name: str) -> str:
+        """The name's tensor as a ``&Tensor`` argument or operand."""
+        return f"{_ident(name)}.as_tensor()" if kinds[name] == "var" else f"&{_ident(name)}"
 
     def show(label: str) -> None:
         for n in order:
-            body.append(f'    show("{label}", "{n}", {ten(n)});')
+            body.append(f'    show("{label}", "{n}", {ten_ref(n)});')
 
     for t in program.tensors:
         v, shape = _ident(t.name), "(" + ", ".join(str(d) for d in t.shape) + ",)"
@@ -299,7 +415,7 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
             body.append(f"    let {v} = Tensor::from_vec({_rust_f32_list(t.value)}, {shape}, &dev)?;")
             bind(t.name, "tensor")
         else:
-            init = (f"Init::Const({_rust_float(t.fill or 0.0)} as f64)" if t.init != "uniform"
+            init = (f"Init::Const({_rust_f32(_rust_float(t.fill or 0.0))} as f64)" if t.init != "uniform"
                     else "Init::Uniform { lo: -1.0, up: 1.0 }")
             body.append(f'    varmap.get({shape}, "{t.name}", {init}, DType::F32, &dev)?;')
             body.append(f'    let {v} = varmap.data().lock().unwrap()["{t.name}"].clone();')
@@ -321,7 +437,7 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
             of, name, m = op["of"], _ident(op["name"]), op["method"]
             t = ten(of)
             src = _ident(of)
-            simple = {"detach": f"{t}.detach()", "copy": f"{t}.copy()?", "mul1": f"({t} * 1.0)?",
+            simple = {"detach": f"{t}.detach()", "copy": f"{t}.copy()?", "mul1": f"({ten_ref(of)} * 1.0)?",
                       "to_home": f"{t}.to_device({t}.device())?", "to_cpu": f"{t}.to_device(&Device::Cpu)?",
                       "contiguous": f"{t}.contiguous()?", "reshape": f"{t}.reshape({t}.elem_count())?",
                       "view_row": f"{t}.narrow(0, 0, 1)?", "transpose": f"{t}.t()?",
@@ -365,10 +481,10 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
                 else:
                     body.append(f"    {t}.slice_set(&{whole}, 0, 0)?;")
         elif kind == "fill":
-            body.append(f"    {ten(op['target'])}.const_set(({_rust_float(op['value'])} as f32).into())?;")
+            body.append(f"    {ten(op['target'])}.const_set({_rust_f32(_rust_float(op['value']))}.into())?;")
         elif kind == "scale":
             v = _ident(op["target"])
-            body.append(f"    {v}.set(&({v}.as_tensor() * {_rust_float(op['factor'])} as f64)?)?;")
+            body.append(f"    {v}.set(&({v}.as_tensor() * {_rust_f32(_rust_float(op['factor']))} as f64)?)?;")
         elif kind == "step":
             o, lr, _mom, betas, eps, wd = _step_fields(op)
             key = json.dumps(op, sort_keys=True)
@@ -380,7 +496,9 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
                     body.append(f"    let mut {var} = AdamW::new(varmap.all_vars(), ParamsAdamW {{ lr: {_rust_float(lr)}, "
                                 f"beta1: {_rust_float(betas[0])}, beta2: {_rust_float(betas[1])}, eps: {_rust_float(eps)}, "
                                 f"weight_decay: {_rust_float(0.0 if o == 'adam' else wd)} }})?;")
-            body.append(f"    {opt_keys[key]}.backward_step(&loss(&varmap, &grads)?)?;")
+            body.append("    if let Some(loss) = loss(&varmap, &grads)? {")
+            body.append(f"        {opt_keys[key]}.backward_step(&loss)?;")
+            body.append("    }")
         elif kind == "move":
             t = ten(op["target"])
             body.append(f"    let {_ident(op['target'])} = {t}.to_device(&Device::Cpu)?;  // `{op['device']}` is the CPU here")
@@ -399,7 +517,8 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
     head = [
         f"//! aliasfuzz reproducer (candle, CPU): {program.title or 'case'}",
         "//! Generated from the minimized case; depends only on candle. Prints every bound name after every op.",
-        "#![allow(unused_variables, unused_mut, unused_imports, clippy::all)]",
+        "// A fixed prelude of helpers: a program uses only some of them (dead_code).",
+        "#![allow(unused_variables, unused_mut, unused_imports, dead_code, clippy::all)]",
         "use candle_core::{DType, Device, Tensor, Var};",
         "use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarMap, SGD};",
         "use std::collections::HashMap;",
@@ -411,8 +530,8 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
         "    }",
         "}",
         "",
-        "/// loss = sum over the VarMap's vars of sum(var * grad).",
-        "fn loss(varmap: &VarMap, grads: &HashMap<String, Vec<f32>>) -> candle_core::Result<Tensor> {",
+        "/// loss = sum over the VarMap's vars of sum(var * grad) (None: no vars, nothing to train).",
+        "fn loss(varmap: &VarMap, grads: &HashMap<String, Vec<f32>>) -> candle_core::Result<Option<Tensor>> {",
         "    let vars: Vec<(String, Var)> = varmap.data().lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect();",
         "    let mut total: Option<Tensor> = None;",
         "    for (name, var) in &vars {",
@@ -420,7 +539,7 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
         "        let term = (var.as_tensor() * &g)?.sum_all()?;",
         "        total = Some(match total { None => term, Some(l) => (l + term)? });",
         "    }",
-        "    Ok(total.expect(\"the model has params\"))",
+        "    Ok(total)",
         "}",
         "",
         "fn main() -> candle_core::Result<()> {",
@@ -436,7 +555,8 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
 
 _BURN_HEAD = r'''//! aliasfuzz reproducer (burn, CPU flex backend with autodiff): {title}
 //! Generated from the minimized case; depends only on burn. Prints every bound name after every op.
-#![allow(unused_variables, unused_mut, unused_imports, deprecated, clippy::all)]
+// A fixed prelude of helpers: a program uses only some of them (dead_code).
+#![allow(unused_variables, unused_mut, unused_imports, deprecated, dead_code, clippy::all)]
 use burn::module::{{Module, Param, ParamId}};
 use burn::nn::Initializer;
 use burn::optim::decay::WeightDecayConfig;
@@ -452,7 +572,7 @@ pub struct Model {{
 }}
 
 fn show_t<const D: usize>(label: &str, name: &str, t: &Tensor<D>) {{
-    match t.to_data().convert::<f32>().to_vec::<f32>() {{
+    match t.to_data().try_to_vec_as::<f32>() {{
         Ok(v) => println!("{{label}}: {{name}} = {{v:?}}"),
         Err(e) => println!("{{label}}: {{name}} = unreadable ({{e:?}})"),
     }}
@@ -505,10 +625,58 @@ fn edit_param<const D: usize>(p: Param<Tensor<D>>, edit: &Edit) -> Param<Tensor<
     }})
 }}
 
-fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32]) -> Tensor<1> {{
+/// One term of the loss, `(p * g).sum()`, on the home device (after a `move` a param may be elsewhere).
+fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32], home: &Device) -> Tensor<1> {{
     let v = p.val();
     let g = Tensor::<D>::from_data(TensorData::new(grad.to_vec(), v.dims()), &v.device());
-    (v * g).sum()
+    let term = (v * g).sum();
+    if term.device() != *home {{ term.to_device(home) }} else {{ term }}
+}}
+
+/// The same layout with fresh, lazily zero-initialised params (new ParamIds) on `device`: the
+/// model a user builds from its config before `load_file`.
+fn skeleton(model: &Model, device: &Device) -> Model {{
+    fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device) -> Param<Tensor<D>> {{
+        let shape = p.lazy_shape();
+        let s2 = shape.clone();
+        Param::uninitialized(
+            ParamId::new(),
+            move |device, require_grad| {{
+                let t = Tensor::<D>::zeros(s2, device);
+                if require_grad {{ t.require_grad() }} else {{ t }}
+            }},
+            device.clone(),
+            true,
+            shape,
+        )
+    }}
+    Model {{
+        p1: model.p1.iter().map(|p| fresh(p, device)).collect(),
+        p2: model.p2.iter().map(|p| fresh(p, device)).collect(),
+        p3: model.p3.iter().map(|p| fresh(p, device)).collect(),
+    }}
+}}
+
+/// Checkpoint files written by `save_file`, removed when the program ends: a tensor loaded by
+/// `load_file` is backed by the file and reads it on access (deleting it early makes `to_data`
+/// panic with `host access failed`).
+struct Checkpoints(Vec<std::path::PathBuf>);
+
+impl Checkpoints {{
+    fn next(&mut self) -> std::path::PathBuf {{
+        let path = std::env::temp_dir()
+            .join(format!("aliasfuzz-repro-{{}}-{{}}.bpk", std::process::id(), self.0.len()));
+        self.0.push(path.clone());
+        path
+    }}
+}}
+
+impl Drop for Checkpoints {{
+    fn drop(&mut self) {{
+        for p in &self.0 {{
+            let _ = std::fs::remove_file(p);
+        }}
+    }}
 }}
 
 fn make_optimizer(kind: &str, momentum: f64, betas: [f64; 2], eps: f64, weight_decay: f64) -> ModuleOptimizer {{
@@ -527,6 +695,7 @@ fn make_optimizer(kind: &str, momentum: f64, betas: [f64; 2], eps: f64, weight_d
 }}
 
 fn main() {{
+    let mut checkpoints = Checkpoints(vec![]);  // declared first, so removed last
     let dev = Device::flex().autodiff();
     let mut model = Model {{ p1: vec![], p2: vec![], p3: vec![] }};
 '''
@@ -583,7 +752,8 @@ def burn_main(program: Program, repro: dict | None = None) -> str:
                     f"let t = Tensor::<{r}>::random({dims}, Distribution::Uniform(-1.0, 1.0), device); "
                     f"if require_grad {{ t.require_grad() }} else {{ t }} }}, dev.clone(), true, Shape::new({dims}))")
         else:
-            expr = f"Initializer::Constant {{ value: {_rust_float(t.fill or 0.0)} }}.init::<{r}, _>({dims}, &dev)"
+            expr = (f"Initializer::Constant {{ value: {_rust_f32(_rust_float(t.fill or 0.0))} as f64 }}"
+                    f".init::<{r}, _>({dims}, &dev)")
         body.append(f"    model.p{r}.push({expr});")
         params.append((t.name, r, counts[r], list(t.grad) if t.grad is not None else [1.0] * t.numel))
         bind(t.name, ("model", r, counts[r]))
@@ -600,8 +770,9 @@ def burn_main(program: Program, repro: dict | None = None) -> str:
         uses = [op[k] for k in ("of", "target") if k in op]
         if status == "ok" and any(slots.get(u) is None for u in uses):
             status, message = "not translated", "its input was not translated"
-        if status == "ok" and kind == "snapshot" and op["method"] in ("state_dict", "save_load"):
-            status, message = "not translated", "see rust_probes/burn_probe/src/session.rs (module record round trip)"
+        if (status == "ok" and kind == "snapshot" and op["method"] in ("state_dict", "save_load")
+                and slots[op["of"]][0] == "tensor"):
+            status, message = "unsupported", "burn records hold module params only, not a plain tensor"
         if status != "ok":
             body += ["    " + x for x in _comment_lines("//", i, op, status, message)]
             if kind == "snapshot":
@@ -617,6 +788,33 @@ def burn_main(program: Program, repro: dict | None = None) -> str:
             if m == "alias":
                 body.append(f"    let {v} = {ref(of)}.clone();  // a second handle on the same value")
                 bind(op["name"], ("param", r) if s[0] in ("model", "param") else ("tensor", r))
+            elif m in ("state_dict", "save_load"):
+                # The module the param lives in: a clone of the model, or a one-param model for a
+                # Param bound outside it (rust_probes/burn_probe/src/session.rs `module_of`).
+                if s[0] == "model":
+                    mod, at = "model.clone()", f"p{r}[{s[2]}]"
+                else:
+                    empty = {1: "vec![]", 2: "vec![]", 3: "vec![]"}
+                    empty[r] = f"vec![{cur[of]}.clone()]"
+                    mod = f"Model {{ p1: {empty[1]}, p2: {empty[2]}, p3: {empty[3]} }}"
+                    at = f"p{r}[0]"
+                if m == "state_dict":
+                    body += [f"    let {v} = {{",
+                             f"        let m = {mod};",
+                             "        let record = m.clone().into_record();",
+                             '        let loaded = m.try_load_record(record).unwrap_or_else(|e| panic!("load_record: {e}"));',
+                             f"        loaded.{at}.clone()",
+                             "    };"]
+                else:
+                    body += [f"    let {v} = {{",
+                             f"        let m = {mod};",
+                             "        let path = checkpoints.next();",
+                             "        let fresh = skeleton(&m, &dev);",
+                             '        m.save_file(&path).unwrap_or_else(|e| panic!("save_file: {e}"));',
+                             '        let loaded = fresh.try_load_file(&path).unwrap_or_else(|e| panic!("load_file: {e}"));',
+                             f"        loaded.{at}.clone()",
+                             "    };"]
+                bind(op["name"], ("param", r))
             else:
                 t = f"{ref(of)}.val()" if s[0] in ("model", "param") else f"{ref(of)}.clone()"
                 expr = {"clone": f"{t}.clone()", "detach": f"{t}.detach()", "mul1": f"{t}.mul_scalar(1.0)",
@@ -654,7 +852,7 @@ def burn_main(program: Program, repro: dict | None = None) -> str:
                 opt_keys[key] = var = f"opt{len(opt_keys)}"
                 body.append(f'    let mut {var} = make_optimizer("{o}", {_rust_float(mom)}, [{_rust_float(betas[0])}, '
                             f"{_rust_float(betas[1])}], {_rust_float(eps)}, {_rust_float(wd)});")
-            terms = [f"loss_term(&model.p{r}[{idx}], &{_rust_f32_list(g)})" for _, r, idx, g in params]
+            terms = [f"loss_term(&model.p{r}[{idx}], &{_rust_f32_list(g)}, &dev)" for _, r, idx, g in params]
             body += ["    {", f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
                      "        let grads = loss.backward();",
                      "        let gp = GradientsParams::from_grads(grads, &model);",
@@ -723,17 +921,20 @@ def write_reproducers(run_dir: str | Path, finding: dict) -> list[Path]:
         proj = case_path.with_name(f"{stem}-{fw}")
         (proj / "src").mkdir(parents=True, exist_ok=True)
         pkg = re.sub(r"[^a-z0-9_]", "_", f"repro_{stem}_{fw}".lower())
-        (proj / "Cargo.toml").write_text(_cargo_toml(pkg, f"{fw}_probe"), encoding="utf-8")
+        (proj / "Cargo.toml").write_text(_cargo_toml(pkg, fw), encoding="utf-8")
         (proj / "src" / "main.rs").write_text(gen(program, repro), encoding="utf-8")
         out.append(proj)
     return out
 
 
-def write_project(program: Program, framework: str, dest: Path, repro: dict | None = None) -> Path:
-    """One cargo project for ``framework`` (candle or burn) at ``dest`` (used by the tests)."""
+def write_project(program: Program, framework: str, dest: Path, repro: dict | None = None,
+                  unify_with_probes: bool = False) -> Path:
+    """One cargo project for ``framework`` (candle or burn) at ``dest`` (used by the tests).
+    ``unify_with_probes``: depend on the whole probe workspace's dependency set, so that a build
+    sharing the probes' CARGO_TARGET_DIR compiles only this crate (see the module docstring)."""
     gen = {"candle": candle_main, "burn": burn_main}[framework]
     (dest / "src").mkdir(parents=True, exist_ok=True)
-    (dest / "Cargo.toml").write_text(_cargo_toml(f"repro_{framework}", f"{framework}_probe"), encoding="utf-8")
+    (dest / "Cargo.toml").write_text(_cargo_toml(f"repro_{framework}", framework, unify_with_probes), encoding="utf-8")
     (dest / "src" / "main.rs").write_text(gen(program, repro), encoding="utf-8")
     return dest
 

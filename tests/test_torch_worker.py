@@ -8,7 +8,6 @@ derived from PyTorch's documentation or source, cited at each expectation, never
 from __future__ import annotations
 
 import json
-import math
 import os
 import selectors
 import signal
