@@ -376,6 +376,8 @@ class Session:
         self.modules = [self.model]  # the model and its module_clone copies
         self.clone_prefix: dict[int, str] = {}  # id(clone module) -> "<name>."
         self.names: dict[str, torch.Tensor] = {}
+        # Observation cache (see observe_all): name -> (key, last observation).
+        self._seen: dict[str, tuple[tuple, dict]] = {}
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
         self.optimizers: dict[tuple, torch.optim.Optimizer] = {}
@@ -594,12 +596,34 @@ class Session:
     # ---- observation ------------------------------------------------------------------------
 
     def observe_all(self) -> dict:
+        """Every bound name read to the host, skipping the read where nothing can have changed.
+
+        Reading a tensor (detach, copy to host, format every float) is the worker's hot path.
+        A name is re-read only when its key changed (object, version counter, storage, layout,
+        flags) or when any name sharing its storage changed: tensors over one storage may have
+        separate version counters (``torch.from_numpy``, ``copy.copy``), so a write through one
+        must invalidate all of them."""
+        keys: dict[str, tuple | None] = {}
+        for name, t in self.names.items():
+            try:
+                keys[name] = (id(t), t._version, t.untyped_storage().data_ptr(), t.storage_offset(),
+                              tuple(t.shape), t.stride(), t.requires_grad, str(t.device))
+            except Exception:  # noqa: BLE001 - no key: always read
+                keys[name] = None
+        dirty = {k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k}
         out = {}
         for name, t in self.names.items():
+            key = keys[name]
+            seen = self._seen.get(name)
+            if key is not None and seen is not None and seen[0] == key and key[2] not in dirty:
+                out[name] = seen[1]
+                continue
             try:
                 out[name] = _obs(t)
             except Exception as e:  # noqa: BLE001 - an unreadable tensor is data, not a crash
                 out[name] = _unreadable(f"{type(e).__name__}: {e}")
+            if key is not None:
+                self._seen[name] = (key, out[name])
         return out
 
 
