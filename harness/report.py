@@ -107,7 +107,10 @@ def load_run(run_dir: str | Path) -> Run:
                 continue
         if len(recs) > len(findings):
             findings = recs
-    return Run(path, state, [f for f in findings if isinstance(f, dict)])
+    findings = [f for f in findings if isinstance(f, dict)]
+    # New findings first (what a reader acts on), each group in the order found.
+    findings.sort(key=lambda f: f.get("status") != "new")
+    return Run(path, state, findings)
 
 
 def _read(run: Run, rel: str | None) -> str | None:
