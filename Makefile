@@ -37,7 +37,7 @@ fuzz: probes
 	@echo "report: $(RUN)/report.html (and report.md); history: reports/history.html"
 
 test: probes
-	cd rust_probes && CARGO_TARGET_DIR="$$($(PY) -c 'from harness.paths import cargo_target_dir; print(cargo_target_dir())')" cargo test --workspace -q
+	$(PY) -m harness.build --cargo-test
 	$(PY) -m pytest -q
 
 bench: probes

@@ -56,12 +56,24 @@ def build(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
     return result.returncode
 
 
+def cargo_test(quiet: bool = False) -> int:
+    """``cargo test --workspace`` in the same target directory as the probe build (the probes'
+    own unit tests: protocol encoding, pinned versions)."""
+    cmd = ["cargo", "test", "--workspace", "-q"]
+    env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
+    print(f"aliasfuzz build: {' '.join(cmd)}", flush=True)
+    return run(cmd, cwd=PROBES_WORKSPACE, env=env, quiet=quiet, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.build", description=__doc__)
     parser.add_argument("--full", default="0", help="1: also build burn's wgpu backend")
     parser.add_argument("--cuda", default="0", help="1: build candle's and burn's CUDA backends")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--cargo-test", action="store_true", help="run the probes' cargo tests instead")
     args = parser.parse_args(argv)
+    if args.cargo_test:
+        return cargo_test(args.quiet)
     return build(args.full == "1", args.cuda == "1", args.quiet)
 
 
