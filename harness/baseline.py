@@ -66,8 +66,9 @@ class Baseline:
         return None
 
 
-def load_baseline(path: str | Path = BASELINE) -> Baseline:
-    path = Path(path)
+def load_baseline(path: str | Path | None = None) -> Baseline:
+    """The baseline at ``path``, or the bundled one."""
+    path = Path(path) if path else BASELINE
     if not path.exists():
         return Baseline([], str(path))
     try:

@@ -218,17 +218,12 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
     returns None. Everything it learns goes out through ``emit``."""
     from .repro import run_case
-    from .runner import Runner
-    from .targets.registry import discover
+    from .targets.registry import open_runner
 
-    baseline = load_baseline(config.baseline) if config.baseline else load_baseline()
-    found = discover(config.targets)
-    if not found.targets:
-        found.close()
-        raise CampaignError("no target is available (run `aliasfuzz targets`)")
-    runner = Runner(found.targets)
-    infos = {t.id: t.info for t in found.targets}
-    versions = {t.id: dict(t.info.versions) for t in found.targets}
+    baseline = load_baseline(config.baseline)
+    runner, found = open_runner(config.targets)
+    infos = runner.infos
+    versions = {tid: dict(info.versions) for tid, info in infos.items()}
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
                     deadline=deadline)
     engine.started -= elapsed_before

@@ -47,25 +47,17 @@ def cmd_targets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _open_targets(spec: str | None):
-    from .targets.registry import discover, parse_target_list
-
-    return discover(parse_target_list(spec))
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from .baseline import load_baseline
     from .repro import render, run_case
-    from .runner import Runner
+    from .targets.registry import open_runner, parse_target_list
 
     programs = [(Path(c), load_case(c)) for c in args.cases]  # validate every case before starting
-    baseline = load_baseline(args.baseline) if args.baseline else load_baseline()
-    found = _open_targets(args.targets)
-    if not found.targets:
-        found.close()
-        return _err("no target is available (run `aliasfuzz targets`)")
-    runner = Runner(found.targets)
-    infos = {t.id: t.info for t in found.targets}
+    baseline = load_baseline(args.baseline)
+    runner, _ = open_runner(parse_target_list(args.targets))
+    infos = runner.infos
     status = EXIT_OK
     docs = []
     try:

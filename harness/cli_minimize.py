@@ -24,12 +24,10 @@ def cmd_minimize(args: argparse.Namespace) -> int:
     from .engine import Engine
     from .baseline import load_baseline
     from .oracle import compare
-    from .runner import Runner
-    from .targets.registry import discover, parse_target_list
+    from .targets.registry import open_runner, parse_target_list
 
     program = load_case(args.case)
-    found = discover(parse_target_list(args.targets))
-    runner = Runner(found.targets)
+    runner, _ = open_runner(parse_target_list(args.targets))
     try:
         findings = compare(program, runner.run_one(program))
         if not findings:

@@ -23,6 +23,11 @@ class Runner:
     def ids(self) -> list[str]:
         return [t.id for t in self.targets]
 
+    @property
+    def infos(self) -> dict:
+        """Target id -> ``TargetInfo`` (versions, devices, supported ops)."""
+        return {t.id: t.info for t in self.targets}
+
     def run(self, programs: Sequence[Program]) -> list[dict[str, Trace]]:
         """One ``{target id: trace}`` per program, in program order."""
         return self.submit(programs)()

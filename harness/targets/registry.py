@@ -34,6 +34,19 @@ class Discovery:
         self.close()
 
 
+def open_runner(wanted: Iterable[str] | None = None):
+    """Discovers the wanted targets and returns a ``Runner`` over them plus the discovery (for
+    what was unavailable). ``SetupError`` when no target is left."""
+    from ..runner import Runner
+
+    found = discover(wanted)
+    if not found.targets:
+        found.close()
+        why = "; ".join(f"{fw}: {msg}" for fw, msg in found.unavailable.items())
+        raise SetupError("no target is available" + (f" ({why})" if why else " (run `aliasfuzz targets`)"))
+    return Runner(found.targets), found
+
+
 def parse_target_list(text: str | None) -> list[str] | None:
     if not text:
         return None
