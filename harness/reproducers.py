@@ -211,6 +211,13 @@ def _comment_lines(prefix: str, i: int, op: dict, status: str, message: str | No
     return [f"{prefix} op {i}: {_op_text(op)}", f"{prefix}   not run: the framework reported `{status}`{msg}"]
 
 
+def _replace_model_param(slot: tuple, expr: str) -> str:
+    """A burn line that takes the model's param out of its slot as ``p`` and puts ``expr`` back
+    (burn calls consume the param, as the probe's ``Param::map`` edits do)."""
+    where = f"model.p{slot[1]}[{slot[2]}]"
+    return f"    {{ let p = std::mem::replace(&mut {where}, placeholder()); {where} = {expr}; }}"
+
+
 def _rust_f32_list(values: Iterable[float]) -> str:
     """A ``Vec<f32>`` literal: the first element carries the type (an unsuffixed literal would make
     ``Var::from_vec``/``TensorData::new``, generic over the element type, build an F64 tensor)."""
@@ -838,8 +845,7 @@ def burn_main(program: Program, repro: dict | None = None) -> str:
             tgt = op["target"]
             s = slots[tgt]
             if s[0] == "model":
-                body.append(f"    {{ let p = std::mem::replace(&mut model.p{s[1]}[{s[2]}], placeholder()); "
-                            f"model.p{s[1]}[{s[2]}] = edit_param(p, &{edit}); }}")
+                body.append(_replace_model_param(s, f"edit_param(p, &{edit})"))
             else:
                 v = new_var(tgt)
                 fn = "edit_param" if s[0] == "param" else "edit_tensor"
@@ -864,8 +870,7 @@ def burn_main(program: Program, repro: dict | None = None) -> str:
             tgt = op["target"]
             s = slots[tgt]
             if s[0] == "model":
-                body.append(f"    {{ let p = std::mem::replace(&mut model.p{s[1]}[{s[2]}], placeholder()); "
-                            f"model.p{s[1]}[{s[2]}] = Module::{call}(p, &{dev}); }}")
+                body.append(_replace_model_param(s, f"Module::{call}(p, &{dev})"))
             else:
                 v = new_var(tgt)
                 body.append(f"    let {v} = Module::{call}({cur[tgt]}, &{dev});")

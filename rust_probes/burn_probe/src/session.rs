@@ -487,20 +487,12 @@ impl BurnSession {
                 self.optims.len() - 1
             }
         };
-        let lens = (self.model.p1.len(), self.model.p2.len(), self.model.p3.len());
-        let model = std::mem::replace(&mut self.model, Model::empty());
-        let opt = &mut self.optims[at].1;
-        match catch_unwind(AssertUnwindSafe(|| opt.step(lr, model, gp))) {
-            Ok(m) => {
-                self.model = m;
-                Outcome::Ok
-            }
-            Err(p) => {
-                let msg = panic_text(p);
-                self.lose_model(lens, &msg);
-                Outcome::Error(msg)
-            }
-        }
+        // The optimizer leaves the list while it steps (model_op borrows self), then goes back
+        // to the same place, so its state persists.
+        let (key, mut opt) = self.optims.remove(at);
+        let outcome = self.model_op(|m| opt.step(lr, m, gp));
+        self.optims.insert(at, (key, opt));
+        outcome
     }
 
     fn module_clone(&mut self, name: &str) -> Outcome {
