@@ -86,6 +86,25 @@ def open_cpu_targets(wanted: list[str] | None):
     return found
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU seconds a process has used (Linux ``/proc``), None when it is gone."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the command name may hold spaces
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_snapshot(engine: Engine) -> dict[str, float | None]:
+    out: dict[str, float | None] = {"worker": time.process_time()}  # every thread of this process
+    for t in engine.runner.targets:
+        out[t.id] = cpu_seconds(t.process.pid)
+    return out
+
+
 def _chunks(config: BenchConfig, start: int = 0, step: int = 1, max_ops: int | None = None):
     n_chunks = -(-config.programs // config.chunk_size)
     for k in range(start, n_chunks, step):
@@ -106,13 +125,20 @@ def measure_ceiling(config: BenchConfig) -> tuple[float, int]:
     return time.perf_counter() - start, n
 
 
-def measure_engine(engine: Engine, config: BenchConfig) -> tuple[float, int, int]:
+def measure_engine(engine: Engine, config: BenchConfig) -> tuple[float, int, int, dict[str, float]]:
+    """Wall seconds, programs, divergent programs, and CPU seconds per process (the worker and
+    each target) over the run."""
+    before = _cpu_snapshot(engine)
     start = time.perf_counter()
     n = divergent = 0
     for programs, results in pipeline(engine, _chunks(config)):
         n += len(programs)
         divergent += sum(1 for _, _, f in results if f)
-    return time.perf_counter() - start, n, divergent
+    wall = time.perf_counter() - start
+    after = _cpu_snapshot(engine)
+    cpu = {k: after[k] - before[k] for k in before
+           if before[k] is not None and after.get(k) is not None}  # a restarted probe is left out
+    return wall, n, divergent, cpu
 
 
 def measure_engine_serial(engine: Engine, config: BenchConfig) -> tuple[float, int]:
@@ -278,11 +304,18 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         fig["ceiling_pps"] = n / seconds
         log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s")
 
-        seconds, n, divergent = measure_engine(engine, config)
+        seconds, n, divergent, cpu = measure_engine(engine, config)
         fig["engine_pps"] = n / seconds
         fig["divergent_programs"] = divergent
         log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s "
             f"({divergent} of {n} programs diverge)")
+        # Where the CPU goes. A worker whose processes keep `cores_used` cores busy can gain at
+        # most min(workers, cpus) / cores_used from more workers: that bounds the 2-worker figure.
+        fig["cpu_ms_per_program"] = {k: v / n * 1e3 for k, v in cpu.items()}
+        fig["cores_used_1worker"] = sum(cpu.values()) / seconds
+        fig["scaling_bound_2workers"] = min(2, os.cpu_count() or 1) / fig["cores_used_1worker"]
+        log("    CPU per program: " + ", ".join(f"{k} {v:.2f} ms" for k, v in fig["cpu_ms_per_program"].items())
+            + f"; one worker keeps {fig['cores_used_1worker']:.2f} cores busy")
 
         seconds, n = measure_engine_serial(engine, config)
         fig["engine_serial_pps"] = n / seconds
@@ -315,7 +348,8 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
             fig["engine_2workers_pps"] = n / seconds
             fig["ratio_2workers"] = fig["engine_2workers_pps"] / fig["engine_pps"]
             log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s "
-                f"({fig['ratio_2workers']:.2f}x one; target >= 1.6)")
+                f"({fig['ratio_2workers']:.2f}x one; target >= 1.6; CPU bound on "
+                f"{min(2, os.cpu_count() or 1)} cores: {fig['scaling_bound_2workers']:.2f}x)")
             found = open_cpu_targets(config.targets)
             runner = Runner(found.targets)
             engine = Engine(runner, _no_baseline())

@@ -8,6 +8,7 @@ derived from PyTorch's documentation or source, cited at each expectation, never
 from __future__ import annotations
 
 import json
+import math
 import os
 import selectors
 import signal
@@ -559,6 +560,15 @@ def test_non_finite_values_travel_as_strings(worker):
     # tensor changes nothing, so it is not reported as changed
     assert "w" not in trace["steps"][0]["changed"]
     assert trace["steps"][1]["changed"]["w"]["value"] == [1.0, "NaN", 3.0]
+
+
+def test_changed_compares_values_by_bit_pattern(worker):
+    # -0.0 == 0.0 as floats but not as float32 bits: writing -0 over 0 is a change (as in the
+    # Rust Obs: PartialEq); writing the same bits again is not
+    trace = worker.run([param("w", [2], [0, 1])], [write("w", [-0.0, 1]), write("w", [-0.0, 1])])
+    assert trace["steps"][0]["changed"]["w"]["value"] == [-0.0, 1.0]
+    assert math.copysign(1, trace["steps"][0]["changed"]["w"]["value"][0]) == -1
+    assert "w" not in trace["steps"][1]["changed"]
 
 
 def test_float32_values_use_the_shortest_f32_digits(worker):

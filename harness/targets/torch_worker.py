@@ -348,6 +348,8 @@ def _unreadable(note: str) -> dict:
 def _same_obs(a: dict | None, b: dict) -> bool:
     """``Obs: PartialEq`` of the Rust crate: values compare by float32 bit pattern, so a tensor
     holding a NaN is not reported as changed after every op."""
+    if a is b:  # ``observe_all`` hands back the same dict for a tensor it did not re-read
+        return True
     if a is None or a.keys() != b.keys():
         return False
     for k in a:
@@ -355,15 +357,17 @@ def _same_obs(a: dict | None, b: dict) -> bool:
             va, vb = a[k], b[k]
             if (va is None) != (vb is None):
                 return False
-            if va is not None and (len(va) != len(vb) or any(_bits(x) != _bits(y) for x, y in zip(va, vb))):
+            if va is not None and (len(va) != len(vb) or _bits(va) != _bits(vb)):
                 return False
         elif a[k] != b[k]:
             return False
     return True
 
 
-def _bits(x: float) -> bytes:
-    return struct.pack("<f", x)
+def _bits(values: list[float]) -> bytes:
+    """The float32 bit patterns of ``values``, packed in one call (``struct`` rounds each float to
+    float32 as ``f32`` does, and keeps NaN payloads and the sign of zero)."""
+    return struct.pack(f"<{len(values)}f", *values)
 
 
 class Session:
@@ -607,7 +611,7 @@ class Session:
         for name, t in self.names.items():
             try:
                 keys[name] = (id(t), t._version, t.untyped_storage().data_ptr(), t.storage_offset(),
-                              tuple(t.shape), t.stride(), t.requires_grad, str(t.device))
+                              t.shape, t.stride(), t.requires_grad, t.device)
             except Exception:  # noqa: BLE001 - no key: always read
                 keys[name] = None
         dirty = {k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k}

@@ -1,0 +1,44 @@
+"""``aliasfuzz bench --json`` on a tiny configuration: every figure the issue names is present and
+consistent with the others. No speed is asserted here (figures belong to the benchmark's output,
+not to a timed test); what is checked is that the benchmark measures what it says."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import run_cli
+
+
+def test_bench_json_has_every_figure_and_they_agree():
+    proc = run_cli("bench", "--json", "--targets", "candle:cpu,burn:flex", "--programs", "16",
+                   "--chunk-size", "8", "--spawn-programs", "1", "--length-programs", "2",
+                   "--rss-programs", "16", timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    fig = json.loads(proc.stdout)  # stdout is the JSON object alone; progress went to stderr
+    assert "(a) ceiling" in proc.stderr and "two workers" in proc.stderr
+
+    assert sorted(fig["targets"]) == ["burn:flex", "candle:cpu"]
+    for key in ("ceiling_pps", "engine_pps", "spawn_pps", "engine_2workers_pps", "engine_serial_pps"):
+        assert fig[key] > 0, key
+    assert fig["ratio_ceiling"] == fig["engine_pps"] / fig["ceiling_pps"]
+    assert fig["ratio_spawn"] == fig["engine_pps"] / fig["spawn_pps"]
+    assert fig["ratio_2workers"] == fig["engine_2workers_pps"] / fig["engine_pps"]
+    assert set(fig["per_length"]) == {"8", "16", "32", "64"}
+    assert all(v > 0 for v in fig["per_length"].values())
+    assert set(fig["per_target"]) == set(fig["targets"])
+
+    # CPU accounting: the worker and every target, and the bound it puts on more workers
+    assert set(fig["cpu_ms_per_program"]) == {"worker", *fig["targets"]}
+    assert all(v >= 0 for v in fig["cpu_ms_per_program"].values())
+    assert fig["cpu_ms_per_program"]["worker"] > 0  # Hypothesis and the oracle run here
+    assert fig["cores_used_1worker"] > 0
+    assert abs(fig["scaling_bound_2workers"] * fig["cores_used_1worker"] - min(2, fig["cpus"])) < 1e-9
+
+    # memory: the first and last sample, the worker and every probe measured
+    rss = fig["rss"]
+    assert rss[0]["programs"] == 0 and rss[-1]["programs"] == 16
+    for point in rss:
+        assert point["worker_kib"] > 0
+        assert all(point[t] > 0 for t in fig["targets"])
+    assert set(fig["rss_growth_kib"]) == {"worker_kib", *fig["targets"]}
+    assert fig["restarts"] == {t: 0 for t in fig["targets"]}
