@@ -19,6 +19,8 @@ def register(sub) -> callable:
     p.add_argument("--length-programs", type=int, default=64, help="programs per length (8/16/32/64 ops)")
     p.add_argument("--rss-programs", type=int, default=5000,
                    help="programs in the memory run (0 skips it; the issue's figure: 100000)")
+    p.add_argument("--repeat", type=int, default=3,
+                   help="runs per throughput figure; the middle one is reported (default 3)")
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker figure")
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     return cmd_bench
@@ -28,14 +30,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchConfig, run_bench
     from .targets.registry import parse_target_list
 
-    for name in ("programs", "chunk_size", "spawn_programs", "length_programs"):
+    for name in ("programs", "chunk_size", "spawn_programs", "length_programs", "repeat"):
         if getattr(args, name) < 1:
             print(f"aliasfuzz: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
     config = BenchConfig(seed=args.seed, programs=args.programs, chunk_size=args.chunk_size, profile=args.profile,
                          targets=parse_target_list(args.targets), spawn_programs=args.spawn_programs,
                          length_programs=args.length_programs, rss_programs=max(0, args.rss_programs),
-                         workers=not args.no_workers)
+                         workers=not args.no_workers, repeat=args.repeat)
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
         (lambda line: print(line, flush=True))
     result = run_bench(config, log=log)
