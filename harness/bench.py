@@ -18,13 +18,15 @@ Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
 - ``rss``: resident memory of the worker (this process) and of every probe, sampled during a
   long run (``--rss-programs``; the issue's figure is ``--rss-programs 100000``).
 
-Figures are wall-clock on a shared machine: the load average is printed with them, and the
-throughput figures (ceiling, engine, two workers) are the middle of ``repeat`` runs, each run's
-figure kept under ``<name>_runs``.
+Figures are wall-clock on a shared machine: the load average is printed with them. The ceiling,
+the engine and the two workers are timed back to back in each of ``repeat`` rounds; each figure
+is the middle round's (every round's under ``<name>_runs``) and each ratio between them is the
+middle of the per-round ratios, so a drift in machine speed between rounds cancels out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import threading
@@ -54,7 +56,7 @@ class BenchConfig:
     rss_programs: int = 5000
     rss_points: int = 10
     workers: bool = True
-    repeat: int = 3
+    repeat: int = 5
 
 
 @dataclass
@@ -269,36 +271,56 @@ def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) 
         runner.close()
 
 
-def measure_workers(config: BenchConfig, workers: int = 2, repeat: int = 1) -> list[tuple[float, int]]:
-    """``repeat`` rounds over the same chunks; per round, the wall time from the moment every
-    worker is warm and waiting until the last one is done, and the programs run."""
-    ctx = mp.get_context("spawn")
-    rounds = [ctx.Event() for _ in range(repeat)]
-    counters = [ctx.Value("i", 0) for _ in range(repeat)]
-    ready, outq = ctx.Semaphore(0), ctx.Queue()
-    procs = [ctx.Process(target=_worker_main, args=(config.__dict__, w, rounds, counters, ready, outq), daemon=True)
-             for w in range(workers)]
-    for p in procs:
-        p.start()
-    out = []
-    try:
-        for go in rounds:
-            for _ in procs:
-                ready.acquire()
-            start = time.perf_counter()
-            go.set()
-            results = [outq.get() for _ in procs]
-            end = time.perf_counter()
-            bad = [r for r in results if r[1] < 0]
-            if bad:
-                raise RuntimeError(f"bench worker failed: {bad[0][2]}")
-            out.append((end - start, sum(r[1] for r in results)))
-    finally:
-        for p in procs:
+class WorkerRounds:
+    """Two (or more) warm worker processes, each with its own probes, that run the benchmark's
+    chunks once per ``round()``, claiming chunks from a shared counter as campaign workers do.
+
+    Starting them (importing torch, starting probes, warming Hypothesis) happens in
+    ``__enter__``, before any round is timed; between rounds the workers wait on an event, so
+    the parent can time other figures while they hold no CPU."""
+
+    def __init__(self, config: BenchConfig, workers: int = 2, rounds: int = 1):
+        ctx = mp.get_context("spawn")
+        self._go = [ctx.Event() for _ in range(rounds)]
+        self._counters = [ctx.Value("i", 0) for _ in range(rounds)]
+        self._ready, self._outq = ctx.Semaphore(0), ctx.Queue()
+        self._procs = [ctx.Process(target=_worker_main, daemon=True,
+                                   args=(config.__dict__, w, self._go, self._counters, self._ready, self._outq))
+                       for w in range(workers)]
+        self._next = 0
+
+    def __enter__(self) -> "WorkerRounds":
+        for p in self._procs:
+            p.start()
+        return self
+
+    def round(self) -> tuple[float, int]:
+        """Wall seconds from the moment every worker is warm and waiting until the last one is
+        done, and the programs run."""
+        for _ in self._procs:
+            while not self._ready.acquire(timeout=1.0):
+                dead = [p for p in self._procs if p.exitcode is not None]
+                if dead:  # died before it could say so (an import or start-up failure)
+                    raise RuntimeError(f"bench worker exited with code {dead[0].exitcode} before its round")
+        go = self._go[self._next]
+        self._next += 1
+        start = time.perf_counter()
+        go.set()
+        results = [self._outq.get() for _ in self._procs]
+        end = time.perf_counter()
+        bad = [r for r in results if r[1] < 0]
+        if bad:
+            raise RuntimeError(f"bench worker failed: {bad[0][2]}")
+        return end - start, sum(r[1] for r in results)
+
+    def __exit__(self, *exc) -> None:
+        unfinished = self._next < len(self._go)  # an error in the parent: stop the workers now
+        for p in self._procs:
+            if unfinished:
+                p.kill()  # its probes see their stdin close and exit
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    return out
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -337,25 +359,40 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         warm = generate(16, 12345, config.profile)  # first-use costs (imports, caches) out of the timings
         engine.check(warm)
 
-        # Throughput figures are the median of `repeat` runs over the same programs (a shared
-        # 2-core machine varies by 10-20% from one run to the next); the spread is printed.
-        rates = []
-        for _ in range(config.repeat):
-            seconds, n = measure_ceiling(config)
-            rates.append(n / seconds)
-        fig["ceiling_pps"], fig["ceiling_pps_runs"] = _median(rates), rates
-        log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s{_spread(rates)}")
-
-        runs = [measure_engine(engine, config) for _ in range(config.repeat)]
-        rates = [n / seconds for seconds, n, _, _ in runs]
-        seconds, n, divergent, cpu = sorted(runs, key=lambda r: r[1] / r[0])[len(runs) // 2]
-        fig["engine_pps"], fig["engine_pps_runs"] = _median(rates), rates
+        # The throughput figures are measured in `repeat` rounds, each round timing the ceiling,
+        # the engine and the two workers back to back on the same programs: this machine's speed
+        # drifts by up to 30% within a minute, so each ratio is taken within a round and the
+        # middle round's figure is reported (every round's is kept under `<name>_runs`).
+        rounds: dict[str, list] = {"ceiling": [], "engine": [], "engine_2workers": []}
+        engine_runs = []
+        with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
+            for r in range(config.repeat):
+                seconds, n = measure_ceiling(config)
+                rounds["ceiling"].append(n / seconds)
+                engine_runs.append(measure_engine(engine, config))
+                rounds["engine"].append(engine_runs[-1][1] / engine_runs[-1][0])
+                if workers is not None:
+                    seconds, n = workers.round()
+                    rounds["engine_2workers"].append(n / seconds)
+                log(f"    round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rounds.items() if v)
+                    + " programs/s")
+        for name, rates in rounds.items():
+            if rates:
+                fig[f"{name}_pps"], fig[f"{name}_pps_runs"] = _median(rates), rates
+        fig["ratio_ceiling"] = _median([e / c for e, c in zip(rounds["engine"], rounds["ceiling"])])
+        if rounds["engine_2workers"]:
+            fig["ratio_2workers"] = _median([w / e for w, e in zip(rounds["engine_2workers"], rounds["engine"])])
+        seconds, n, divergent, cpu = sorted(engine_runs, key=lambda r: r[1] / r[0])[len(engine_runs) // 2]
         fig["divergent_programs"] = divergent
-        log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s{_spread(rates)} "
+        log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s{_spread(rounds['ceiling'])}")
+        log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s{_spread(rounds['engine'])} "
             f"({divergent} of {n} programs diverge)")
-        # Where the CPU goes (the median run): one worker already keeps more than one core busy
-        # (its targets compute while it draws the next chunk), which is what a second worker on
-        # a 2-core machine competes with.
+        if "ratio_2workers" in fig:
+            log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s"
+                f"{_spread(rounds['engine_2workers'])}; {fig['ratio_2workers']:.2f}x one (target >= 1.6)")
+        # Where the CPU goes (the middle engine run): one worker already keeps more than one core
+        # busy (its targets compute while it draws the next chunk), and that is the CPU a second
+        # worker on a 2-core machine competes for.
         fig["cpu_ms_per_program"] = {k: v / n * 1e3 for k, v in cpu.items()}
         fig["cores_used_1worker"] = sum(cpu.values()) / seconds
         log("    CPU per program: " + ", ".join(f"{k} {v:.2f} ms" for k, v in fig["cpu_ms_per_program"].items())
@@ -370,7 +407,6 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         fig["spawn_pps"] = len(spawn_programs) / seconds
         log(f"(c) spawn per program:           {fig['spawn_pps']:8.2f} programs/s")
 
-        fig["ratio_ceiling"] = fig["engine_pps"] / fig["ceiling_pps"]
         fig["ratio_spawn"] = fig["engine_pps"] / fig["spawn_pps"]
         log(f"(b)/(a) = {fig['ratio_ceiling']:.2f} (target >= 0.5);  (b)/(c) = {fig['ratio_spawn']:.0f} (target >= 20)")
 
@@ -385,17 +421,6 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         fig["per_length_generate"] = {str(k): v for k, v in gen_cost.items()}
         log("    per program by length (run + oracle | generation): " + "; ".join(
             f"{k} ops {run_cost[k] * 1e3:.1f} | {gen_cost[k] * 1e3:.1f} ms" for k in LENGTHS))
-
-        if config.workers:
-            runner.close()  # free the cores for the two workers
-            rates = [n / seconds for seconds, n in measure_workers(config, 2, config.repeat)]
-            fig["engine_2workers_pps"], fig["engine_2workers_pps_runs"] = _median(rates), rates
-            fig["ratio_2workers"] = fig["engine_2workers_pps"] / fig["engine_pps"]
-            log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s{_spread(rates)} "
-                f"({fig['ratio_2workers']:.2f}x one; target >= 1.6)")
-            found = open_cpu_targets(config.targets)
-            runner = Runner(found.targets)
-            engine = Engine(runner, _no_baseline())
 
         if config.rss_programs:
             log(f"    rss over {config.rss_programs} programs:")

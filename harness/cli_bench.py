@@ -19,8 +19,8 @@ def register(sub) -> callable:
     p.add_argument("--length-programs", type=int, default=64, help="programs per length (8/16/32/64 ops)")
     p.add_argument("--rss-programs", type=int, default=5000,
                    help="programs in the memory run (0 skips it; the issue's figure: 100000)")
-    p.add_argument("--repeat", type=int, default=3,
-                   help="runs per throughput figure; the middle one is reported (default 3)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="runs per throughput figure; the middle one is reported (default 5)")
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker figure")
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
     return cmd_bench

@@ -243,15 +243,23 @@ def replay(engine: Engine, programs: Iterable[Program], on_new: Callable[[Record
 
 
 def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
-    """``Engine.check`` over a lazy stream of chunks, drawing chunk k+1 (the iterator's work:
-    Hypothesis) while the targets run chunk k. Yields ``(programs, check results)`` per chunk;
-    the targets are idle while the consumer holds a chunk, so it may shrink findings then."""
+    """``Engine.check`` over a lazy stream of chunks, keeping the targets busy: chunk k+1 is
+    drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets start
+    on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)`` per
+    chunk. The consumer may use the targets while it holds a chunk (to shrink a finding): the
+    runner first lets the chunk in flight finish and keeps its traces for this pipeline."""
     it = iter(chunks)
     current = next(it, None)
-    while current is not None:
-        wait = engine.runner.submit(current)
-        following = next(it, None)  # drawn while the targets run ``current``
-        results = wait()
-        engine.programs_run += len(current)
-        yield current, [(p, traces, compare(p, traces)) for p, traces in zip(current, results)]
-        current = following
+    wait = engine.runner.submit(current) if current is not None else None
+    following_wait = None
+    try:
+        while current is not None:
+            following = next(it, None)  # drawn while the targets run ``current``
+            results = wait()
+            following_wait = engine.runner.submit(following) if following is not None else None
+            engine.programs_run += len(current)
+            yield current, [(p, traces, compare(p, traces)) for p, traces in zip(current, results)]
+            current, wait, following_wait = following, following_wait, None
+    finally:
+        if following_wait is not None:
+            following_wait()  # a consumer that stops early leaves no batch running on the probes

@@ -10,6 +10,20 @@ from .targets.base import Target
 from .trace import Trace
 
 
+class _InFlight:
+    """The batch the targets are running, if any. A runner and its subsets share one: the
+    processes take one batch at a time, so submitting another first waits for this one (its
+    results stay with its ``collect``)."""
+
+    def __init__(self) -> None:
+        self.collect: Callable[[], list[dict[str, Trace]]] | None = None
+
+    def drain(self) -> None:
+        if self.collect is not None:
+            collect, self.collect = self.collect, None
+            collect()
+
+
 class Runner:
     """One thread per target: each thread only waits on its own process's pipe, so the targets
     compute concurrently while the GIL is free."""
@@ -18,6 +32,7 @@ class Runner:
         self.targets = list(targets)
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="target")
         self._owner = True
+        self._flight = _InFlight()
 
     @property
     def ids(self) -> list[str]:
@@ -34,17 +49,25 @@ class Runner:
 
     def submit(self, programs: Sequence[Program]) -> Callable[[], list[dict[str, Trace]]]:
         """Starts ``programs`` on every target and returns at once; calling the result waits for
-        the traces (as ``run`` returns them). One batch in flight at a time: collect it before
-        submitting the next or using the targets otherwise."""
+        the traces (as ``run`` returns them; calling it again returns the same lists). A batch
+        still in flight on these processes (from this runner or a subset) is waited for first,
+        so a consumer may run programs while a pipeline has submitted the next chunk."""
         if not programs:
             return lambda: []
+        self._flight.drain()
         wires = [p.to_wire() for p in programs]
         futures = [(t.id, self._pool.submit(t.run_wire, wires)) for t in self.targets]
+        done: list[list[dict[str, Trace]]] = []
 
         def collect() -> list[dict[str, Trace]]:
-            results = {tid: f.result() for tid, f in futures}
-            return [{tid: results[tid][i] for tid in results} for i in range(len(programs))]
+            if not done:
+                results = {tid: f.result() for tid, f in futures}
+                done.append([{tid: results[tid][i] for tid in results} for i in range(len(programs))])
+            if self._flight.collect is collect:
+                self._flight.collect = None
+            return done[0]
 
+        self._flight.collect = collect
         return collect
 
     def subset(self, ids: Sequence[str]) -> "Runner":
@@ -54,6 +77,7 @@ class Runner:
         sub.targets = [t for t in self.targets if t.id in ids]
         sub._pool = self._pool
         sub._owner = False
+        sub._flight = self._flight
         return sub
 
     def run_one(self, program: Program) -> dict[str, Trace]:

@@ -111,3 +111,48 @@ def test_generation_is_deterministic():
     b = [p.key() for p in generate(30, seed=1234, profile="default")]
     c = [p.key() for p in generate(30, seed=1235, profile="default")]
     assert a == b and a != c
+
+
+def test_pipeline_results_equal_check_even_when_the_consumer_runs_programs(fake_runner):
+    # pipeline() submits chunk k+1 before yielding chunk k; a consumer that runs programs while
+    # holding chunk k (as shrinking does) must neither disturb chunk k+1's traces nor see them
+    from harness.engine import pipeline
+
+    chunks = [generate(12, seed=s, profile="quick") for s in (7, 8, 9)]
+    engine = Engine(fake_runner, Baseline([]))
+    expected = [[(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in engine.check(c)] for c in chunks]
+    got = []
+    for programs, results in pipeline(engine, iter(chunks)):
+        assert signatures(fake_runner, PLANTED)  # the targets, used mid-pipeline
+        got.append([(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in results])
+    assert got == expected
+
+
+def test_pipeline_stopped_early_leaves_no_batch_running(fake_runner):
+    from harness.engine import pipeline
+
+    engine = Engine(fake_runner, Baseline([]))
+    chunks = iter([generate(6, seed=s, profile="quick") for s in (1, 2, 3)])
+    stream = pipeline(engine, chunks)
+    next(stream)  # chunk 1 held; chunk 2 is running on the targets
+    assert fake_runner._flight.collect is not None
+    stream.close()  # the consumer stops (a campaign's budget ran out)
+    assert fake_runner._flight.collect is None
+    assert next(chunks, None) is not None  # chunk 3 was never drawn
+    # the probes answer the next batch with its own traces
+    assert signatures(fake_runner, PLANTED)
+
+
+def test_runner_collect_is_idempotent_and_submit_waits_for_the_batch_in_flight(fake_runner):
+    a, b = generate(5, seed=21, profile="quick"), generate(5, seed=22, profile="quick")
+    wait_a = fake_runner.submit(a)
+    wait_b = fake_runner.subset(fake_runner.ids).submit(b)  # a subset shares the processes
+    got_b, got_a = wait_b(), wait_a()
+    assert wait_a() is got_a
+    assert [sorted(t) for t in got_a] == [sorted(fake_runner.ids)] * 5
+
+    def observed(results):  # what a trace says, less its timing
+        return [{k: {**v.to_json(), "elapsed_us": None} for k, v in t.items()} for t in results]
+
+    assert observed(got_a) == observed(fake_runner.run(a))
+    assert observed(got_b) == observed(fake_runner.run(b))
