@@ -292,16 +292,23 @@ class WorkerRounds:
     def __enter__(self) -> "WorkerRounds":
         for p in self._procs:
             p.start()
+        try:
+            self._wait_ready()  # their start-up must not overlap anything the parent times
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
-    def round(self) -> tuple[float, int]:
-        """Wall seconds from the moment every worker is warm and waiting until the last one is
-        done, and the programs run."""
+    def _wait_ready(self) -> None:
         for _ in self._procs:
             while not self._ready.acquire(timeout=1.0):
                 dead = [p for p in self._procs if p.exitcode is not None]
                 if dead:  # died before it could say so (an import or start-up failure)
                     raise RuntimeError(f"bench worker exited with code {dead[0].exitcode} before its round")
+
+    def round(self) -> tuple[float, int]:
+        """Wall seconds from the moment every worker is warm and waiting until the last one is
+        done, and the programs run."""
         go = self._go[self._next]
         self._next += 1
         start = time.perf_counter()
@@ -311,6 +318,8 @@ class WorkerRounds:
         bad = [r for r in results if r[1] < 0]
         if bad:
             raise RuntimeError(f"bench worker failed: {bad[0][2]}")
+        if self._next < len(self._go):
+            self._wait_ready()  # idle again before the parent times its next figure
         return end - start, sum(r[1] for r in results)
 
     def __exit__(self, *exc) -> None:
