@@ -9,6 +9,7 @@ versions gives the same programs, in any number of workers and after a resume.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field
@@ -261,5 +262,6 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
             yield current, [(p, traces, compare(p, traces)) for p, traces in zip(current, results)]
             current, wait, following_wait = following, following_wait, None
     finally:
-        if following_wait is not None:
-            following_wait()  # a consumer that stops early leaves no batch running on the probes
+        if following_wait is not None:  # a consumer that stops early leaves no batch running
+            with contextlib.suppress(Exception):  # its traces are dropped; do not mask an error
+                following_wait()
