@@ -4,7 +4,8 @@ Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
 
 - ``ceiling``: Hypothesis drawing the programs, nothing executed (``engine.generate``);
 - ``engine``: the full engine, generate + run on every CPU target + oracle, as a campaign worker
-  does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k);
+  does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
+  while the oracle compares chunk k);
   ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
 - ``spawn``: the naive baseline, a fresh probe process per program and target (start, handshake,
   one program, exit), the targets run concurrently, then the oracle;

@@ -249,7 +249,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
                 claimed.append(chunk)
                 yield engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
 
-        # Chunk k+1 is drawn while the targets run chunk k (see engine.pipeline).
+        # Chunk k+1 is drawn while the targets run chunk k, and runs while chunk k is compared;
+        # shrinking a finding of chunk k first lets it finish (see engine.pipeline).
         for programs, results in pipeline(engine, chunks()):
             chunk = claimed.pop(0)
             engine.record(results, on_new, known)
