@@ -114,9 +114,21 @@ def _cpu_snapshot(engine: Engine) -> dict[str, float | None]:
     return out
 
 
-def _chunks(config: BenchConfig):
+def _chunks(config: BenchConfig, counter=None):
+    """The benchmark's chunks, in order; with a shared ``counter`` (a ``multiprocessing.Value``),
+    only those this process claims first, as campaign workers claim chunks, so one slow chunk
+    does not leave another worker idle."""
     n_chunks = -(-config.programs // config.chunk_size)
-    for k in range(n_chunks):
+    k = -1
+    while True:
+        if counter is None:
+            k += 1
+        else:
+            with counter.get_lock():
+                k = counter.value
+                counter.value += 1
+        if k >= n_chunks:
+            return
         yield generate(config.chunk_size, chunk_seed(config.seed, k), config.profile)
 
 
@@ -237,19 +249,6 @@ def measure_rss(engine: Engine, config: BenchConfig, log) -> list[dict[str, Any]
 # -- two workers --------------------------------------------------------------------------------
 
 
-def _claimed_chunks(config: BenchConfig, counter):
-    """The benchmark's chunks, each drawn by whichever worker claims it first (as campaign
-    workers claim chunks from a shared counter), so one slow chunk does not idle the other."""
-    n_chunks = -(-config.programs // config.chunk_size)
-    while True:
-        with counter.get_lock():
-            k = counter.value
-            counter.value += 1
-        if k >= n_chunks:
-            return
-        yield generate(config.chunk_size, chunk_seed(config.seed, k), config.profile)
-
-
 def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) -> None:
     config = BenchConfig(**config_json)
     found = open_cpu_targets(config.targets)
@@ -262,7 +261,7 @@ def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) 
             ready.release()
             go.wait()
             n = 0
-            for programs, _results in pipeline(engine, _claimed_chunks(config, counter)):
+            for programs, _results in pipeline(engine, _chunks(config, counter)):
                 n += len(programs)
             outq.put((worker, n, ""))
     except BaseException as e:  # reported by the parent
@@ -371,7 +370,7 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
 
         # The throughput figures are measured in `repeat` rounds, each round timing the ceiling,
         # the engine and the two workers back to back on the same programs: this machine's speed
-        # drifts by up to 30% within a minute, so each ratio is taken within a round and the
+        # drifts by up to 1.8x within a minute, so each ratio is taken within a round and the
         # middle round's figure is reported (every round's is kept under `<name>_runs`).
         rounds: dict[str, list] = {"ceiling": [], "engine": [], "engine_2workers": []}
         engine_runs = []

@@ -50,3 +50,17 @@ def test_bench_json_has_every_figure_and_they_agree():
         assert all(point[t] > 0 for t in fig["targets"])
     assert set(fig["rss_growth_kib"]) == {"worker_kib", *fig["targets"]}
     assert fig["restarts"] == {t: 0 for t in fig["targets"]}
+
+
+def test_workers_claiming_chunks_draw_every_chunk_once():
+    import multiprocessing as mp
+
+    from harness.bench import BenchConfig, _chunks
+
+    config = BenchConfig(programs=40, chunk_size=8, profile="quick")  # 5 chunks
+    counter = mp.get_context("spawn").Value("i", 0)
+    first, second = _chunks(config, counter), _chunks(config, counter)
+    claimed = [next(first), next(second), next(second)] + list(first) + list(second)
+    keys = lambda chunks: sorted(p.key() for chunk in chunks for p in chunk)  # noqa: E731
+    assert len(claimed) == 5
+    assert keys(claimed) == keys(_chunks(config))
