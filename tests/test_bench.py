@@ -31,7 +31,7 @@ def test_bench_json_has_every_figure_and_they_agree():
     assert all(v > 0 for v in fig["per_length"].values())
     assert set(fig["per_target"]) == set(fig["targets"])
 
-    # CPU accounting: the worker and every target, and the bound it puts on more workers
+    # CPU accounting: the worker and every target, and the cores one worker keeps busy
     assert set(fig["cpu_ms_per_program"]) == {"worker", *fig["targets"]}
     assert all(v >= 0 for v in fig["cpu_ms_per_program"].values())
     assert fig["cpu_ms_per_program"]["worker"] > 0  # Hypothesis and the oracle run here
