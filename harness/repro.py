@@ -53,7 +53,7 @@ class ReproResult:
 
 def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
              baseline: Baseline | None = None) -> ReproResult:
-    traces = runner.run_one(program)
+    traces = runner.run_one(program, every_target=True)
     findings = compare(program, traces)
     result = ReproResult(program, infos, traces, findings)
     result.verdict_maps = {t: verdicts(program, tr) for t, tr in traces.items()}

@@ -43,26 +43,44 @@ class Runner:
         """Target id -> ``TargetInfo`` (versions, devices, supported ops)."""
         return {t.id: t.info for t in self.targets}
 
-    def run(self, programs: Sequence[Program]) -> list[dict[str, Trace]]:
+    def run(self, programs: Sequence[Program], *, every_target: bool = False) -> list[dict[str, Trace]]:
         """One ``{target id: trace}`` per program, in program order."""
-        return self.submit(programs)()
+        return self.submit(programs, every_target=every_target)()
 
-    def submit(self, programs: Sequence[Program]) -> Callable[[], list[dict[str, Trace]]]:
+    def submit(self, programs: Sequence[Program], *,
+               every_target: bool = False) -> Callable[[], list[dict[str, Trace]]]:
         """Starts ``programs`` on every target and returns at once; calling the result waits for
         the traces (as ``run`` returns them; calling it again returns the same lists). A batch
         still in flight on these processes (from this runner or a subset) is waited for first,
-        so a consumer may run programs while a pipeline has submitted the next chunk."""
+        so a consumer may run programs while a pipeline has submitted the next chunk.
+
+        A variant target is only sent the programs it is ``needed`` for (those with an op it
+        declares it ``differs_on``); the others have no trace from it, so the oracle does not
+        compare it there. ``every_target`` runs every program everywhere (a replayed case shows
+        every column)."""
         if not programs:
             return lambda: []
         self._flight.drain()
         wires = [p.to_wire() for p in programs]
-        futures = [(t.id, self._pool.submit(t.run_wire, wires)) for t in self.targets]
+        futures = []
+        for t in self.targets:
+            if every_target or t.info.differs_on is None:
+                picked = None
+            else:
+                picked = [i for i, p in enumerate(programs) if t.needed(p)]
+            if picked is None:
+                futures.append((t.id, range(len(programs)), self._pool.submit(t.run_wire, wires)))
+            elif picked:
+                futures.append((t.id, picked, self._pool.submit(t.run_wire, [wires[i] for i in picked])))
         done: list[list[dict[str, Trace]]] = []
 
         def collect() -> list[dict[str, Trace]]:
             if not done:
-                results = {tid: f.result() for tid, f in futures}
-                done.append([{tid: results[tid][i] for tid in results} for i in range(len(programs))])
+                per_program: list[dict[str, Trace]] = [{} for _ in programs]
+                for tid, picked, f in futures:
+                    for i, trace in zip(picked, f.result()):
+                        per_program[i][tid] = trace
+                done.append(per_program)
             if self._flight.collect is collect:
                 self._flight.collect = None
             return done[0]
@@ -80,8 +98,8 @@ class Runner:
         sub._flight = self._flight
         return sub
 
-    def run_one(self, program: Program) -> dict[str, Trace]:
-        return self.run([program])[0]
+    def run_one(self, program: Program, *, every_target: bool = False) -> dict[str, Trace]:
+        return self.run([program], every_target=every_target)[0]
 
     def close(self) -> None:
         if not self._owner:

@@ -40,6 +40,21 @@ def test_short_campaign_finds_torch_candle_and_torch_burn_divergences(runner):
     assert checked >= 2
 
 
+def test_the_foreach_variant_runs_only_programs_with_a_step(runner):
+    # torch:cpu+foreach declares it differs only on `step`: a campaign does not run it on a
+    # program without one (its trace would be torch:cpu's), and a replay runs it everywhere.
+    sub = runner.subset(["torch:cpu", "torch:cpu+foreach"])
+    with_step = load_case(CASES / "padded_clone_20ops.toml")
+    assert any(op["op"] == "step" for op in with_step.ops)
+    no_step = with_step.with_ops([op for op in with_step.ops if op["op"] != "step"])
+    got = sub.run([no_step, with_step])
+    assert list(got[0]) == ["torch:cpu"]
+    assert list(got[1]) == ["torch:cpu", "torch:cpu+foreach"]
+    assert list(sub.run_one(no_step, every_target=True)) == ["torch:cpu", "torch:cpu+foreach"]
+    for traces in got:
+        assert all(tr.ok for tr in traces.values())
+
+
 def test_minimize_cli_shrinks_a_padded_20_op_case(tmp_path):
     case = CASES / "padded_clone_20ops.toml"
     assert len(load_case(case).ops) == 20

@@ -185,6 +185,9 @@ def test_hello(worker):
     if torch.cuda.is_available():
         assert devices["cpu"]["alt"] == "cuda" and devices["cuda"]["alt"] == "cpu"
         assert {"cuda+foreach", "cuda+fused"} <= set(devices)
+    # a variant declares the ops where its code differs; a plain device declares nothing
+    for name, d in devices.items():
+        assert d.get("differs_on") == (["step"] if "+" in name else None), name
     ops = SCHEMA["$defs"]["op"]["oneOf"][-1]["properties"]["op"]["not"]["enum"]
     assert sorted(h["ops"]) == sorted(ops)
     assert sorted(h["methods"]) == sorted(SCHEMA["$defs"]["method"]["enum"])

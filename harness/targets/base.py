@@ -41,11 +41,15 @@ class TargetInfo:
     versions: dict[str, str]
     ops: tuple[str, ...]
     methods: tuple[str, ...]
+    # A variant device's ``differs_on`` (PROTOCOL.md): the ops where it runs other code than its
+    # plain device. None: it runs other code everywhere (every plain device, every Rust probe).
+    differs_on: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "framework": self.framework, "device": self.device, "alt": self.alt,
                 "kind": self.kind, "versions": dict(self.versions), "ops": list(self.ops),
-                "methods": list(self.methods)}
+                "methods": list(self.methods),
+                **({"differs_on": list(self.differs_on)} if self.differs_on is not None else {})}
 
 
 @dataclass
@@ -305,6 +309,12 @@ class Target:
 
     def supports(self, op: str) -> bool:
         return op in self.info.ops
+
+    def needed(self, program: Program) -> bool:
+        """False when ``program`` has none of the ops where this variant differs from its plain
+        device: its trace would be the plain device's, so a campaign need not run it here."""
+        ops = self.info.differs_on
+        return ops is None or any(op.get("op") in ops for op in program.ops)
 
     def run(self, program: Program) -> Trace:
         return self.run_batch([program])[0]

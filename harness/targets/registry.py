@@ -89,7 +89,8 @@ def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
                 continue
             info = TargetInfo(tid, fw, dev["name"], dev.get("alt"), dev.get("kind", "cpu"),
                               dict(hello.get("versions", {})), tuple(hello.get("ops", ())),
-                              tuple(hello.get("methods", ())))
+                              tuple(hello.get("methods", ())),
+                              tuple(dev["differs_on"]) if dev.get("differs_on") is not None else None)
             if used_first:
                 proc = ProbeProcess(f"{fw}:{dev['name']}", plugin.command(), cwd=plugin.CWD,
                                     env=proc_env, timeout_s=timeout_s)

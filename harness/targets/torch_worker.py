@@ -296,6 +296,10 @@ def _device_table() -> dict:
 
 
 DEVICES = _device_table()
+# A variant changes only the optimizer implementation (``Session._optimizer``), which only
+# ``step`` uses: on a program without a step a variant device makes the same calls as its plain
+# device, so the harness need not run it there (PROTOCOL.md, ``differs_on``).
+VARIANT_DIFFERS_ON = ("step",)
 
 
 def hello() -> dict:
@@ -305,7 +309,9 @@ def hello() -> dict:
         "framework": "torch",
         "versions": {"torch": torch.__version__, "python": platform.python_version(),
                      "numpy": np.__version__},
-        "devices": [{"name": n, "alt": d[3], "kind": d[2]} for n, d in DEVICES.items()],
+        "devices": [{"name": n, "alt": d[3], "kind": d[2],
+                     **({"differs_on": list(VARIANT_DIFFERS_ON)} if d[1] != "plain" else {})}
+                    for n, d in DEVICES.items()],
         "ops": list(ALL_OPS),
         "methods": list(ALL_METHODS),
     }
