@@ -62,6 +62,9 @@ class CampaignConfig:
     chunk_size: int = 64
     shrink_time_s: float = 30.0
     baseline: str | None = None
+    # The budget bounds drawing programs; findings still unshrunk when it runs out may be shrunk
+    # for this much longer, so a short campaign's last chunk is not reported unshrunk.
+    shrink_grace_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -216,7 +219,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
                 emit: Callable[[tuple], None], known: Callable[[str], bool], elapsed_before: float,
                 replay_programs: list[Program], deadline: float | None = None) -> None:
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
-    returns None. Everything it learns goes out through ``emit``."""
+    returns None. Everything it learns goes out through ``emit``. ``deadline`` (``time.time()``)
+    bounds shrinking: the budget's end plus the shrink grace."""
     from .repro import run_case
     from .targets.registry import open_runner
 
@@ -290,7 +294,7 @@ def _worker_process(config_json: dict, worker: int, counter, limit, deadline, ou
     try:
         worker_loop(config, worker, claim, outq.put, known, elapsed_before,
                     [program_from_bytes(r) for r in replay_raw],
-                    deadline.value)
+                    deadline.value + config.shrink_grace_s)
     except Exception as e:  # reported by the parent; the other workers go on
         outq.put(("error", f"worker {worker}: {type(e).__name__}: {e}"))
     outq.put(("done", worker))
@@ -320,9 +324,10 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
     if resume:
         state = folder.load_state()
         saved = CampaignConfig(**state["config"])
-        # A resume continues the same campaign: same seed, targets and profile; the budget
-        # and worker count may change.
+        # A resume continues the same campaign: same seed, targets and profile; the budget,
+        # worker count and shrink grace may change.
         saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
+        saved.shrink_grace_s = config.shrink_grace_s
         config = saved
         records = folder.load_findings()
         if records:  # rebuild the list from the journal (the journal is the truth)
@@ -387,11 +392,22 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             errors.append(msg[1])
             log(f"error: {msg[1]}")
 
+    ended = []
+
+    def budget_ended() -> bool:
+        if time.monotonic() - start < budget:
+            return False
+        if not ended:
+            ended.append(True)
+            log(f"budget reached: no new programs; finishing the chunks under way"
+                + (f" (shrinking may take up to {config.shrink_grace_s:g} s more)" if config.shrink_grace_s else ""))
+        return True
+
     if config.workers <= 1:
         counter = [state["next_chunk"]]
 
         def claim() -> int | None:
-            if time.monotonic() - start >= budget:
+            if budget_ended():
                 return None
             if chunk_limit >= 0 and counter[0] >= chunk_limit:
                 return None
@@ -399,7 +415,7 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             return counter[0] - 1
 
         worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay,
-                    time.time() + budget if budget != float("inf") else None)
+                    time.time() + budget + config.shrink_grace_s if budget != float("inf") else None)
     else:
         ctx = mp.get_context("spawn")
         manager = ctx.Manager()
@@ -417,6 +433,7 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             p.start()
         alive = config.workers
         while alive:
+            budget_ended()
             try:
                 msg = outq.get(timeout=1.0)
             except queue_mod.Empty:

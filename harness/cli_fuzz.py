@@ -26,6 +26,9 @@ def register(sub) -> callable:
     p.add_argument("--chunk-size", type=int, default=64, help="programs generated and run per batch")
     p.add_argument("--shrink-time", type=float, default=None,
                    help="seconds to shrink each finding (default: 30, or a tenth of a shorter budget)")
+    p.add_argument("--shrink-grace", type=float, default=None,
+                   help="seconds past the budget for shrinking findings still unshrunk when it ends "
+                        "(default: a quarter of the budget, 10 s to 5 min)")
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
@@ -49,6 +52,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                                 targets=parse_target_list(args.targets), profile=args.profile,
                                 workers=args.workers, db=args.db, chunk_size=args.chunk_size,
                                 shrink_time_s=_shrink_time(args.shrink_time, budget),
+                                shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
                                 baseline=args.baseline)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
@@ -92,6 +96,18 @@ def _shrink_time(given: float | None, budget: float | None) -> float:
     if budget is None:
         return 30.0
     return max(3.0, min(30.0, budget / 10))
+
+
+def _shrink_grace(given: float | None, budget: float | None) -> float:
+    """Time past the budget for shrinking: findings of the last chunks come in all at once (one
+    chunk can hold dozens of new signatures), and a report of unshrunk cases is of little use."""
+    if given is not None:
+        if given < 0:
+            raise CampaignError("--shrink-grace must not be negative")
+        return given
+    if budget is None:
+        return 0.0  # no deadline: every finding is shrunk for its full --shrink-time
+    return max(10.0, min(300.0, budget / 4))
 
 
 class _Display:

@@ -136,9 +136,16 @@ class Recorded:
 
 
 def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
+    """The targets a finding is shrunk on. A whole-program failure needs a partner that runs the
+    program cleanly: another framework's primary target if there is one (the failing
+    framework's other devices and variants likely fail alike, and a variant is not sent programs
+    without an op it differs on), else any other target."""
     ids = [t for t in finding.targets if t in all_ids]
-    if len(ids) == 1:  # a whole-program failure: compare against any other target
-        ids += [t for t in all_ids if t != ids[0]][:1]
+    if len(ids) == 1:
+        framework = ids[0].split(":", 1)[0]
+        others = [t for t in all_ids if t != ids[0]]
+        others.sort(key=lambda t: (t.split(":", 1)[0] == framework, "+" in t))  # stable: runner order
+        ids += others[:1]
     return ids
 
 

@@ -134,3 +134,27 @@ def test_junit_known_and_new(tmp_path):
     assert cases[0].find("failure") is not None and cases[1].find("failure") is None
     assert "K1" in cases[1].find("system-out").text
     assert not list(tmp_path.glob("sub/.*tmp"))
+
+
+def test_findings_left_when_the_budget_ends_are_shrunk_in_the_grace(tmp_path):
+    # A corpus replayed under a zero budget: every finding comes after the budget's end. Without
+    # a grace it is recorded unshrunk (complete: false); with one it is shrunk to completion.
+    env = fake_probe_dir(tmp_path)
+    db = tmp_path / "corpus"
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+                "--shrink-time", "10", "--db", str(db), "--out", str(tmp_path / "fill"), "--no-report", env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    found = {}
+    for grace in ("0", "60"):
+        out = tmp_path / f"grace{grace}"
+        r = run_cli("fuzz", "--targets", "candle", "--budget", "0s", "--shrink-grace", grace, "--seed", "2",
+                    "--shrink-time", "10", "--db", str(db), "--out", str(out), "--no-report", env=env)
+        assert r.returncode in (0, 1), r.stdout + r.stderr
+        assert json.loads((out / "campaign.json").read_text())["config"]["shrink_grace_s"] == float(grace)
+        found[grace] = json.loads((out / "findings.json").read_text())
+    assert found["0"] and {f["signature"] for f in found["0"]} == {f["signature"] for f in found["60"]}
+    assert all(f["shrink_complete"] is False and f["shrink_runs"] == 0 for f in found["0"])
+    assert all(f["shrink_complete"] is True for f in found["60"])
+    # a negative grace is a usage error, on one line
+    r = run_cli("fuzz", "--budget", "1s", "--shrink-grace", "-1", "--out", str(tmp_path / "bad"), env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

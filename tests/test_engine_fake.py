@@ -174,3 +174,22 @@ def test_a_variant_runs_only_the_programs_with_an_op_it_differs_on():
         assert compare(no_step, everywhere)  # the declaration was the test's, not the probe's
     finally:
         runner.close()
+
+
+def test_a_whole_program_failure_is_shrunk_against_another_framework():
+    # The partner must run the program cleanly: another framework's plain target first (the same
+    # framework's devices and variants likely fail alike; a variant skips programs without a step).
+    from harness.engine import _targets_for
+    from harness.oracle import Finding
+
+    def partner(failing, ids):
+        f = Finding("crash", "status", (failing, "-"), "program", None, ("crash", "ok"))
+        return _targets_for(f, ids)
+
+    ids = ["torch:cpu", "torch:cpu+foreach", "candle:cpu", "burn:flex"]
+    assert partner("torch:cpu", ids) == ["torch:cpu", "candle:cpu"]
+    assert partner("candle:cpu", ids) == ["candle:cpu", "torch:cpu"]
+    assert partner("torch:cpu", ["torch:cpu+foreach", "torch:cpu"]) == ["torch:cpu", "torch:cpu+foreach"]
+    assert partner("burn:flex", ["burn:flex", "burn:ndarray"]) == ["burn:flex", "burn:ndarray"]
+    pair = Finding("framework", "verdict", ("candle:cpu", "torch:cpu"), "write", "clone", ("follows", "keeps"))
+    assert _targets_for(pair, ids) == ["candle:cpu", "torch:cpu"]

@@ -44,6 +44,10 @@ CLEAN = program([W], [{"op": "snapshot", "name": "c", "of": "w", "method": "clon
 SCALES = program([W], [{"op": "scale", "target": "w", "factor": 2.0}])
 FILLS = program([W], [{"op": "fill", "target": "w", "value": 5.0}])
 FAULT = Program((W,), ({"op": "_fault"},))  # the torch worker's fault hook (not a case-format op)
+# The same with a step after the fault, so that a torch variant (which is only sent programs with
+# a step) runs it too and can be the clean side of a comparison.
+FAULT_THEN_STEP = Program((W,), ({"op": "_fault"}, {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0,
+                                                    "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}))
 
 
 def statuses(traces):
@@ -180,7 +184,7 @@ def test_torch_worker_segfault_is_a_crash_finding_and_nothing_is_lost():
     runner = Runner([faulty, clean])
     try:
         first_pid = faulty.process.pid
-        traces = runner.run([CLEAN, FAULT, CLEAN])
+        traces = runner.run([CLEAN, FAULT_THEN_STEP, CLEAN])
         assert [t["torch:cpu"].status for t in traces] == ["ok", "crash", "ok"]
         assert "killed by SIGSEGV" in traces[1]["torch:cpu"].message
         assert faulty.process.pid != first_pid
@@ -188,7 +192,7 @@ def test_torch_worker_segfault_is_a_crash_finding_and_nothing_is_lost():
         # Through the engine and the oracle: the crash is a finding of its program, only. (Not
         # shrunk here: ``_fault`` is a worker hook, not a case-format op the minimizer accepts.)
         engine = Engine(runner, Baseline([]))
-        findings = [[(f.kind, f.targets) for f in fs] for _, _, fs in engine.check([CLEAN, FAULT, CLEAN])]
+        findings = [[(f.kind, f.targets) for f in fs] for _, _, fs in engine.check([CLEAN, FAULT_THEN_STEP, CLEAN])]
         assert findings == [[], [("crash", ("torch:cpu", "-"))], []]
         assert statuses(faulty.run_batch([CLEAN])) == ["ok"]
     finally:
