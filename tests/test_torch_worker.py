@@ -577,6 +577,14 @@ def test_changed_compares_values_by_bit_pattern(worker):
 def test_float32_values_use_the_shortest_f32_digits(worker):
     trace = worker.run([param("w", [2], [0.1, 1e-3])], [])
     assert trace["initial"]["w"]["value"] == [0.1, 0.001]
+    # the worker caches each value's digits: a repeated value, either zero and NaN come out the
+    # same the second time, in one tensor and across programs
+    values = [0.1, 0.0, -0.0, 0.1, "NaN", -0.0, 0.0, 1e-3, 3.0000001]
+    for _ in range(2):
+        got = worker.run([param("w", [len(values)], values)], [])["initial"]["w"]["value"]
+        assert got[:4] == [0.1, 0.0, -0.0, 0.1] and got[5:] == [-0.0, 0.0, 0.001, 3.0]
+        assert [math.copysign(1, x) for x in (got[1], got[2], got[5], got[6])] == [1, -1, -1, 1]
+        assert got[4] == "NaN"
 
 
 def test_malformed_lines_get_error_replies(worker):

@@ -333,12 +333,43 @@ class Unsupported(Exception):
     pass
 
 
+# float32 value (held exactly as a Python float) -> its shortest round-tripping decimal. Programs
+# reuse few values, and formatting one (``str(np.float32)``) costs 20 times a lookup. Zeros and NaN
+# are not cached: 0.0 == -0.0 would share an entry, and NaN never finds its own.
+_SHORTEST: dict[float, float] = {}
+
+
+def _shortest_f32(values: list[float]) -> list[float]:
+    cache = _SHORTEST
+    if len(cache) > 1 << 16:
+        cache.clear()
+    out = []
+    for x in values:
+        y = cache.get(x)
+        if y is None:
+            # str(np.float32) is the shortest round-tripping decimal: see the module docstring.
+            y = float(str(np.float32(x)))
+            if x == x and x != 0.0:
+                cache[x] = y
+        out.append(y)
+    return out
+
+
 def _obs(t) -> dict:
-    arr = t.detach().cpu().reshape(-1).to(torch.float32).numpy()
+    d = t.detach()
+    if not d.is_cpu:
+        d = d.cpu()
+    if d.dtype != torch.float32:
+        d = d.to(torch.float32)
+    # Nested tolist then flattened row-major: cheaper than reshape(-1) on tensors this small.
+    values = d.tolist()
+    if d.dim() == 0:
+        values = [values]
+    for _ in range(d.dim() - 1):
+        values = [x for row in values for x in row]
     return {
         "shape": list(t.shape),
-        # str(np.float32) is the shortest round-tripping decimal: see the module docstring.
-        "value": [float(str(x)) for x in arr],
+        "value": _shortest_f32(values),
         "device": str(t.device),
         "requires_grad": bool(t.requires_grad),
         "identity": str(id(t)),
