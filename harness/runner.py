@@ -54,17 +54,19 @@ class Runner:
         still in flight on these processes (from this runner or a subset) is waited for first,
         so a consumer may run programs while a pipeline has submitted the next chunk.
 
-        A variant target is only sent the programs it is ``needed`` for (those with an op it
-        declares it ``differs_on``); the others have no trace from it, so the oracle does not
-        compare it there. ``every_target`` runs every program everywhere (a replayed case shows
-        every column)."""
+        A variant target whose plain device runs here too is only sent the programs it is
+        ``needed`` for (those with an op it declares it ``differs_on``); the others have no trace
+        from it, so the oracle does not compare it there. ``every_target`` runs every program
+        everywhere (a replayed case shows every column)."""
         if not programs:
             return lambda: []
         self._flight.drain()
         wires = [p.to_wire() for p in programs]
         futures = []
+        ids = {t.id for t in self.targets}
         for t in self.targets:
-            if every_target or t.info.differs_on is None:
+            plain = f"{t.info.framework}:{t.info.device.split('+', 1)[0]}"
+            if every_target or t.info.differs_on is None or plain == t.id or plain not in ids:
                 picked = None
             else:
                 picked = [i for i, p in enumerate(programs) if t.needed(p)]

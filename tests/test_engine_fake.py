@@ -161,17 +161,21 @@ def test_runner_collect_is_idempotent_and_submit_waits_for_the_batch_in_flight(f
 def test_a_variant_runs_only_the_programs_with_an_op_it_differs_on():
     # The planted device declared as a variant differing only on `step`: the runner sends it the
     # programs with a step, the oracle compares it only there, and `every_target` sends it all.
-    runner = Runner([fake_target("ref"), fake_target("planted", differs_on=("step",))])
+    variant = fake_target("ref+planted", differs_on=("step",))
+    runner = Runner([fake_target("ref"), variant])
     try:
         no_step = PLANTED.with_ops(op for op in PLANTED.ops if op["op"] != "step")
         results = runner.run([PLANTED, no_step])
-        assert list(results[0]) == ["fake:ref", "fake:planted"]
+        assert list(results[0]) == ["fake:ref", "fake:ref+planted"]
         assert list(results[1]) == ["fake:ref"]
         assert compare(PLANTED, results[0])  # the planted clone, seen through the step
         assert compare(no_step, results[1]) == []  # not run there, so nothing is compared
         everywhere = runner.run_one(no_step, every_target=True)
-        assert list(everywhere) == ["fake:ref", "fake:planted"]
+        assert list(everywhere) == ["fake:ref", "fake:ref+planted"]
         assert compare(no_step, everywhere)  # the declaration was the test's, not the probe's
+        # without its plain device beside it, a variant runs everything (it is compared with others)
+        alone = runner.subset(["fake:ref+planted"]).run([PLANTED, no_step])
+        assert [list(t) for t in alone] == [["fake:ref+planted"], ["fake:ref+planted"]]
     finally:
         runner.close()
 
