@@ -1,6 +1,7 @@
 """The burn probe (issue #4), driven directly over the probe protocol.
 
-Every expectation below is burn 0.22.1 behaviour on its CPU backends (flex, ndarray), read from the
+Every expectation below is burn 0.22.1 behaviour on its CPU backends (flex, ndarray) and on any
+accelerator the build opens here (wgpu with `FULL=1` on a Vulkan driver), read from the
 crate sources (``~/.cargo/registry/src/*/burn-core-0.22.1``, ``burn-tensor-0.22.1``,
 ``burn-optim-0.22.1``, ``burn-nn-0.22.1``); each one cites the file and function it comes from.
 The tests talk JSON lines to ``rust_probes/target/debug/burn_probe`` and validate every message
@@ -17,16 +18,35 @@ import pytest
 
 from tests.probe_client import ROOT, Probe as ProbeClient, states
 
-CPU_DEVICES = ["flex", "ndarray"]
-ALT = {"flex": "ndarray", "ndarray": "flex"}
+def _accelerators() -> list[str]:
+    """The accelerator devices this build of the probe opens here (``make fuzz FULL=1`` builds
+    wgpu, which answers on a Vulkan driver such as lavapipe). Asked once, at collection; none
+    on a CPU build, so nothing is skipped there."""
+    import subprocess
+
+    from harness.paths import probe_binary
+
+    binary = probe_binary("burn_probe")
+    if not binary.exists():
+        return []  # the `probe` fixture fails with the build hint
+    out = subprocess.run([str(binary)], input='{"type": "hello", "protocol": 1}\n', capture_output=True,
+                         text=True, timeout=180).stdout
+    hello = json.loads(out.splitlines()[0])
+    return [d["name"] for d in hello["devices"] if d["kind"] == "gpu"]
+
+
+# Every device-parametrized test below holds on each device: the expectations come from burn-core,
+# burn-tensor and burn-optim, which sit above the backend.
+DEVICES = ["flex", "ndarray"] + _accelerators()
+ALT = {"flex": "ndarray", "ndarray": "flex", **{d: "flex" for d in DEVICES[2:]}}
 
 W = [[1.0, 2.0], [3.0, 4.0]]  # the param most tests snapshot
 W_FLAT = [1.0, 2.0, 3.0, 4.0]
 
 
 
-def Probe() -> ProbeClient:
-    return ProbeClient("burn_probe", "flex", timeout_s=120.0, env={"BURN_PROBE_NO_GPU": "1"})
+def Probe(no_gpu: bool = False) -> ProbeClient:
+    return ProbeClient("burn_probe", "flex", timeout_s=120.0, env={"BURN_PROBE_NO_GPU": "1" if no_gpu else "0"})
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +114,14 @@ def test_hello(probe):
     devices = {d["name"]: d for d in h["devices"]}
     assert devices["flex"] == {"name": "flex", "alt": "ndarray", "kind": "cpu"}
     assert devices["ndarray"] == {"name": "ndarray", "alt": "flex", "kind": "cpu"}
-    assert "wgpu" not in devices  # BURN_PROBE_NO_GPU=1
+    for name in DEVICES[2:]:
+        assert devices[name] == {"name": name, "alt": "flex", "kind": "gpu"}
+    assert len(devices) == len(DEVICES)
+    no_gpu = Probe(no_gpu=True)  # BURN_PROBE_NO_GPU=1 lists no accelerator, built or not
+    try:
+        assert [d["name"] for d in no_gpu.hello()["devices"]] == ["flex", "ndarray"]
+    finally:
+        no_gpu.close()
     assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "move", "module_clone",
                              "valid", "train", "no_grad", "freeze", "read"}
     # No burn call for these (see test_unsupported_methods).
@@ -129,7 +156,7 @@ SNAP_VALUE = {
 PARAM_SNAPS = {"alias", "state_dict", "save_load"}
 
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method", METHODS)
 def test_snapshot_across_step(probe, device, method):
     t = probe.run([param()], [snap("s", "w", method), step(lr=0.5)], device=device)
@@ -151,7 +178,7 @@ def test_snapshot_across_step(probe, device, method):
     assert after_step["s"] == s
 
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method", METHODS)
 def test_snapshot_across_write_of_source(probe, device, method):
     t = probe.run([param()], [snap("s", "w", method), write("w", [9.0, 9.0], index=0)], device=device)
@@ -163,7 +190,7 @@ def test_snapshot_across_write_of_source(probe, device, method):
     assert after_write["s"] == after_snap["s"]
 
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("method", METHODS)
 def test_write_to_snapshot_rebinds_only_the_snapshot(probe, device, method):
     value, shape = SNAP_VALUE.get(method, (W_FLAT, [2, 2]))
@@ -202,7 +229,7 @@ def test_buffer_state_dict_is_unsupported(probe):
 # ---------------------------------------------------------------------------------------------
 # Optimizers (burn-optim): one per distinct spec, created at its first step and reused.
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 def test_sgd_momentum_state_persists(probe, device):
     # momentum.rs `Momentum::transform`: v1 = g; v2 = m v1 + (1 - dampening) g, dampening 0.
     t = probe.run([param(value=[1.0, 2.0])], [step("sgd_momentum", lr=0.1, momentum=0.9)] * 2, device=device)
@@ -242,7 +269,7 @@ def test_grad_field_and_buffers(probe):
 # the target device, use fork instead" (burn #1890 / #1901). burn-tensor base.rs
 # `Tensor::to_device`: a recorded op even to the same device; its output is a non-leaf.
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("where", ["home", "alt"])
 @pytest.mark.parametrize("method", ["to", "fork"])
 def test_move_then_step(probe, device, where, method):
@@ -276,7 +303,7 @@ def test_move_cpu_and_plain_tensor_fork(probe):
 # ---------------------------------------------------------------------------------------------
 # Module ops and ParamId.
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 def test_param_id_kept_across_clone_valid_fork_save_load(probe, device):
     t = probe.run([param()], [snap("a", "w", "alias"), {"op": "module_clone", "name": "m"},
                               snap("sd", "w", "state_dict"), snap("sl", "w", "save_load"),
@@ -291,7 +318,7 @@ def test_param_id_kept_across_clone_valid_fork_save_load(probe, device):
     assert final["w"]["requires_grad"] is False and close(final["w"], W_FLAT)
 
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 def test_step_after_valid_errors_and_train_restores(probe, device):
     # After valid the params have no autodiff; `Tensor::backward` asserts a tracked tensor
     # (burn-tensor api/autodiff.rs `backward`), so the step is an error. `train` restores the
@@ -333,7 +360,7 @@ def test_module_clone_binds_every_param_and_is_a_value(probe):
 # one `LazyInitState` (param/base.rs, burn #5040 / #5045), so whichever clone reads first
 # initialises all of them with the same value.
 
-@pytest.mark.parametrize("device", CPU_DEVICES)
+@pytest.mark.parametrize("device", DEVICES)
 def test_lazy_is_not_forced_by_observation(probe, device):
     t = probe.run([lazy()], [snap("a", "lz", "alias"), {"op": "module_clone", "name": "m"}], device=device)
     st = ok(t)
