@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-
 
 from tests.conftest import PY, ROOT, run_cli
 
@@ -91,6 +91,15 @@ def test_exit_statuses_and_junit(tmp_path):
                 "--shrink-time", "10", "--out", str(tmp_path / "one"), "--junit", str(junit), env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     findings = json.loads((tmp_path / "one" / "findings.json").read_text())
+    # the summary line separates shrinking from running programs
+    m = re.search(r"(\d+) programs in ([\d.]+)s \([\d.]+/s; ([\d.]+)s of it shrinking (\d+) findings, "
+                  r"([\d.]+)/s without\)", r.stdout)
+    assert m, r.stdout
+    programs, total, shrinking, count, rate = (float(g) for g in m.groups())
+    assert count == len(findings) and abs(shrinking - sum(f["shrink_seconds"] for f in findings)) < 0.1
+    assert 0 < shrinking < total
+    running = total - shrinking  # both printed to 0.05 s: allow for the rounding
+    assert programs / (running + 0.1) * 0.95 <= rate <= programs / max(running - 0.1, 1e-3) * 1.05
     root = ET.parse(junit).getroot()
     cases = root.findall(".//testcase")
     assert {c.get("name") for c in cases} == {f["signature"] for f in findings}
