@@ -392,14 +392,15 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             errors.append(msg[1])
             log(f"error: {msg[1]}")
 
-    ended = []
+    announced = False
 
     def budget_ended() -> bool:
+        nonlocal announced
         if time.monotonic() - start < budget:
             return False
-        if not ended:
-            ended.append(True)
-            log(f"budget reached: no new programs; finishing the chunks under way"
+        if not announced:
+            announced = True
+            log("budget reached: no new programs; finishing the chunks under way"
                 + (f" (shrinking may take up to {config.shrink_grace_s:g} s more)" if config.shrink_grace_s else ""))
         return True
 

@@ -65,7 +65,7 @@ class Runner:
         futures = []
         ids = {t.id for t in self.targets}
         for t in self.targets:
-            plain = f"{t.info.framework}:{t.info.device.split('+', 1)[0]}"
+            plain = t.info.plain_id
             if every_target or t.info.differs_on is None or plain == t.id or plain not in ids:
                 picked = None
             else:

@@ -45,6 +45,12 @@ class TargetInfo:
     # plain device. None: it runs other code everywhere (every plain device, every Rust probe).
     differs_on: tuple[str, ...] | None = None
 
+    @property
+    def plain_id(self) -> str:
+        """The plain device's target id: this one's, less any ``+variant`` (``torch:cpu`` for
+        ``torch:cpu+foreach``)."""
+        return f"{self.framework}:{self.device.split('+', 1)[0]}"
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "framework": self.framework, "device": self.device, "alt": self.alt,
                 "kind": self.kind, "versions": dict(self.versions), "ops": list(self.ops),
