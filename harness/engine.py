@@ -24,7 +24,7 @@ from generators.programs import Profile, get_profile, programs as program_strate
 from .baseline import Baseline
 from .ir import Program
 from .minimize import MinimizeResult, cost, minimize
-from .oracle import Finding, compare
+from .oracle import Finding, compare, split_target_id
 from .runner import Runner
 from .trace import Trace
 
@@ -135,6 +135,12 @@ class Recorded:
         return self.finding.signature
 
 
+def _judged(programs: Sequence[Program], results: Sequence[dict[str, Trace]]
+            ) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
+    """Each program with its traces and the oracle's findings."""
+    return [(p, traces, compare(p, traces)) for p, traces in zip(programs, results)]
+
+
 def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
     """The targets a finding is shrunk on. A whole-program failure needs a partner that runs the
     program cleanly: another framework's primary target if there is one (the failing
@@ -142,10 +148,13 @@ def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
     without an op it differs on), else any other target."""
     ids = [t for t in finding.targets if t in all_ids]
     if len(ids) == 1:
-        framework = ids[0].split(":", 1)[0]
-        others = [t for t in all_ids if t != ids[0]]
-        others.sort(key=lambda t: (t.split(":", 1)[0] == framework, "+" in t))  # stable: runner order
-        ids += others[:1]
+        framework = split_target_id(ids[0])[0]
+
+        def preference(t: str) -> tuple[bool, bool]:
+            fw, device, base = split_target_id(t)
+            return fw == framework, device != base
+
+        ids += sorted((t for t in all_ids if t != ids[0]), key=preference)[:1]  # stable: runner order
     return ids
 
 
@@ -178,7 +187,7 @@ class Engine:
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         results = self.runner.run(programs)
         self.programs_run += len(programs)
-        return [(p, traces, compare(p, traces)) for p, traces in zip(programs, results)]
+        return _judged(programs, results)
 
     def predicate(self, signature: str, target_ids: Sequence[str]) -> Callable[[Sequence[Program]], list[bool]]:
         sub = self.runner.subset(target_ids)
@@ -266,7 +275,7 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
             results = wait()
             following_wait = engine.runner.submit(following) if following is not None else None
             engine.programs_run += len(current)
-            yield current, [(p, traces, compare(p, traces)) for p, traces in zip(current, results)]
+            yield current, _judged(current, results)
             current, wait, following_wait = following, following_wait, None
     finally:
         if following_wait is not None:  # a consumer that stops early leaves no batch running

@@ -297,7 +297,9 @@ def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tupl
     return ctx.findings
 
 
-def _split(target_id: str) -> tuple[str, str, str]:
+def split_target_id(target_id: str) -> tuple[str, str, str]:
+    """``framework:device`` -> (framework, device, plain device): ``torch:cpu+foreach`` gives
+    (torch, cpu+foreach, cpu)."""
     framework, device = target_id.split(":", 1)
     base = device.split("+", 1)[0]
     return framework, device, base
@@ -309,13 +311,13 @@ def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
     ids = sorted(target_ids)
     primary: dict[str, str] = {}
     for t in ids:
-        fw, device, base = _split(t)
+        fw, device, base = split_target_id(t)
         if device == base and fw not in primary:
             primary[fw] = t
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
-            fa, da, ba = _split(a)
-            fb, db, bb = _split(b)
+            fa, da, ba = split_target_id(a)
+            fb, db, bb = split_target_id(b)
             if fa != fb:
                 continue
             if ba == bb:
