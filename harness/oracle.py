@@ -9,6 +9,14 @@ aspect becomes one finding:
 - ``identity``: the partition of names by identity token differs (which names are the same
   object), never the tokens themselves;
 - ``value``: verdicts agree but a value differs beyond tolerance (optimizer arithmetic, say).
+  Its sides say whether the op changed the tensor on each side (``changed`` / ``unchanged``), not
+  the values, which the sentence shows.
+
+A snapshot that ``sees no change`` on one side (its source did not move there) while it follows
+or keeps on the other is not blamed on its snapshot method: its source moved on one side only.
+When another snapshot's relation diverges at the same op, that divergence moved the source and is
+the finding; otherwise the finding is the op's different effect on the source itself, a ``value``
+finding (``changed~unchanged``): a step that does not train a parameter on one side, say.
 
 Which pairs: two devices of one framework (kind ``device``: a framework should not change its
 semantics with the device), a device and its variant (kind ``variant``: ``torch:cpu`` against
@@ -32,7 +40,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .ir import Program, names_bound
-from .trace import CRASH, TIMEOUT, Trace, Verdict, identity_partition, snapshots, verdicts
+from .trace import (CRASH, TIMEOUT, Trace, Verdict, identity_partition, same_values, snapshots, verdicts,
+                    writes_into)
 
 ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
 REFERENCE_FRAMEWORK = "torch"
@@ -49,6 +58,7 @@ class Finding:
     op_index: int = -1
     subject: str | None = None  # the tensor name (not part of the signature)
     detail: str = ""
+    values: tuple[str, str] | None = None  # a value finding's two values (not part of the signature)
 
     @property
     def signature(self) -> str:
@@ -67,14 +77,20 @@ class Finding:
             return (f"After op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa} objects"
                     f" on {a} but {sb} objects on {b}.")
         if self.aspect == "value":
+            va, vb = self.values or ("?", "?")
+            if {sa, sb} == {"changed", "unchanged"}:
+                (moved, x), (still, y) = ((a, va), (b, vb)) if sa == "changed" else ((b, vb), (a, va))
+                return (f"After op {self.op_index} (`{self.op_label}`), {self.subject} changed to"
+                        f" {x} on {moved} but stayed {y} on {still}.")
             return (f"After op {self.op_index} (`{self.op_label}`), {self.subject} holds"
-                    f" {sa} on {a} but {sb} on {b}.")
+                    f" {va} on {a} but {vb} on {b}.")
         return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
 
     def to_json(self) -> dict[str, Any]:
         return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
                 "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
                 "method": self.method, "sides": list(self.sides), "subject": self.subject,
+                "values": None if self.values is None else list(self.values),
                 "sentence": self.sentence(), "detail": self.detail}
 
 
@@ -179,9 +195,12 @@ def _event_map(v: Verdict, hidden: set[int]) -> dict[int, str]:
 
 def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
     """Every snapshot whose verdicts differ gives one finding, at its first divergent event
-    (one program can show several root causes; ``compare`` drops repeated signatures)."""
+    (one program can show several root causes; ``compare`` drops repeated signatures).
+
+    A divergence where one side ``sees no change`` says that the snapshot's source moved on one
+    side only, which is a consequence when anything differed before: see ``_one_sided``."""
     va, vb = ctx.verdicts
-    found = []
+    found, one_sided = [], []
     for name, a in va.items():
         b = vb.get(name)
         if b is None or a.status != "ok" or b.status != "ok" or a.snapshot.op in hidden:
@@ -190,13 +209,71 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
         for k in sorted(set(ea) | set(eb)):
             sa, sb = ea.get(k, "none"), eb.get(k, "none")
             if sa != sb:
-                found.append(Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
-                                     op_label=op_class(ctx.program.ops[k]), method=a.snapshot.method,
-                                     sides=(sa, sb), op_index=k, subject=name))
+                f = Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
+                            op_label=op_class(ctx.program.ops[k]), method=a.snapshot.method,
+                            sides=(sa, sb), op_index=k, subject=name)
+                if "none" in (sa, sb):
+                    one_sided.append((a.snapshot, f))
+                else:
+                    found.append(f)
                 break
+    first = min((f.op_index for f in found), default=len(ctx.traces[0].steps))
+    for snap, f in sorted(one_sided, key=lambda x: x[1].op_index):
+        if f.op_index >= first:
+            continue  # an aliasing divergence came first (at this op: it moved the source)
+        effect = _one_sided(ctx, snap, f.op_index)
+        if effect is not _DERIVED:
+            found.append(effect or f)  # without a clearer finding, the verdict itself
     found.sort(key=lambda f: f.op_index)
     ctx.findings.extend(found)
     return bool(found)
+
+
+_DERIVED = object()
+
+
+def _one_sided(ctx: PairContext, snap, k: int):
+    """Op ``k`` moved the snapshot's source on one side only (or, when ``k`` wrote into the
+    snapshot, the snapshot itself), and no aliasing diverged before. When the op acts on that
+    tensor itself, its different effect is the finding, a ``value`` one (a step that does not
+    train a parameter on one side, say). ``_DERIVED`` when a value differed right before ``k``
+    (the op's effects then differ as a consequence: a write of the value one side already holds,
+    or an op one side could not run earlier) or the values still agree within tolerance after
+    it; None when the tensor moved through an alias (the snapshot's verdict, which names the
+    method, is the finding then) or cannot be compared."""
+    a, b = ctx.traces
+    if not _values_agree(ctx, k - 1):
+        return _DERIVED
+    name = snap.name if writes_into(ctx.program.ops[k], snap.name) else snap.source
+    after = [t.state_after(k).get(name) for t in (a, b)]
+    if any(o is None or o.value is None for o in after):
+        return None
+    if values_close(after[0].value, after[1].value, not uses_adam(ctx.program)):
+        return _DERIVED  # within the tolerance of Adam's arithmetic: nothing diverged
+    moved = [_moved_at(t, k, name) for t in (a, b)]
+    if moved[0] == moved[1] or not _acts_on(ctx.program, ctx.program.ops[k], name):
+        return None  # moved through an alias on one side: the snapshot's relation is the finding
+    return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
+
+
+def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
+    """Whether ``op`` names ``name`` itself (a write into it, a snapshot of it) or, for a step,
+    ``name`` is one of the model's trainable tensors: an op whose effect on its own operand
+    differs is the finding, not the relation of some snapshot to it."""
+    if op["op"] == "step":
+        return any(t.name == name and t.trainable for t in program.tensors)
+    return name in (op.get("target"), op.get("of"))
+
+
+def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
+                   values: tuple[np.ndarray, np.ndarray]) -> Finding:
+    """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
+    each side; the values go in the sentence, never in the signature (each new value would be a
+    new finding)."""
+    return Finding(kind="value" if ctx.kind == "framework" else ctx.kind, aspect="value",
+                   targets=ctx.ids, op_label=op_label(ctx.program.ops[i]), method=None,
+                   sides=tuple("changed" if m else "unchanged" for m in moved), op_index=i,
+                   subject=name, values=(_render_value(values[0]), _render_value(values[1])))
 
 
 def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
@@ -254,6 +331,21 @@ def _render_partition(p) -> str:
     return " ".join("{" + ",".join(sorted(g)) + "}" for g in sorted(p, key=sorted))
 
 
+def _values_agree(ctx: PairContext, i: int) -> bool:
+    """Whether every name bound on both sides holds the same values after op ``i`` (names whose
+    values come from a framework's RNG left out)."""
+    exact = not uses_adam(ctx.program)
+    skip = _nondeterministic_names(ctx.program)
+    sa, sb = (t.state_after(i) for t in ctx.traces)
+    for name, x in sa.items():
+        y = sb.get(name)
+        if name in skip or y is None or x.value is None or y.value is None:
+            continue
+        if not values_close(x.value, y.value, exact):
+            return False
+    return True
+
+
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     a, b = ctx.traces
     exact = not uses_adam(ctx.program)
@@ -272,10 +364,19 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
             if x is None or y is None:
                 continue
             if not values_close(x, y, exact):
-                ctx.add(kind="value" if ctx.kind == "framework" else ctx.kind, aspect="value",
-                        op_label=op_label(ctx.program.ops[i]), method=None,
-                        sides=(_render_value(x), _render_value(y)), op_index=i, subject=name)
+                moved = [_moved_at(t, i, name) for t in (a, b)]
+                ctx.findings.append(_value_finding(ctx, i, name, moved, (x, y)))
                 return
+
+
+def _moved_at(trace: Trace, i: int, name: str) -> bool:
+    """Whether op ``i`` bound ``name`` or changed its value."""
+    if name not in trace.steps[i].changed:
+        return False
+    before = trace.state_after(i - 1).get(name)
+    after = trace.state_after(i)[name]
+    return before is None or before.value is None or after.value is None \
+        or not same_values(before.value, after.value)
 
 
 def _render_value(x: np.ndarray) -> str:

@@ -200,7 +200,8 @@ def snapshots(program: Program) -> list[SnapshotInfo]:
     return out
 
 
-def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+def same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Bitwise equality of two observed values (NaN equals NaN), as a snapshot's verdict uses it."""
     if a is b:  # states share unchanged observations: the usual case, and free
         return True
     if a is None or b is None:
@@ -217,7 +218,7 @@ def _view(method: str, obs: Observation | None) -> np.ndarray | None:
         return None
 
 
-def _writes_into(op: Mapping[str, Any], name: str) -> bool:
+def writes_into(op: Mapping[str, Any], name: str) -> bool:
     return op["op"] in ("write", "fill", "scale") and op["target"] == name
 
 
@@ -240,10 +241,10 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         x0, x1 = _view(snap.method, before.get(snap.source)), _view(snap.method, after.get(snap.source))
         s0 = before[snap.name].value if snap.name in before else None
         s1 = after[snap.name].value if snap.name in after else None
-        d_source, d_snap = not _same(x0, x1), not _same(s0, s1)
-        reverse = _writes_into(program.ops[k], snap.name)
+        d_source, d_snap = not same_values(x0, x1), not same_values(s0, s1)
+        reverse = writes_into(program.ops[k], snap.name)
         if d_source:
-            if _same(s1, x1):
+            if same_values(s1, x1):
                 verdict = "follows"
             elif not d_snap:
                 verdict = "keeps"

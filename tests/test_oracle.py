@@ -1,0 +1,112 @@
+"""The oracle's attribution rules, on hand-written traces (harness logic: no framework runs here).
+
+Each trace is written as the states a target would report: ``steps`` lists, per op, the names
+whose value changed and their new values. Two made-up targets, ``alpha:cpu`` and ``beta:cpu``,
+stand for two frameworks.
+"""
+
+from __future__ import annotations
+
+from harness.ir import FORMAT, parse_case
+from harness.oracle import compare
+from harness.trace import Trace
+
+A, B = "alpha:cpu", "beta:cpu"
+
+
+def program(tensors: dict, ops: list):
+    return parse_case({"format": FORMAT, "tensors": tensors, "ops": ops})
+
+
+def trace(target: str, initial: dict, steps: list, statuses: list | None = None) -> Trace:
+    """``initial`` and each step: name -> value list (flat, shape [n]); identity tokens are the
+    names themselves, so no identity divergence is made up here."""
+
+    def obs(name, value):
+        return {"shape": [len(value)], "value": value, "device": "cpu", "requires_grad": None,
+                "identity": f"{target}:{name}", "initialized": True}
+
+    statuses = statuses or ["ok"] * len(steps)
+    return Trace.from_wire(target, {
+        "status": "ok",
+        "initial": {n: obs(n, v) for n, v in initial.items()},
+        "steps": [{"status": st, "changed": {n: obs(n, v) for n, v in s.items()}}
+                  for st, s in zip(statuses, steps)],
+    })
+
+
+P0 = {"p0": {"kind": "param", "value": [0.0]}}
+STEP = {"op": "step", "optimizer": "sgd", "lr": 1.0}
+
+
+def test_a_snapshot_moved_by_another_divergent_snapshot_is_not_a_finding_of_its_own():
+    # s1 = to_home(s0), s0 = copy(p0): s0 follows p0 on alpha and keeps on beta, so at the step
+    # s1's source moves on alpha only. Only s0's relation is the root cause.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "copy"},
+                        {"op": "snapshot", "name": "s1", "of": "s0", "method": "to_home"}, STEP])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [-1.0], "s0": [-1.0], "s1": [-1.0]}])
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [-1.0]}])
+    found = compare(prog, {A: a, B: b})
+    assert [f.signature for f in found] == ["framework|alpha:cpu~beta:cpu|verdict|copy|step|follows~keeps"]
+    assert found[0].subject == "s0"
+
+
+def test_a_step_that_trains_a_parameter_on_one_side_only_is_a_value_finding_about_the_step():
+    # Nothing differed before the step; the clone keeps on alpha and sees no change on beta
+    # because beta's step left p0 alone. That is the step's doing, not the clone's.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"}, STEP])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {"p0": [-1.0]}])
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {}])
+    (f,) = compare(prog, {A: a, B: b})
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|-|step:sgd|changed~unchanged"
+    assert f.subject == "p0" and f.op_index == 1
+    assert f.sentence() == "After op 1 (`step:sgd`), p0 changed to [-1.] on alpha:cpu but stayed [0.] on beta:cpu."
+
+
+def test_a_source_moved_through_an_alias_keeps_the_snapshot_method_in_the_finding():
+    # m0.p0 (module_clone) shares p0's storage on alpha only; a fill through s0, a snapshot of
+    # m0.p0, moves p0 on alpha only. The op never names p0: the module_clone relation is the
+    # finding, and its signature names the method.
+    prog = program(P0, [{"op": "module_clone", "name": "m0"},
+                        {"op": "snapshot", "name": "s0", "of": "m0.p0", "method": "contiguous"},
+                        {"op": "fill", "target": "s0", "value": 1.0}])
+    a = trace(A, {"p0": [0.0]}, [{"m0.p0": [0.0]}, {"s0": [0.0]}, {"p0": [1.0], "m0.p0": [1.0], "s0": [1.0]}])
+    b = trace(B, {"p0": [0.0]}, [{"m0.p0": [0.0]}, {"s0": [0.0]}, {"m0.p0": [1.0], "s0": [1.0]}])
+    sigs = [f.signature for f in compare(prog, {A: a, B: b})]
+    assert sigs == ["framework|alpha:cpu~beta:cpu|verdict|module_clone|write|follows~none"]
+
+
+def test_an_op_whose_effect_differs_after_an_earlier_difference_is_not_a_finding():
+    # beta could not scale b0 (unsupported), so b0 already differs when the write comes: that
+    # the write then changes b0 on alpha only is a consequence, not a divergence.
+    prog = program({"b0": {"kind": "buffer", "value": [1.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "b0", "method": "clone"},
+                    {"op": "scale", "target": "b0", "factor": 2.0},
+                    {"op": "write", "target": "b0", "value": [1.0]}])
+    a = trace(A, {"b0": [1.0]}, [{"s0": [1.0]}, {"b0": [2.0]}, {"b0": [1.0]}])
+    b = trace(B, {"b0": [1.0]}, [{"s0": [1.0]}, {}, {}], ["ok", "unsupported", "ok"])
+    assert compare(prog, {A: a, B: b}) == []
+
+
+def test_a_one_sided_change_within_adam_tolerance_is_not_a_finding():
+    # After an Adam step the values agree within tolerance, not bitwise: scaling a tiny value
+    # changes it on one side and leaves an exact zero alone on the other.
+    prog = program(P0, [{"op": "step", "optimizer": "adam", "lr": 0.1},
+                        {"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+                        {"op": "scale", "target": "p0", "factor": 2.0}])
+    a = trace(A, {"p0": [0.0]}, [{"p0": [1e-7]}, {"s0": [1e-7]}, {"p0": [2e-7]}])
+    b = trace(B, {"p0": [0.0]}, [{}, {"s0": [0.0]}, {}])
+    assert compare(prog, {A: a, B: b}) == []
+
+
+def test_value_signatures_leave_the_values_out():
+    def finding(v_alpha, v_beta):
+        prog = program(P0, [{"op": "step", "optimizer": "adamw", "lr": 0.1}])
+        (f,) = compare(prog, {A: trace(A, {"p0": [0.0]}, [{"p0": [v_alpha]}]),
+                              B: trace(B, {"p0": [0.0]}, [{"p0": [v_beta]}])})
+        return f
+
+    f, g = finding(0.5, 0.25), finding(-3.0, 7.0)
+    assert f.signature == g.signature == "value|alpha:cpu~beta:cpu|value|-|step:adamw|changed~changed"
+    assert "0.5" in f.sentence() and "0.25" in f.sentence() and "7." in g.sentence()
+    assert f.to_json()["values"] == ["[0.5]", "[0.25]"]
