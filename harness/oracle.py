@@ -238,17 +238,22 @@ def _one_sided(ctx: PairContext, snap, k: int):
     tensor itself, its different effect is the finding, a ``value`` one (a step that does not
     train a parameter on one side, say). ``_DERIVED`` when a value differed right before ``k``
     (the op's effects then differ as a consequence: a write of the value one side already holds,
-    or an op one side could not run earlier) or the values still agree within tolerance after
-    it; None when the tensor moved through an alias (the snapshot's verdict, which names the
-    method, is the finding then) or cannot be compared."""
+    or an op one side could not run earlier), when the tensor had no value before ``k`` on a
+    side (a lazy parameter initialised by this op), or when the values still agree within
+    tolerance after it; None when the tensor moved through an alias (the snapshot's verdict,
+    which names the method, is the finding then) or cannot be compared."""
     a, b = ctx.traces
     if not _values_agree(ctx, k - 1):
         return _DERIVED
     name = snap.name if writes_into(ctx.program.ops[k], snap.name) else snap.source
+    before = [t.state_after(k - 1).get(name) for t in (a, b)]
     after = [t.state_after(k).get(name) for t in (a, b)]
     if any(o is None or o.value is None for o in after):
         return None
-    if values_close(after[0].value, after[1].value, not uses_adam(ctx.program)):
+    if any(o is None or o.value is None for o in before):
+        return _DERIVED  # first initialised at this op on a side (lazy): no effect to compare
+    if name not in _nondeterministic_names(ctx.program) \
+            and values_close(after[0].value, after[1].value, not uses_adam(ctx.program)):
         return _DERIVED  # within the tolerance of Adam's arithmetic: nothing diverged
     moved = [_moved_at(t, k, name) for t in (a, b)]
     if moved[0] == moved[1] or not _acts_on(ctx.program, ctx.program.ops[k], name):

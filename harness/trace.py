@@ -241,7 +241,10 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         x0, x1 = _view(snap.method, before.get(snap.source)), _view(snap.method, after.get(snap.source))
         s0 = before[snap.name].value if snap.name in before else None
         s1 = after[snap.name].value if snap.name in after else None
-        d_source, d_snap = not same_values(x0, x1), not same_values(s0, s1)
+        # A lazy snapshot getting its first value (burn initialises a clone of an uninitialised
+        # parameter with it) is not a change of the snapshot: one that then holds another value
+        # than its source (the source was initialised and trained by the same step) keeps.
+        d_source, d_snap = not same_values(x0, x1), s0 is not None and not same_values(s0, s1)
         reverse = writes_into(program.ops[k], snap.name)
         if d_source:
             if same_values(s1, x1):

@@ -22,9 +22,9 @@ def trace(target: str, initial: dict, steps: list, statuses: list | None = None)
     """``initial`` and each step: name -> value list (flat, shape [n]); identity tokens are the
     names themselves, so no identity divergence is made up here."""
 
-    def obs(name, value):
-        return {"shape": [len(value)], "value": value, "device": "cpu", "requires_grad": None,
-                "identity": f"{target}:{name}", "initialized": True}
+    def obs(name, value):  # None: a lazy parameter not initialised yet
+        return {"shape": [1 if value is None else len(value)], "value": value, "device": "cpu",
+                "requires_grad": None, "identity": f"{target}:{name}", "initialized": value is not None}
 
     statuses = statuses or ["ok"] * len(steps)
     return Trace.from_wire(target, {
@@ -110,3 +110,26 @@ def test_value_signatures_leave_the_values_out():
     assert f.signature == g.signature == "value|alpha:cpu~beta:cpu|value|-|step:adamw|changed~changed"
     assert "0.5" in f.sentence() and "0.25" in f.sentence() and "7." in g.sentence()
     assert f.to_json()["values"] == ["[0.5]", "[0.25]"]
+
+
+LAZY = {"l0": {"kind": "lazy", "shape": [1], "init": "const", "fill": 0.0}}
+
+
+def test_a_module_clone_of_an_uninitialised_lazy_parameter_keeps_its_value_when_first_given_one():
+    # beta initialises lazily: the clone gets the initial value at the step that initialises and
+    # trains the model's parameter. It keeps (is not trained), as alpha's deep copy does.
+    prog = program(LAZY, [{"op": "module_clone", "name": "m0"}, STEP])
+    a = trace(A, {"l0": [0.0]}, [{"m0.l0": [0.0]}, {"l0": [-1.0]}])
+    b = trace(B, {"l0": None}, [{"m0.l0": None}, {"l0": [-1.0], "m0.l0": [0.0]}])
+    assert compare(prog, {A: a, B: b}) == []
+
+
+def test_a_lazy_parameter_initialised_by_an_op_on_one_side_only_is_not_a_finding():
+    # A clone taken before beta initialises l0 shares the initialisation there (both get their
+    # value at the read); on alpha both existed from the start. No op changed anything.
+    prog = program({"l0": {"kind": "lazy", "shape": [1], "init": "uniform", "seed": 3}},
+                   [{"op": "snapshot", "name": "s0", "of": "l0", "method": "clone"},
+                    {"op": "read", "target": "l0"}])
+    a = trace(A, {"l0": [0.25]}, [{"s0": [0.25]}, {}])
+    b = trace(B, {"l0": None}, [{"s0": None}, {"l0": [-0.5], "s0": [-0.5]}])
+    assert compare(prog, {A: a, B: b}) == []
