@@ -133,3 +133,22 @@ def test_a_lazy_parameter_initialised_by_an_op_on_one_side_only_is_not_a_finding
     a = trace(A, {"l0": [0.25]}, [{"s0": [0.25]}, {}])
     b = trace(B, {"l0": None}, [{"s0": None}, {"l0": [-0.5], "s0": [-0.5]}])
     assert compare(prog, {A: a, B: b}) == []
+
+
+def test_adam_tolerance_is_relative_to_the_tensors_scale():
+    import numpy as np
+
+    from harness.oracle import values_close
+
+    def close(x, y):
+        return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), exact=False)
+
+    # Two Adam steps of lr 0.5 from [0, 1] (burn against torch): the element that cancels to
+    # about zero carries the float32 error of the 1.0-sized operands.
+    assert close([-0.9999983, 1.698732e-06], [-0.9999999, 5.960464e-08])
+    # A tensor that is small throughout is held to the absolute tolerance.
+    assert not close([1.7e-06, 1e-06], [6e-08, 1e-06])
+    # Differences of semantics (a weight decay applied or not) stay far outside.
+    assert not close([0.5, 1.0], [0.24875, 1.0])
+    assert not close([-0.999, 0.001], [-1.0, 0.0])
+    assert close([float("nan"), 1.0], [float("nan"), 1.0])
