@@ -59,6 +59,7 @@ class Finding:
     subject: str | None = None  # the tensor name (not part of the signature)
     detail: str = ""
     values: tuple[str, str] | None = None  # a value finding's two values (not part of the signature)
+    at: str = ""  # a value finding on a larger tensor: the first differing element, e.g. "[1, 0]"
 
     @property
     def signature(self) -> str:
@@ -78,19 +79,19 @@ class Finding:
                     f" on {a} but {sb} objects on {b}.")
         if self.aspect == "value":
             va, vb = self.values or ("?", "?")
+            what = f"{self.subject}{self.at}"
             if {sa, sb} == {"changed", "unchanged"}:
                 (moved, x), (still, y) = ((a, va), (b, vb)) if sa == "changed" else ((b, vb), (a, va))
-                return (f"After op {self.op_index} (`{self.op_label}`), {self.subject} changed to"
+                return (f"After op {self.op_index} (`{self.op_label}`), {what} changed to"
                         f" {x} on {moved} but stayed {y} on {still}.")
-            return (f"After op {self.op_index} (`{self.op_label}`), {self.subject} holds"
-                    f" {va} on {a} but {vb} on {b}.")
+            return f"After op {self.op_index} (`{self.op_label}`), {what} holds {va} on {a} but {vb} on {b}."
         return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
 
     def to_json(self) -> dict[str, Any]:
         return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
                 "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
                 "method": self.method, "sides": list(self.sides), "subject": self.subject,
-                "values": None if self.values is None else list(self.values),
+                "values": None if self.values is None else list(self.values), "at": self.at,
                 "sentence": self.sentence(), "detail": self.detail}
 
 
@@ -135,14 +136,19 @@ def values_close(a: np.ndarray, b: np.ndarray, exact: bool) -> bool:
         return False
     if np.array_equal(a, b):  # the common case, and the cheapest test (-0.0 equals 0.0)
         return True
+    return not _elements_differ(a, b, exact).any()
+
+
+def _elements_differ(a: np.ndarray, b: np.ndarray, exact: bool) -> np.ndarray:
+    """Which elements of two same-shaped values differ (NaN equals NaN)."""
     if exact:
-        return bool(np.array_equal(a, b, equal_nan=True))
+        return ~((a == b) | (np.isnan(a) & np.isnan(b)))
     # An element near zero after Adam steps is a difference of numbers as large as the tensor's
     # other elements (1 - 0.5 - 0.5): its float32 error is relative to them, not to itself. So the
     # absolute tolerance scales with the tensor's largest finite magnitude.
     finite = np.abs(np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]]).ravel())
     scale = float(finite.max()) if finite.size else 0.0
-    return bool(np.allclose(a, b, rtol=ADAM_RTOL, atol=max(ADAM_ATOL, ADAM_RTOL * scale), equal_nan=True))
+    return ~np.isclose(a, b, rtol=ADAM_RTOL, atol=max(ADAM_ATOL, ADAM_RTOL * scale), equal_nan=True)
 
 
 def _nondeterministic_names(program: Program) -> set[str]:
@@ -279,11 +285,24 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                    values: tuple[np.ndarray, np.ndarray]) -> Finding:
     """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
     each side; the values go in the sentence, never in the signature (each new value would be a
-    new finding)."""
-    return Finding(kind="value" if ctx.kind == "framework" else ctx.kind, aspect="value",
-                   targets=ctx.ids, op_label=op_label(ctx.program.ops[i]), method=None,
-                   sides=tuple("changed" if m else "unchanged" for m in moved), op_index=i,
-                   subject=name, values=(_render_value(values[0]), _render_value(values[1])))
+    new finding). A tensor of more than ``SHOWN_ELEMENTS`` elements is shown by its first
+    differing element in the sentence, and whole in the detail."""
+    x, y = values
+    kind = "value" if ctx.kind == "framework" else ctx.kind
+    sides = tuple("changed" if m else "unchanged" for m in moved)
+    common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=op_label(ctx.program.ops[i]),
+                  method=None, sides=sides, op_index=i, subject=name)
+    if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
+        return Finding(**common, values=(_render_value(x), _render_value(y)))
+    differ = _elements_differ(x, y, not uses_adam(ctx.program))
+    first = tuple(int(j) for j in np.argwhere(differ)[0])
+    return Finding(**common, values=(_render_value(x[first]), _render_value(y[first])),
+                   at="[" + ", ".join(map(str, first)) + "]",
+                   detail=(f"{int(differ.sum())} of {x.size} elements differ. {ctx.ids[0]}: {_render_value(x)};"
+                           f" {ctx.ids[1]}: {_render_value(y)}"))
+
+
+SHOWN_ELEMENTS = 4
 
 
 def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:

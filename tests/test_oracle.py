@@ -152,3 +152,12 @@ def test_adam_tolerance_is_relative_to_the_tensors_scale():
     assert not close([0.5, 1.0], [0.24875, 1.0])
     assert not close([-0.999, 0.001], [-1.0, 0.0])
     assert close([float("nan"), 1.0], [float("nan"), 1.0])
+
+
+def test_a_value_finding_on_a_larger_tensor_names_its_first_differing_element():
+    prog = program({"p0": {"kind": "param", "value": [0.0] * 6}}, [{"op": "step", "optimizer": "adamw", "lr": 0.1}])
+    (f,) = compare(prog, {A: trace(A, {"p0": [0.0] * 6}, [{"p0": [-0.1, -0.1, 0.5, -0.1, 0.25, -0.1]}]),
+                          B: trace(B, {"p0": [0.0] * 6}, [{"p0": [-0.1, -0.1, -0.1, -0.1, -0.1, -0.1]}])})
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|-|step:adamw|changed~changed"
+    assert f.sentence() == "After op 0 (`step:adamw`), p0[2] holds 0.5 on alpha:cpu but -0.1 on beta:cpu."
+    assert f.detail.startswith("2 of 6 elements differ. alpha:cpu: [-0.1 ,") and "beta:cpu: [-0.1, -0.1," in f.detail
