@@ -3,6 +3,9 @@
 Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
 
 - ``ceiling``: Hypothesis drawing the programs, nothing executed (``engine.generate``);
+  every throughput figure counts distinct programs: the engine does not run a program again
+  (``Engine.unseen``), and every chunk, a Hypothesis run of its own, opens with the same
+  simplest examples;
 - ``engine``: the full engine, generate + run on every CPU target + oracle, as a campaign worker
   does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
   while the oracle compares chunk k);
@@ -141,14 +144,18 @@ def _load() -> str:
 
 
 def measure_ceiling(config: BenchConfig) -> tuple[float, int]:
+    """Seconds to draw the programs, and how many distinct ones were drawn (the engine runs
+    each distinct program once: ``Engine.unseen``)."""
     start = time.perf_counter()
-    n = sum(len(c) for c in _chunks(config))
-    return time.perf_counter() - start, n
+    chunks = list(_chunks(config))
+    seconds = time.perf_counter() - start
+    return seconds, len({p.key() for c in chunks for p in c})
 
 
 def measure_engine(engine: Engine, config: BenchConfig) -> tuple[float, int, int, dict[str, float]]:
     """Wall seconds, programs, divergent programs, and CPU seconds per process (the worker and
     each target) over the run."""
+    engine.ran.clear()  # every round runs the same programs: none counts as run before
     before = _cpu_snapshot(engine)
     start = time.perf_counter()
     n = divergent = 0
@@ -163,9 +170,11 @@ def measure_engine(engine: Engine, config: BenchConfig) -> tuple[float, int, int
 
 
 def measure_engine_serial(engine: Engine, config: BenchConfig) -> tuple[float, int]:
+    engine.ran.clear()
     start = time.perf_counter()
     n = 0
     for programs in _chunks(config):
+        programs = engine.unseen(programs)
         engine.check(programs)
         n += len(programs)
     return time.perf_counter() - start, n
@@ -238,9 +247,16 @@ def measure_rss(engine: Engine, config: BenchConfig, log) -> list[dict[str, Any]
                                                            if k != "programs" and v is not None))
 
     sample(0)
+    drawn = []  # programs drawn, as a campaign counts them (repeats are drawn but not run again)
+
+    def chunks():
+        for c in _chunks(cfg):
+            drawn.append(len(c))
+            yield c
+
     n = 0
-    for k, (programs, _results) in enumerate(pipeline(engine, _chunks(cfg))):
-        n += len(programs)
+    for k, _ in enumerate(pipeline(engine, chunks())):
+        n += drawn[k]
         if (k + 1) % every == 0 or n >= cfg.programs:
             sample(n)
     return points
@@ -258,6 +274,7 @@ def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) 
         for _ in pipeline(engine, [generate(8, 99 + worker, config.profile)]):
             pass  # warm the probes and Hypothesis
         for go, counter in zip(rounds, counters):
+            engine.ran.clear()  # every round runs the same programs
             ready.release()
             go.wait()
             n = 0

@@ -246,21 +246,23 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     try:
         if replay_programs:
             engine.process(replay_programs, on_new, known)
-            emit(("progress", len(replay_programs), None, engine.programs_run))
+            emit(("progress", len(replay_programs), None, 0))
         claimed: list[int] = []
 
         def chunks():
             while (chunk := claim()) is not None:
-                claimed.append(chunk)
-                yield engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
+                drawn = engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
+                claimed.append((chunk, len(drawn)))
+                yield drawn
 
         # Chunk k+1 is drawn while the targets run chunk k, and runs while chunk k is compared;
         # shrinking a finding of chunk k first lets it finish (see engine.pipeline).
         for programs, results in pipeline(engine, chunks()):
-            chunk = claimed.pop(0)
+            chunk, drawn = claimed.pop(0)
             engine.record(results, on_new, known)
             engine.forget(programs)
-            emit(("progress", len(programs), chunk, engine.programs_run))
+            # Drawn programs count as programs; those the engine had run already are not run again.
+            emit(("progress", drawn, chunk, drawn - len(programs)))
             for tgt in runner.targets:
                 for line in tgt.process.stats.log:
                     emit(("log", line))
@@ -377,9 +379,10 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
                 _store_corpus(db, minimized, original)
             log(f"[{record['status']}] {record['kind']}: {record['sentence']} -> {records[-1]['case']}")
         elif kind == "progress":
-            _, n, chunk, _ = msg
+            _, n, chunk, repeats = msg
             programs_this_run += n
             state["programs"] = state.get("programs", 0) + n
+            state["repeats_skipped"] = state.get("repeats_skipped", 0) + repeats
             if chunk is not None:
                 completed_chunks.add(chunk)
                 state["next_chunk"] = max(state.get("next_chunk", 0), chunk + 1)

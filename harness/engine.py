@@ -158,6 +158,10 @@ def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
     return ids
 
 
+#: How many program hashes an engine remembers before it starts afresh (about 4 MiB).
+RAN_LIMIT = 1 << 16
+
+
 @dataclass
 class Engine:
     runner: Runner
@@ -175,6 +179,9 @@ class Engine:
     #: Wall-clock time (``time.time()``) after which nothing is shrunk any more: a finding found
     #: at the end of a budget is recorded as found, with ``complete = False``.
     deadline: float | None = None
+    #: Hashes of the programs ``pipeline`` has run (see ``unseen``), and how many it skipped.
+    ran: set[int] = field(default_factory=set)
+    duplicates_skipped: int = 0
 
     def generate(self, n: int, seed: int) -> list[Program]:
         """A chunk of programs; their choice sequences are kept until ``forget``."""
@@ -183,6 +190,28 @@ class Engine:
     def forget(self, programs: Iterable[Program]) -> None:
         for p in programs:
             self.choices.pop(p.key(), None)
+
+    def unseen(self, programs: Sequence[Program]) -> list[Program]:
+        """``programs`` without those this engine has run before (or that repeat within the
+        chunk). Each chunk is its own Hypothesis run, and every run opens with the same simplest
+        examples, so about one program in twelve is one already run; a target gives the same
+        trace for the same program, so running it again finds nothing. The memory is bounded:
+        after ``RAN_LIMIT`` programs it starts afresh."""
+        if len(self.ran) > RAN_LIMIT:
+            self.ran.clear()
+        out, kept = [], set()
+        for p in programs:
+            key = p.key()
+            h = hash(key)
+            if h in self.ran:
+                self.duplicates_skipped += 1
+                if h not in kept:
+                    self.choices.pop(key, None)  # recorded by ``generate``; nothing would forget it
+                continue
+            self.ran.add(h)
+            kept.add(h)
+            out.append(p)
+        return out
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         results = self.runner.run(programs)
@@ -260,12 +289,13 @@ def replay(engine: Engine, programs: Iterable[Program], on_new: Callable[[Record
 
 
 def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
-    """``Engine.check`` over a lazy stream of chunks, keeping the targets busy: chunk k+1 is
-    drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets start
+    """``Engine.check`` over a lazy stream of chunks, less the programs the engine has run before
+    (``Engine.unseen``: a chunk may come out shorter, or empty), keeping the targets busy: chunk
+    k+1 is drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets start
     on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)`` per
     chunk. The consumer may use the targets while it holds a chunk (to shrink a finding): the
     runner first lets the chunk in flight finish and keeps its traces for this pipeline."""
-    it = iter(chunks)
+    it = (engine.unseen(chunk) for chunk in chunks)
     current = next(it, None)
     wait = engine.runner.submit(current) if current is not None else None
     following_wait = None

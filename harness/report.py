@@ -243,7 +243,8 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
         ("budget", f"{budget:g}s" if isinstance(budget, (int, float)) else "none"),
         ("max programs", str(c.get("max_programs")) if c.get("max_programs") is not None else "none"),
         ("workers", str(c.get("workers", 1))),
-        ("programs run", str(run.programs)),
+        ("programs run", str(run.programs) + (f" ({run.state['repeats_skipped']} of them repeats of a program"
+                                               " already run, not run again)" if run.state.get("repeats_skipped") else "")),
         ("replayed from the corpus", str(run.state.get("replayed", 0))),
         ("elapsed", f"{run.elapsed:.1f}s"),
         ("throughput", f"{run.throughput:.1f} programs/s"),

@@ -120,12 +120,32 @@ def test_pipeline_results_equal_check_even_when_the_consumer_runs_programs(fake_
 
     chunks = [generate(12, seed=s, profile="quick") for s in (7, 8, 9)]
     engine = Engine(fake_runner, Baseline([]))
-    expected = [[(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in engine.check(c)] for c in chunks]
+    seen: set[str] = set()
+    firsts = [[p for p in c if p.key() not in seen and not seen.add(p.key())] for c in chunks]
+    assert sum(map(len, firsts)) < sum(map(len, chunks))  # the chunks share their simplest examples
+    expected = [[(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in engine.check(c)] for c in firsts]
     got = []
     for programs, results in pipeline(engine, iter(chunks)):
         assert signatures(fake_runner, PLANTED)  # the targets, used mid-pipeline
         got.append([(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in results])
     assert got == expected
+
+
+def test_the_engine_runs_a_program_once(fake_runner, monkeypatch):
+    from harness import engine as engine_module
+    from harness.engine import pipeline
+
+    engine = Engine(fake_runner, Baseline([]))
+    first = engine.generate(12, seed=7)
+    again = engine.generate(12, seed=7)  # the same chunk drawn twice (choices recorded both times)
+    runs = [programs for programs, _results in pipeline(engine, [first, again])]
+    assert [p.key() for p in runs[0]] == list(dict.fromkeys(p.key() for p in first))
+    assert runs[1] == [] and engine.duplicates_skipped == 24 - len(runs[0])
+    engine.forget(runs[0])
+    assert engine.choices == {}  # a skipped program's recorded choices do not stay behind
+    # The memory is bounded: past RAN_LIMIT it starts afresh, and a program runs again.
+    monkeypatch.setattr(engine_module, "RAN_LIMIT", 2)
+    assert engine.unseen(first[:1]) == first[:1]
 
 
 def test_pipeline_stopped_early_leaves_no_batch_running(fake_runner):
