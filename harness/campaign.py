@@ -199,7 +199,7 @@ def _record_json(rec: Recorded, versions: dict[str, dict[str, str]]) -> dict[str
         "signature": rec.signature, "kind": f.kind, "aspect": f.aspect, "status": rec.status,
         "baseline": rec.baseline, "targets": [t for t in f.targets if t != "-"], "op": f.op_label,
         "method": f.method, "sides": list(f.sides), "values": None if f.values is None else list(f.values),
-        "sentence": f.sentence(), "detail": f.detail,
+        "at": f.at, "sentence": f.sentence(), "detail": f.detail,
         "ops_before": len(rec.original.ops), "ops_after": len(rec.minimized.ops),
         "seconds_to_find": round(rec.seconds_to_find, 3),
         "shrink_seconds": round(rec.shrink.seconds, 3) if rec.shrink else None,

@@ -181,7 +181,7 @@ class Engine:
     deadline: float | None = None
     #: Hashes of the programs ``pipeline`` has run (see ``unseen``), and how many it skipped.
     ran: set[int] = field(default_factory=set)
-    duplicates_skipped: int = 0
+    repeats_skipped: int = 0
 
     def generate(self, n: int, seed: int) -> list[Program]:
         """A chunk of programs; their choice sequences are kept until ``forget``."""
@@ -204,7 +204,7 @@ class Engine:
             key = p.key()
             h = hash(key)
             if h in self.ran:
-                self.duplicates_skipped += 1
+                self.repeats_skipped += 1
                 if h not in kept:
                     self.choices.pop(key, None)  # recorded by ``generate``; nothing would forget it
                 continue
@@ -291,9 +291,9 @@ def replay(engine: Engine, programs: Iterable[Program], on_new: Callable[[Record
 def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
     """``Engine.check`` over a lazy stream of chunks, less the programs the engine has run before
     (``Engine.unseen``: a chunk may come out shorter, or empty), keeping the targets busy: chunk
-    k+1 is drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets start
-    on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)`` per
-    chunk. The consumer may use the targets while it holds a chunk (to shrink a finding): the
+    k+1 is drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets
+    start on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)``
+    per chunk. The consumer may use the targets while it holds a chunk (to shrink a finding): the
     runner first lets the chunk in flight finish and keeps its traces for this pipeline."""
     it = (engine.unseen(chunk) for chunk in chunks)
     current = next(it, None)

@@ -14,9 +14,10 @@ aspect becomes one finding:
 
 A snapshot that ``sees no change`` on one side (its source did not move there) while it follows
 or keeps on the other is not blamed on its snapshot method: its source moved on one side only.
-When another snapshot's relation diverges at the same op, that divergence moved the source and is
-the finding; otherwise the finding is the op's different effect on the source itself, a ``value``
-finding (``changed~unchanged``): a step that does not train a parameter on one side, say.
+When another snapshot's relation diverged at that op or earlier, or a value differed right before
+it, that difference moved the source and is the finding; otherwise, when the op acts on the source
+itself, the finding is the op's different effect on it, a ``value`` finding (``changed~unchanged``):
+a step that does not train a parameter on one side, say (``_one_sided``).
 
 Which pairs: two devices of one framework (kind ``device``: a framework should not change its
 semantics with the device), a device and its variant (kind ``variant``: ``torch:cpu`` against
@@ -40,10 +41,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .ir import Program, names_bound
-from .trace import (CRASH, TIMEOUT, Trace, Verdict, identity_partition, same_values, snapshots, verdicts,
-                    writes_into)
+from .trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values, snapshots,
+                    verdicts, writes_into)
 
 ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
+#: A value finding on a tensor with more elements names its first differing element.
+SHOWN_ELEMENTS = 4
 REFERENCE_FRAMEWORK = "torch"
 
 
@@ -243,7 +246,7 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
 _DERIVED = object()
 
 
-def _one_sided(ctx: PairContext, snap, k: int):
+def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int):
     """Op ``k`` moved the snapshot's source on one side only (or, when ``k`` wrote into the
     snapshot, the snapshot itself), and no aliasing diverged before. When the op acts on that
     tensor itself, its different effect is the finding, a ``value`` one (a step that does not
@@ -268,7 +271,7 @@ def _one_sided(ctx: PairContext, snap, k: int):
         return _DERIVED  # within the tolerance of Adam's arithmetic: nothing diverged
     moved = [_moved_at(t, k, name) for t in (a, b)]
     if moved[0] == moved[1] or not _acts_on(ctx.program, ctx.program.ops[k], name):
-        return None  # moved through an alias on one side: the snapshot's relation is the finding
+        return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
     return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
 
 
@@ -301,8 +304,6 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                    detail=(f"{int(differ.sum())} of {x.size} elements differ. {ctx.ids[0]}: {_render_value(x)};"
                            f" {ctx.ids[1]}: {_render_value(y)}"))
 
-
-SHOWN_ELEMENTS = 4
 
 
 def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:

@@ -201,7 +201,7 @@ def snapshots(program: Program) -> list[SnapshotInfo]:
 
 
 def same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    """Bitwise equality of two observed values (NaN equals NaN), as a snapshot's verdict uses it."""
+    """Whether two observed values are equal, NaN equal to NaN (as a snapshot's verdict uses it)."""
     if a is b:  # states share unchanged observations: the usual case, and free
         return True
     if a is None or b is None:

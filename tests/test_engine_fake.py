@@ -140,7 +140,7 @@ def test_the_engine_runs_a_program_once(fake_runner, monkeypatch):
     again = engine.generate(12, seed=7)  # the same chunk drawn twice (choices recorded both times)
     runs = [programs for programs, _results in pipeline(engine, [first, again])]
     assert [p.key() for p in runs[0]] == list(dict.fromkeys(p.key() for p in first))
-    assert runs[1] == [] and engine.duplicates_skipped == 24 - len(runs[0])
+    assert runs[1] == [] and engine.repeats_skipped == 24 - len(runs[0])
     engine.forget(runs[0])
     assert engine.choices == {}  # a skipped program's recorded choices do not stay behind
     # The memory is bounded: past RAN_LIMIT it starts afresh, and a program runs again.
