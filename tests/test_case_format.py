@@ -115,3 +115,16 @@ def test_missing_file_is_one_line(tmp_path: Path):
     assert result.returncode == 2
     assert "absent.toml" in result.stderr and "cannot read" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_program_key_is_computed_once_and_not_carried_to_a_changed_program():
+    import pickle
+    from dataclasses import replace
+
+    program = load_case(CASES / "example_sgd_snapshots.toml")
+    key = program.key()
+    assert program.key() is key  # cached
+    shorter = program.with_ops(program.ops[:1])
+    assert shorter.key() != key and shorter.key() == parse_case(tomllib.loads(dump_case(shorter))).key()
+    assert replace(program, title="another title").key() == key  # metadata is not part of it
+    assert pickle.loads(pickle.dumps(program)) == program and pickle.loads(pickle.dumps(program)).key() == key
