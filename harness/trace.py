@@ -32,9 +32,14 @@ CRASH, TIMEOUT = "crash", "timeout"
 
 
 def _floats(raw: Any) -> np.ndarray | None:
+    """A wire value list as float32. numpy converts the whole list in one call (the strings
+    ``NaN``, ``Infinity`` and ``-Infinity`` included), but reads ``None`` as NaN: a probe that
+    sends ``null`` is refused, as ``float(None)`` would."""
     if raw is None:
         return None
-    return np.array([float(x) for x in raw], dtype=np.float32)
+    if None in raw:
+        raise TypeError("a value list holds null")
+    return np.array(raw, dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,12 @@ def same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:
         return True
     if a is None or b is None:
         return a is None and b is None
-    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+    if a.shape != b.shape:
+        return False
+    if a.tobytes() == b.tobytes():  # bitwise equal: the common case, and 40 times cheaper than
+        return True                 # np.array_equal on these tiny arrays
+    # -0.0 equals 0.0, NaN equals NaN (any payload): element by element, in Python floats.
+    return all(x == y or (x != x and y != y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist()))
 
 
 def _view(method: str, obs: Observation | None) -> np.ndarray | None:
