@@ -31,6 +31,11 @@ from .ir import Program, apply_view
 CRASH, TIMEOUT = "crash", "timeout"
 
 
+class MalformedTrace(ValueError):
+    """A probe's trace reply that cannot be read (a probe bug): the program gets an ``error``
+    trace, the probe goes on."""
+
+
 def _floats(raw: Any) -> np.ndarray | None:
     """A wire value list as float32. numpy converts the whole list in one call (the strings
     ``NaN``, ``Infinity`` and ``-Infinity`` included), but reads ``None`` as NaN: a probe that
@@ -98,14 +103,19 @@ class Trace:
 
     @classmethod
     def from_wire(cls, target: str, raw: Mapping[str, Any]) -> "Trace":
-        initial = {k: Observation.from_wire(v) for k, v in raw.get("initial", {}).items()}
-        steps = [
-            StepResult(s["status"], s.get("message"),
-                       {k: Observation.from_wire(v) for k, v in s.get("changed", {}).items()})
-            for s in raw.get("steps", [])
-        ]
-        return cls(target, raw.get("status", "ok"), raw.get("message"), initial, steps,
-                   int(raw.get("elapsed_us", 0)))
+        """A trace reply as the oracle reads it. Raises ``MalformedTrace`` (one line) when the
+        reply is a trace in name only: a field missing or of the wrong type."""
+        try:
+            initial = {k: Observation.from_wire(v) for k, v in raw.get("initial", {}).items()}
+            steps = [
+                StepResult(s["status"], s.get("message"),
+                           {k: Observation.from_wire(v) for k, v in s.get("changed", {}).items()})
+                for s in raw.get("steps", [])
+            ]
+            return cls(target, raw.get("status", "ok"), raw.get("message"), initial, steps,
+                       int(raw.get("elapsed_us", 0)))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise MalformedTrace(f"malformed trace: {type(e).__name__}: {e}") from None
 
     @classmethod
     def failed(cls, target: str, status: str, message: str) -> "Trace":

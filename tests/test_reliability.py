@@ -113,6 +113,23 @@ def test_garbage_on_stdout_is_ignored_and_logged(reference):
         t.close()
 
 
+def test_a_malformed_trace_is_an_error_trace_and_the_probe_goes_on(reference):
+    # Valid JSON, the right type and id, but a value holding null and a shape that is no list:
+    # reading it used to raise in the runner's thread and end the whole campaign.
+    t = fake_target("ref", "--bad-trace")
+    try:
+        pid = t.process.pid
+        traces = t.run_batch([CLEAN, FILLS, SCALES])
+        assert statuses(traces) == ["ok", "error", "ok"]
+        assert traces[1].message.startswith("fake:ref: malformed trace: ") and "\n" not in traces[1].message
+        for p, tr in ((CLEAN, traces[0]), (SCALES, traces[2])):
+            assert same_trace(tr, reference[p.key()])
+        assert t.process.pid == pid and t.process.stats.malformed_traces == 1  # not restarted
+        assert any("malformed trace" in line for line in t.process.stats.log)
+    finally:
+        t.close()
+
+
 def test_probe_exiting_at_start_up_is_one_line_and_never_hangs():
     proc = ProbeProcess("fake:ref", [sys.executable, str(FAKE), "--exit-at-start"], start_timeout_s=10)
     with pytest.raises(SetupError) as info:
@@ -237,7 +254,7 @@ def _journal(out: Path) -> list[dict]:
     return records
 
 
-@pytest.mark.parametrize("fault", ["--die-on-scale", "--garbage"])
+@pytest.mark.parametrize("fault", ["--die-on-scale", "--garbage", "--bad-trace"])
 def test_campaign_survives_probe_faults_and_keeps_its_findings(tmp_path: Path, fault: str):
     out = tmp_path / "run"
     result = _fuzz(tmp_path, out, fault)
@@ -248,7 +265,8 @@ def test_campaign_survives_probe_faults_and_keeps_its_findings(tmp_path: Path, f
     assert any(r["kind"] == "device" and "clone" in r["signature"] for r in records), [r["signature"] for r in records]
     state = json.loads((out / "campaign.json").read_text())
     assert state["programs"] >= 64
-    log_line = "died running this program" if fault == "--die-on-scale" else "ignored stray output"
+    log_line = {"--die-on-scale": "died running this program", "--garbage": "ignored stray output",
+                "--bad-trace": "malformed trace"}[fault]
     assert log_line in result.stdout, result.stdout[-2000:]
 
 

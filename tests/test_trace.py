@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.oracle import values_close
-from harness.trace import Observation, same_values
+from harness.trace import MalformedTrace, Observation, Trace, same_values
 
 
 def f32(*xs) -> np.ndarray:
@@ -45,3 +45,16 @@ def test_observation_reads_the_wire_floats_and_refuses_null():
     assert obs.value[0, 0] == 1.0 and np.isnan(obs.value[1, 0]) and obs.value[1, 1] == -np.inf
     with pytest.raises(TypeError):
         Observation.from_wire({"shape": [1], "value": [None]})
+
+
+@pytest.mark.parametrize("reply", [
+    {"initial": {"w": {"shape": 7, "value": [1.0]}}},
+    {"initial": {"w": {"shape": [1], "value": [None]}}},
+    {"initial": {"w": {"shape": [1], "value": ["one"]}}},
+    {"initial": {}, "steps": [{"changed": {}}]},  # no status
+    {"initial": [], "steps": []},
+])
+def test_a_malformed_trace_reply_is_one_malformed_trace_error(reply):
+    with pytest.raises(MalformedTrace) as info:
+        Trace.from_wire("fake:ref", {"type": "trace", "id": 1, **reply})
+    assert str(info.value).startswith("malformed trace: ") and "\n" not in str(info.value)

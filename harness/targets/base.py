@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ..ir import Program
-from ..trace import CRASH, TIMEOUT, Trace
+from ..trace import CRASH, TIMEOUT, MalformedTrace, Trace
 
 PROTOCOL_VERSION = 1
 
@@ -64,6 +64,7 @@ class ProcessStats:
     crashes: int = 0
     timeouts: int = 0
     garbage_lines: int = 0
+    malformed_traces: int = 0
     log: list[str] = field(default_factory=list)
 
     def note(self, line: str) -> None:
@@ -251,7 +252,14 @@ class ProbeProcess:
                     budget = self.timeout_s * (1 + len(program.get("ops", ())) / 64)
                     reply = self._read_reply(
                         lambda r, i=i: r.get("type") == "trace" and r.get("id") == i, budget)
-                    traces.append(Trace.from_wire(target_id, reply))
+                    try:
+                        traces.append(Trace.from_wire(target_id, reply))
+                    except MalformedTrace as e:
+                        # The reply was read whole, so the stream is still in step: go on.
+                        self.stats.malformed_traces += 1
+                        msg = f"{self.name}: {e}"
+                        self.stats.note(msg)
+                        traces.append(Trace.failed(target_id, "error", msg))
                     done += 1
             except _ProcessDied as e:
                 self.stats.crashes += 1

@@ -9,7 +9,9 @@ module ops answer ``unsupported``.
 Fault switches for the reliability tests (command-line flags):
 ``--protocol N`` (answer another protocol version), ``--exit-at-start``, ``--garbage`` (stray
 text before every reply), ``--hang-on-fill`` (a ``fill`` op never returns), ``--die-on-scale``
-(a ``scale`` op kills the process with SIGKILL), ``--slow-ms N`` (sleep per program).
+(a ``scale`` op kills the process with SIGKILL), ``--bad-trace`` (a program with a ``fill`` op
+gets a reply that is valid JSON and a ``trace`` for its id, but whose observations are malformed:
+a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep per program).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ def main() -> None:
     ap.add_argument("--garbage", action="store_true")
     ap.add_argument("--hang-on-fill", action="store_true")
     ap.add_argument("--die-on-scale", action="store_true")
+    ap.add_argument("--bad-trace", action="store_true")
     ap.add_argument("--slow-ms", type=float, default=0)
     flags = ap.parse_args()
     if flags.exit_at_start:
@@ -133,6 +136,8 @@ def main() -> None:
                 time.sleep(flags.slow_ms / 1000)
             reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
                      **run(req["program"], req["device"], flags), "elapsed_us": 1}
+            if flags.bad_trace and any(op.get("op") == "fill" for op in req["program"]["ops"]):
+                reply["initial"] = {n: {**o, "value": [None], "shape": 7} for n, o in reply["initial"].items()}
         elif req.get("type") == "exit":
             break
         else:
