@@ -155,6 +155,16 @@ def test_stale_probe_protocol_is_one_line_asking_for_a_rebuild():
     assert proc.proc is None  # stopped, not leaked
 
 
+def test_malformed_handshake_is_one_line_asking_for_a_rebuild():
+    # The right protocol number, but ``devices`` is a string: discovery used to raise a TypeError.
+    proc = ProbeProcess("fake:ref", [sys.executable, str(FAKE), "--bad-hello"], start_timeout_s=10)
+    with pytest.raises(SetupError) as info:
+        proc.start()
+    message = str(info.value)
+    assert "malformed handshake" in message and "`devices`" in message and "make probes" in message
+    assert "\n" not in message and proc.proc is None
+
+
 def _probe_dir(tmp_path: Path, *flags: str) -> Path:
     """A probe folder whose ``candle_probe`` is the TEST DOUBLE fake probe with ``flags``."""
     d = tmp_path / "probes"
@@ -165,13 +175,14 @@ def _probe_dir(tmp_path: Path, *flags: str) -> Path:
     return d
 
 
-@pytest.mark.parametrize("fault", ["missing", "stale", "exit-at-start"])
+@pytest.mark.parametrize("fault", ["missing", "stale", "bad-hello", "exit-at-start"])
 def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
     if fault == "missing":
         probes = tmp_path / "empty"
         probes.mkdir()
     else:
-        probes = _probe_dir(tmp_path, "--protocol 2" if fault == "stale" else "--exit-at-start")
+        probes = _probe_dir(tmp_path, {"stale": "--protocol 2", "bad-hello": "--bad-hello",
+                                       "exit-at-start": "--exit-at-start"}[fault])
     result = run_cli("repro", str(CASES / "example_sgd_snapshots.toml"), "--targets", "candle",
                      env={"ALIASFUZZ_PROBE_DIR": str(probes)}, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -182,6 +193,8 @@ def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
         assert "make probes" in lines[0]
     if fault == "stale":
         assert "stale" in lines[0]
+    if fault == "bad-hello":
+        assert "malformed handshake" in lines[0]
 
 
 # -- the PyTorch worker -------------------------------------------------------------------------

@@ -119,6 +119,11 @@ class ProbeProcess:
             raise SetupError(
                 f"{self.name}: speaks probe protocol {reply.get('protocol')}, the harness speaks "
                 f"{PROTOCOL_VERSION}: the binary is stale, rebuild it with `make probes`")
+        problem = _hello_problem(reply)
+        if problem is not None:
+            self.stop()
+            raise SetupError(f"{self.name}: malformed handshake ({problem}): the binary is not an "
+                             f"aliasfuzz probe or is broken, rebuild it with `make probes`")
         self.hello = reply
         return reply
 
@@ -286,6 +291,24 @@ class ProbeProcess:
                 done += 1
             pending = pending[done:]
         return traces
+
+
+def _hello_problem(hello: dict[str, Any]) -> str | None:
+    """What makes a handshake of the right protocol unusable, if anything: the fields target
+    discovery reads (PROTOCOL.md, ``hello``)."""
+    devices = hello.get("devices")
+    if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("name"), str)
+                                                for d in devices):
+        return "`devices` is not a list of objects with a string `name`"
+    for d in devices:
+        if d.get("differs_on") is not None and not isinstance(d["differs_on"], list):
+            return f"`differs_on` of device {d['name']!r} is not a list"
+    for key in ("ops", "methods"):
+        if not isinstance(hello.get(key, []), list):
+            return f"`{key}` is not a list"
+    if not isinstance(hello.get("versions", {}), dict):
+        return "`versions` is not an object"
+    return None
 
 
 class _ProcessDied(Exception):

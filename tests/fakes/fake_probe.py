@@ -7,7 +7,8 @@ follows later writes and steps. Only ``sgd`` steps are interpreted; other optimi
 module ops answer ``unsupported``.
 
 Fault switches for the reliability tests (command-line flags):
-``--protocol N`` (answer another protocol version), ``--exit-at-start``, ``--garbage`` (stray
+``--protocol N`` (answer another protocol version), ``--bad-hello`` (a handshake of the right
+protocol whose ``devices`` is a string), ``--exit-at-start``, ``--garbage`` (stray
 text before every reply), ``--hang-on-fill`` (a ``fill`` op never returns), ``--die-on-scale``
 (a ``scale`` op kills the process with SIGKILL), ``--bad-trace`` (a program with a ``fill`` op
 gets a reply that is valid JSON and a ``trace`` for its id, but whose observations are malformed:
@@ -110,6 +111,7 @@ def main() -> None:
     ap.add_argument("--hang-on-fill", action="store_true")
     ap.add_argument("--die-on-scale", action="store_true")
     ap.add_argument("--bad-trace", action="store_true")
+    ap.add_argument("--bad-hello", action="store_true")
     ap.add_argument("--slow-ms", type=float, default=0)
     flags = ap.parse_args()
     if flags.exit_at_start:
@@ -131,6 +133,8 @@ def main() -> None:
                                  {"name": "planted", "alt": None, "kind": "cpu"}],
                      "ops": ["snapshot", "write", "fill", "scale", "step", "read"],
                      "methods": ["alias", "clone", "detach", "reshape", "view_row", "transpose"]}
+            if flags.bad_hello:
+                reply["devices"] = "ref"
         elif req.get("type") == "run":
             if flags.slow_ms:
                 time.sleep(flags.slow_ms / 1000)
