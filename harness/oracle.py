@@ -232,9 +232,12 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
                     found.append(f)
                 break
     first = min((f.op_index for f in found), default=len(ctx.traces[0].steps))
+    on_path = {f.op_index for snap, f in one_sided if snap.name in _write_path(ctx.program, f.op_index)}
     for snap, f in sorted(one_sided, key=lambda x: x[1].op_index):
         if f.op_index >= first:
             continue  # an aliasing divergence came first (at this op: it moved the source)
+        if f.op_index in on_path and snap.name not in _write_path(ctx.program, f.op_index):
+            continue  # its source moved through a snapshot on the write's path, which is the finding
         effect = _one_sided(ctx, snap, f.op_index)
         if effect is not _DERIVED:
             found.append(effect or f)  # without a clearer finding, the verdict itself
@@ -244,6 +247,25 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
 
 
 _DERIVED = object()
+
+
+def _write_path(program: Program, k: int) -> set[str]:
+    """The names a write-like op ``k`` reaches through snapshot relations: its target and the
+    target's sources, transitively (``s2 = alias(s0)``, ``s0 = clone(p0)``: a write into s2 has
+    the path s2, s0, p0). Empty for other ops.
+
+    When a write moves the sources of several snapshots on one side only, a snapshot on this
+    path is the link that carried the write (candle's ``clone`` of p0 sharing its storage); a
+    snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link."""
+    op = program.ops[k]
+    if op["op"] not in ("write", "fill", "scale"):
+        return set()
+    source = {s.name: s.source for s in snapshots(program) if s.op < k}
+    path, name = set(), op["target"]
+    while name is not None and name not in path:
+        path.add(name)
+        name = source.get(name)
+    return path
 
 
 def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int):

@@ -76,6 +76,26 @@ def test_a_source_moved_through_an_alias_keeps_the_snapshot_method_in_the_findin
     assert sigs == ["framework|alpha:cpu~beta:cpu|verdict|module_clone|write|follows~none"]
 
 
+def test_a_write_carried_by_one_snapshot_is_not_a_finding_of_its_siblings():
+    # s0 = clone(p0) shares p0's storage on alpha only, s1 = detach(p0) shares it on both, and
+    # s2 = alias(s0). A write into s2 reaches p0 (and so s1) on alpha only. s0 and s1 both see
+    # their source move on one side only; s0 is the link the write went through (s2 -> s0 -> p0),
+    # s1 only saw p0 move. Reporting s1 too would blame detach for candle's clone.
+    prog = program({"p0": {"kind": "param", "value": [0.0, 0.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+                    {"op": "snapshot", "name": "s1", "of": "p0", "method": "detach"},
+                    {"op": "snapshot", "name": "s2", "of": "s0", "method": "alias"},
+                    {"op": "write", "target": "s2", "index": None, "value": [0.0, 1.0]}])
+    moved = [0.0, 1.0]
+    a = trace(A, {"p0": [0.0, 0.0]}, [{"s0": [0.0, 0.0]}, {"s1": [0.0, 0.0]}, {"s2": [0.0, 0.0]},
+                                      {"p0": moved, "s0": moved, "s1": moved, "s2": moved}])
+    b = trace(B, {"p0": [0.0, 0.0]}, [{"s0": [0.0, 0.0]}, {"s1": [0.0, 0.0]}, {"s2": [0.0, 0.0]},
+                                      {"s0": moved, "s2": moved}])
+    found = compare(prog, {A: a, B: b})
+    assert [(f.signature, f.subject) for f in found] == [
+        ("framework|alpha:cpu~beta:cpu|verdict|clone|write|follows~none", "s0")]
+
+
 def test_an_op_whose_effect_differs_after_an_earlier_difference_is_not_a_finding():
     # beta could not scale b0 (unsupported), so b0 already differs when the write comes: that
     # the write then changes b0 on alpha only is a consequence, not a divergence.
