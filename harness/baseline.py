@@ -36,7 +36,8 @@ class KnownDivergence:
     frameworks: tuple[str, ...] = ()
     method: str = "*"
     op: str = "*"
-    sides: str = "*"  # "<side a>~<side b>", in the finding's target order
+    # "<side a>~<side b>", in the finding's target order; several patterns: any of them
+    sides: str | tuple[str, ...] = "*"
     upstream: str = ""
 
     def matches(self, f: Finding) -> bool:
@@ -49,7 +50,8 @@ class KnownDivergence:
             if fws != sorted(self.frameworks) and not (len(self.frameworks) == 1 and
                                                       all(x == self.frameworks[0] for x in fws)):
                 return False
-        if self.sides != "*" and not fnmatchcase("~".join(f.sides), self.sides):
+        patterns = (self.sides,) if isinstance(self.sides, str) else self.sides
+        if not any(fnmatchcase("~".join(f.sides), p) for p in patterns):
             return False
         return True
 
@@ -87,6 +89,11 @@ def load_baseline(path: str | Path | None = None) -> Baseline:
                 raise CaseError(path, f"{where}.{key}", "missing (a non-empty string)")
         fields: dict[str, Any] = dict(raw)
         fields["frameworks"] = tuple(raw.get("frameworks", ()))
+        sides = raw.get("sides", "*")
+        if isinstance(sides, list) and sides and all(isinstance(x, str) for x in sides):
+            fields["sides"] = tuple(sides)
+        elif not isinstance(sides, str):
+            raise CaseError(path, f"{where}.sides", "a pattern or a non-empty list of patterns")
         entries.append(KnownDivergence(**fields))
     ids = [e.id for e in entries]
     dup = {i for i in ids if ids.count(i) > 1}

@@ -130,27 +130,35 @@ def op_class(op: Mapping[str, Any]) -> str:
     return kind
 
 
-def uses_adam(program: Program) -> bool:
-    return any(op["op"] == "step" and op["optimizer"] in ("adam", "adamw") for op in program.ops)
+def adam_lr(program: Program) -> float | None:
+    """The largest learning rate of the program's ``adam``/``adamw`` steps, which sets the
+    tolerance values are compared with across targets; None without such a step (values are
+    then compared exactly)."""
+    lrs = [op["lr"] for op in program.ops if op["op"] == "step" and op["optimizer"] in ("adam", "adamw")]
+    return max(lrs) if lrs else None
 
 
-def values_close(a: np.ndarray, b: np.ndarray, exact: bool) -> bool:
+def values_close(a: np.ndarray, b: np.ndarray, adam: float | None) -> bool:
+    """Whether two targets' values agree: exactly, or within Adam's tolerance when the program
+    has an Adam step (``adam`` is then ``adam_lr``)."""
     if a.shape != b.shape:
         return False
     if a.tobytes() == b.tobytes():  # bitwise equal: the common case, and the cheapest test
         return True
-    return not _elements_differ(a, b, exact).any()
+    return not _elements_differ(a, b, adam).any()
 
 
-def _elements_differ(a: np.ndarray, b: np.ndarray, exact: bool) -> np.ndarray:
+def _elements_differ(a: np.ndarray, b: np.ndarray, adam: float | None) -> np.ndarray:
     """Which elements of two same-shaped values differ (NaN equals NaN)."""
-    if exact:
+    if adam is None:
         return ~((a == b) | (np.isnan(a) & np.isnan(b)))
-    # An element near zero after Adam steps is a difference of numbers as large as the tensor's
-    # other elements (1 - 0.5 - 0.5): its float32 error is relative to them, not to itself. So the
-    # absolute tolerance scales with the tensor's largest finite magnitude.
+    # An element Adam brings to about zero is a difference of numbers as large as the tensor's
+    # other elements (1 - 0.5 - 0.5), or as the step it took (2 - 1 - 0.99999994 after two steps
+    # of lr 1): its float32 error is relative to them, not to itself. Adam's step is about lr per
+    # element, with the relative error of its bias correction (1 - 0.999^t cancels). So the
+    # absolute tolerance scales with the tensor's largest finite magnitude or the largest lr.
     finite = np.abs(np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]]).ravel())
-    scale = float(finite.max()) if finite.size else 0.0
+    scale = max(float(finite.max()) if finite.size else 0.0, adam)
     return ~np.isclose(a, b, rtol=ADAM_RTOL, atol=max(ADAM_ATOL, ADAM_RTOL * scale), equal_nan=True)
 
 
@@ -233,14 +241,20 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
                 break
     first = min((f.op_index for f in found), default=len(ctx.traces[0].steps))
     on_path = {f.op_index for snap, f in one_sided if snap.name in _write_path(ctx.program, f.op_index)}
+    kept: list[tuple[Finding | None, Finding]] = []  # (the op's effect or None, the verdict)
     for snap, f in sorted(one_sided, key=lambda x: x[1].op_index):
-        if f.op_index >= first:
+        k = f.op_index
+        if k >= first or any(v.op_index < k for _, v in kept):
             continue  # an aliasing divergence came first (at this op: it moved the source)
-        if f.op_index in on_path and snap.name not in _write_path(ctx.program, f.op_index):
+        if k in on_path and snap.name not in _write_path(ctx.program, k):
             continue  # its source moved through a snapshot on the write's path, which is the finding
-        effect = _one_sided(ctx, snap, f.op_index)
+        effect = _one_sided(ctx, snap, k)
         if effect is not _DERIVED:
-            found.append(effect or f)  # without a clearer finding, the verdict itself
+            kept.append((effect, f))
+    # An op whose own effect differs (a step that trains a parameter on one side only) also
+    # moves, on that side only, whatever aliases that parameter: those verdicts are its effect.
+    effect_ops = {f.op_index for effect, f in kept if effect is not None}
+    found += [effect or f for effect, f in kept if effect is not None or f.op_index not in effect_ops]
     found.sort(key=lambda f: f.op_index)
     ctx.findings.extend(found)
     return bool(found)
@@ -289,7 +303,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int):
     if any(o is None or o.value is None for o in before):
         return _DERIVED  # first initialised at this op on a side (lazy): no effect to compare
     if name not in _nondeterministic_names(ctx.program) \
-            and values_close(after[0].value, after[1].value, not uses_adam(ctx.program)):
+            and values_close(after[0].value, after[1].value, adam_lr(ctx.program)):
         return _DERIVED  # within the tolerance of Adam's arithmetic: nothing diverged
     moved = [_moved_at(t, k, name) for t in (a, b)]
     if moved[0] == moved[1] or not _acts_on(ctx.program, ctx.program.ops[k], name):
@@ -319,7 +333,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                   method=None, sides=sides, op_index=i, subject=name)
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
-    differ = _elements_differ(x, y, not uses_adam(ctx.program))
+    differ = _elements_differ(x, y, adam_lr(ctx.program))
     first = tuple(int(j) for j in np.argwhere(differ)[0])
     return Finding(**common, values=(_render_value(x[first]), _render_value(y[first])),
                    at="[" + ", ".join(map(str, first)) + "]",
@@ -386,21 +400,21 @@ def _render_partition(p) -> str:
 def _values_agree(ctx: PairContext, i: int) -> bool:
     """Whether every name bound on both sides holds the same values after op ``i`` (names whose
     values come from a framework's RNG left out)."""
-    exact = not uses_adam(ctx.program)
+    adam = adam_lr(ctx.program)
     skip = _nondeterministic_names(ctx.program)
     sa, sb = (t.state_after(i) for t in ctx.traces)
     for name, x in sa.items():
         y = sb.get(name)
         if name in skip or y is None or x.value is None or y.value is None:
             continue
-        if not values_close(x.value, y.value, exact):
+        if not values_close(x.value, y.value, adam):
             return False
     return True
 
 
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     a, b = ctx.traces
-    exact = not uses_adam(ctx.program)
+    adam = adam_lr(ctx.program)
     skip = _nondeterministic_names(ctx.program)
     for i in range(len(a.steps)):
         if i in hidden:
@@ -415,7 +429,7 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
             x, y = sa[name].value, sb[name].value
             if x is None or y is None:
                 continue
-            if not values_close(x, y, exact):
+            if not values_close(x, y, adam):
                 moved = [_moved_at(t, i, name) for t in (a, b)]
                 ctx.findings.append(_value_finding(ctx, i, name, moved, (x, y)))
                 return

@@ -9,7 +9,7 @@ import numpy as np
 
 from .baseline import Baseline, KnownDivergence
 from .ir import Program
-from .oracle import Finding, compare, uses_adam, values_close
+from .oracle import Finding, adam_lr, compare, values_close
 from .runner import Runner
 from .targets.base import TargetInfo
 from .trace import Trace, Verdict, verdicts
@@ -77,7 +77,7 @@ def table_rows(result: ReproResult) -> list[tuple[str, list[str], bool]]:
     """(row label, cell per target, divergent?) for every tensor and snapshot."""
     ids = list(result.traces)
     rows: list[tuple[str, list[str], bool]] = []
-    exact = not uses_adam(result.program)
+    adam = adam_lr(result.program)
     snaps = set()
     for vm in result.verdict_maps.values():
         snaps.update(vm)
@@ -98,7 +98,7 @@ def table_rows(result: ReproResult) -> list[tuple[str, list[str], bool]]:
             vals.append(v)
             cells.append(_fmt_value(v) if obs is not None and obs.initialized else "uninitialised")
         real = [v for v in vals if v is not None]
-        divergent = any(not values_close(real[0], v, exact) for v in real[1:]) if real else False
+        divergent = any(not values_close(real[0], v, adam) for v in real[1:]) if real else False
         rows.append((n, cells, divergent))
     for s in sorted(snaps, key=lambda n: min(vm[n].snapshot.op for vm in result.verdict_maps.values() if n in vm)):
         cells, comparable = [], []

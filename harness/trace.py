@@ -267,7 +267,11 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         d_source, d_snap = not same_values(x0, x1), s0 is not None and not same_values(s0, s1)
         reverse = writes_into(program.ops[k], snap.name)
         if d_source:
-            if same_values(s1, x1):
+            # A snapshot that shares its source's storage moves with it. One that did not move
+            # and merely holds what the source now holds (a copy filled with 0.0, then an Adam step
+            # that brings the source to exactly 0.0 on one framework only) is a coincidence, and
+            # keeps. A lazy snapshot getting its first value is the one exception: see above.
+            if same_values(s1, x1) and (d_snap or s0 is None):
                 verdict = "follows"
             elif not d_snap:
                 verdict = "keeps"

@@ -42,3 +42,23 @@ def test_bad_baseline_is_a_one_line_error(tmp_path: Path):
     with pytest.raises(CaseError) as info:
         load_baseline(bad)
     assert "known[0].colour" in str(info.value)
+
+
+def test_an_entry_with_several_side_patterns_matches_any_of_them(tmp_path: Path):
+    from harness.oracle import Finding
+
+    path = tmp_path / "baseline.toml"
+    path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = "copy"\n'
+                    'sides = ["*keeps~*follows", "none~follows"]\n')
+    entry = load_baseline(path).entries[0]
+
+    def finding(sides):
+        return Finding(kind="framework", aspect="verdict", targets=("candle:cpu", "torch:cpu"),
+                       op_label="write", method="copy", sides=sides)
+
+    assert entry.matches(finding(("rev keeps", "rev follows"))) and entry.matches(finding(("none", "follows")))
+    assert not entry.matches(finding(("other", "follows"))) and not entry.matches(finding(("follows", "none")))
+    path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nsides = 3\n')
+    with pytest.raises(CaseError) as info:
+        load_baseline(path)
+    assert "known[0].sides" in str(info.value)

@@ -155,19 +155,22 @@ def test_a_lazy_parameter_initialised_by_an_op_on_one_side_only_is_not_a_finding
     assert compare(prog, {A: a, B: b}) == []
 
 
-def test_adam_tolerance_is_relative_to_the_tensors_scale():
+def test_adam_tolerance_is_relative_to_the_tensors_scale_or_the_step_size():
     import numpy as np
 
     from harness.oracle import values_close
 
-    def close(x, y):
-        return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), exact=False)
+    def close(x, y, lr=0.5):
+        return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), lr)
 
     # Two Adam steps of lr 0.5 from [0, 1] (burn against torch): the element that cancels to
     # about zero carries the float32 error of the 1.0-sized operands.
     assert close([-0.9999983, 1.698732e-06], [-0.9999999, 5.960464e-08])
-    # A tensor that is small throughout is held to the absolute tolerance.
-    assert not close([1.7e-06, 1e-06], [6e-08, 1e-06])
+    # Two Adam steps of lr 1 from [2] (burn:flex against torch): 2 - 1 - 0.99999994, the whole
+    # tensor about zero; the error is relative to the step taken (lr), not to the result.
+    assert close([3.397465e-06], [1.192093e-07], lr=1.0)
+    # A tensor that is small throughout, stepped by a small lr, is held to the absolute tolerance.
+    assert not close([1.7e-06, 1e-06], [6e-08, 1e-06], lr=1e-3)
     # Differences of semantics (a weight decay applied or not) stay far outside.
     assert not close([0.5, 1.0], [0.24875, 1.0])
     assert not close([-0.999, 0.001], [-1.0, 0.0])

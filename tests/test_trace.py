@@ -31,11 +31,12 @@ def test_same_values_is_value_equality_with_nan_equal_to_nan():
 
 
 def test_values_close_exact_and_within_adams_tolerance():
-    assert values_close(f32(0.0, np.nan), f32(-0.0, np.nan), exact=True)
-    assert not values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), exact=True)
-    assert values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), exact=False)
-    assert not values_close(f32(1.0), f32(1.1), exact=False)
-    assert not values_close(f32(1.0, 2.0), f32(1.0), exact=False)
+    # adam: None compares exactly; a learning rate compares within Adam's tolerance.
+    assert values_close(f32(0.0, np.nan), f32(-0.0, np.nan), adam=None)
+    assert not values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), adam=None)
+    assert values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), adam=0.1)
+    assert not values_close(f32(1.0), f32(1.1), adam=0.1)
+    assert not values_close(f32(1.0, 2.0), f32(1.0), adam=0.1)
 
 
 def test_observation_reads_the_wire_floats_and_refuses_null():
@@ -58,3 +59,29 @@ def test_a_malformed_trace_reply_is_one_malformed_trace_error(reply):
     with pytest.raises(MalformedTrace) as info:
         Trace.from_wire("fake:ref", {"type": "trace", "id": 1, **reply})
     assert str(info.value).startswith("malformed trace: ") and "\n" not in str(info.value)
+
+
+def test_a_snapshot_that_did_not_move_keeps_even_when_its_source_lands_on_its_value():
+    # s0 = p0 * 1, s0 filled with 0, then a step brings p0 to exactly 0: s0 holds what p0 now
+    # holds, but it did not move with it (it held 0 while p0 held 0.5): that is keeps, not follows.
+    # A snapshot sharing p0's storage would have moved at the step.
+    from harness.ir import FORMAT, parse_case
+    from harness.trace import verdicts
+
+    prog = parse_case({"format": FORMAT, "tensors": {"p0": {"kind": "param", "value": [0.5]}},
+                       "ops": [{"op": "snapshot", "name": "s0", "of": "p0", "method": "mul1"},
+                               {"op": "fill", "target": "s0", "value": 0.0},
+                               {"op": "step", "optimizer": "sgd", "lr": 0.5}]})
+
+    def obs(v):
+        return {"shape": [1], "value": [v], "identity": None}
+
+    def run(shared: bool):
+        after_fill = {"s0": obs(0.0), **({"p0": obs(0.0)} if shared else {})}
+        return Trace.from_wire("alpha:cpu", {"initial": {"p0": obs(0.5)}, "steps": [
+            {"status": "ok", "changed": {"s0": obs(0.5)}},
+            {"status": "ok", "changed": after_fill},
+            {"status": "ok", "changed": {"p0": obs(0.0)} if not shared else {"p0": obs(-0.5), "s0": obs(-0.5)}}]})
+
+    assert verdicts(prog, run(shared=False))["s0"].summary == "rev keeps@1 keeps@2"
+    assert verdicts(prog, run(shared=True))["s0"].summary == "rev follows@1 follows@2"
