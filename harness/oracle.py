@@ -240,14 +240,22 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
                     found.append(f)
                 break
     first = min((f.op_index for f in found), default=len(ctx.traces[0].steps))
-    on_path = {f.op_index for snap, f in one_sided if snap.name in _write_path(ctx.program, f.op_index)}
+    # Per write op, the one-sided snapshot on its path nearest the written name: the first link
+    # where the write's propagation differs (links beyond it did not move on one side at all).
+    carrier: dict[int, str] = {}
+    for snap, f in one_sided:
+        path = _write_path(ctx.program, f.op_index)
+        if snap.name in path:
+            best = carrier.get(f.op_index)
+            if best is None or path.index(snap.name) < path.index(best):
+                carrier[f.op_index] = snap.name
     kept: list[tuple[Finding | None, Finding]] = []  # (the op's effect or None, the verdict)
     for snap, f in sorted(one_sided, key=lambda x: x[1].op_index):
         k = f.op_index
         if k >= first or any(v.op_index < k for _, v in kept):
             continue  # an aliasing divergence came first (at this op: it moved the source)
-        if k in on_path and snap.name not in _write_path(ctx.program, k):
-            continue  # its source moved through a snapshot on the write's path, which is the finding
+        if k in carrier and snap.name != carrier[k]:
+            continue  # the write reached its source through the carrier's link, which is the finding
         effect = _one_sided(ctx, snap, k)
         if effect is not _DERIVED:
             kept.append((effect, f))
@@ -263,21 +271,21 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
 _DERIVED = object()
 
 
-def _write_path(program: Program, k: int) -> set[str]:
-    """The names a write-like op ``k`` reaches through snapshot relations: its target and the
-    target's sources, transitively (``s2 = alias(s0)``, ``s0 = clone(p0)``: a write into s2 has
-    the path s2, s0, p0). Empty for other ops.
+def _write_path(program: Program, k: int) -> list[str]:
+    """The names a write-like op ``k`` reaches through snapshot relations, nearest first: its
+    target and the target's sources, transitively (``s2 = alias(s0)``, ``s0 = clone(p0)``: a
+    write into s2 has the path s2, s0, p0). Empty for other ops.
 
     When a write moves the sources of several snapshots on one side only, a snapshot on this
     path is the link that carried the write (candle's ``clone`` of p0 sharing its storage); a
     snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link."""
     op = program.ops[k]
     if op["op"] not in ("write", "fill", "scale"):
-        return set()
+        return []
     source = {s.name: s.source for s in snapshots(program) if s.op < k}
-    path, name = set(), op["target"]
+    path, name = [], op["target"]
     while name is not None and name not in path:
-        path.add(name)
+        path.append(name)
         name = source.get(name)
     return path
 

@@ -263,15 +263,19 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         s1 = after[snap.name].value if snap.name in after else None
         # A lazy snapshot getting its first value (burn initialises a clone of an uninitialised
         # parameter with it) is not a change of the snapshot: one that then holds another value
-        # than its source (the source was initialised and trained by the same step) keeps.
+        # than its source (the source was initialised and trained by the same step) keeps. One
+        # that holds the same value tells nothing yet (one shared initialisation, or the same
+        # init value that a step happened to leave in place): later ops tell.
         d_source, d_snap = not same_values(x0, x1), s0 is not None and not same_values(s0, s1)
         reverse = writes_into(program.ops[k], snap.name)
         if d_source:
+            if s0 is None and same_values(s1, x1):
+                continue
             # A snapshot that shares its source's storage moves with it. One that did not move
             # and merely holds what the source now holds (a copy filled with 0.0, then an Adam step
             # that brings the source to exactly 0.0 on one framework only) is a coincidence, and
-            # keeps. A lazy snapshot getting its first value is the one exception: see above.
-            if same_values(s1, x1) and (d_snap or s0 is None):
+            # keeps.
+            if same_values(s1, x1) and d_snap:
                 verdict = "follows"
             elif not d_snap:
                 verdict = "keeps"

@@ -96,6 +96,25 @@ def test_a_write_carried_by_one_snapshot_is_not_a_finding_of_its_siblings():
         ("framework|alpha:cpu~beta:cpu|verdict|clone|write|follows~none", "s0")]
 
 
+def test_the_link_nearest_the_write_is_the_one_that_carried_it():
+    # s0 = reshape(p0) (a view on both), s1 = to_host(s0) (a view on alpha, a copy on beta),
+    # s2 = reshape(s1). A write into s2 reaches s1 on both sides and goes on to s0 and p0 on
+    # alpha only. s0 and s1 both see their source move on alpha only; the propagation stopped at
+    # s1's link on beta (s0 did not move there at all, so its own relation was never tested).
+    prog = program({"p0": {"kind": "param", "value": [0.0, 0.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "p0", "method": "reshape"},
+                    {"op": "snapshot", "name": "s1", "of": "s0", "method": "to_host"},
+                    {"op": "snapshot", "name": "s2", "of": "s1", "method": "reshape"},
+                    {"op": "write", "target": "s2", "index": None, "value": [0.0, 1.0]}])
+    zero, moved = [0.0, 0.0], [0.0, 1.0]
+    a = trace(A, {"p0": zero}, [{"s0": zero}, {"s1": zero}, {"s2": zero},
+                                {"p0": moved, "s0": moved, "s1": moved, "s2": moved}])
+    b = trace(B, {"p0": zero}, [{"s0": zero}, {"s1": zero}, {"s2": zero}, {"s1": moved, "s2": moved}])
+    found = compare(prog, {A: a, B: b})
+    assert [(f.signature, f.subject) for f in found] == [
+        ("framework|alpha:cpu~beta:cpu|verdict|to_host|write|follows~none", "s1")]
+
+
 def test_an_op_whose_effect_differs_after_an_earlier_difference_is_not_a_finding():
     # beta could not scale b0 (unsupported), so b0 already differs when the write comes: that
     # the write then changes b0 on alpha only is a consequence, not a divergence.

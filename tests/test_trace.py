@@ -85,3 +85,27 @@ def test_a_snapshot_that_did_not_move_keeps_even_when_its_source_lands_on_its_va
 
     assert verdicts(prog, run(shared=False))["s0"].summary == "rev keeps@1 keeps@2"
     assert verdicts(prog, run(shared=True))["s0"].summary == "rev follows@1 follows@2"
+
+
+def test_a_lazy_snapshot_first_given_its_sources_value_is_no_event_yet():
+    # burn: a clone of an uninitialised lazy parameter gets its value when the step initialises
+    # and trains the parameter. Equal to the trained value: one shared initialisation, or the
+    # step left the init value in place; nothing tells which yet. Another value: it keeps.
+    from harness.ir import FORMAT, parse_case
+    from harness.trace import verdicts
+
+    prog = parse_case({"format": FORMAT,
+                       "tensors": {"l0": {"kind": "lazy", "shape": [1], "init": "const", "fill": -2.0}},
+                       "ops": [{"op": "module_clone", "name": "m0"},
+                               {"op": "step", "optimizer": "adamw", "lr": 1.0, "weight_decay": 0.5}]})
+
+    def obs(v):
+        return {"shape": [1], "value": None if v is None else [v], "identity": None, "initialized": v is not None}
+
+    def run(clone_value):
+        return Trace.from_wire("beta:cpu", {"initial": {"l0": obs(None)}, "steps": [
+            {"status": "ok", "changed": {"m0.l0": obs(None)}},
+            {"status": "ok", "changed": {"l0": obs(-2.0), "m0.l0": obs(clone_value)}}]})
+
+    assert verdicts(prog, run(-2.0))["m0.l0"].summary == "unchanged"
+    assert verdicts(prog, run(-1.5))["m0.l0"].summary == "keeps"
