@@ -127,6 +127,19 @@ def test_an_op_whose_effect_differs_after_an_earlier_difference_is_not_a_finding
     assert compare(prog, {A: a, B: b}) == []
 
 
+def test_an_op_one_side_could_not_run_explains_a_later_effect_on_a_random_tensor():
+    # l0's values come from each framework's RNG, so they are not compared. beta could not scale
+    # s0 (a detach of l0) by 0; alpha's scale reached l0 and made it 0, so the later scale by 2
+    # changes l0 on beta only: a consequence of the op beta could not run, not a finding.
+    prog = program({"l0": {"kind": "lazy", "shape": [1], "init": "uniform", "seed": 0}},
+                   [{"op": "snapshot", "name": "s0", "of": "l0", "method": "detach"},
+                    {"op": "scale", "target": "s0", "factor": 0.0},
+                    {"op": "scale", "target": "l0", "factor": 2.0}])
+    a = trace(A, {"l0": [0.25]}, [{"s0": [0.25]}, {"l0": [0.0], "s0": [0.0]}, {}])
+    b = trace(B, {"l0": [-0.5]}, [{"s0": [-0.5]}, {}, {"l0": [-1.0], "s0": [-1.0]}], ["ok", "unsupported", "ok"])
+    assert compare(prog, {A: a, B: b}) == []
+
+
 def test_a_one_sided_change_within_adam_tolerance_is_not_a_finding():
     # After an Adam step the values agree within tolerance, not bitwise: scaling a tiny value
     # changes it on one side and leaves an exact zero alone on the other.
