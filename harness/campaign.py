@@ -65,6 +65,9 @@ class CampaignConfig:
     # The budget bounds drawing programs; findings still unshrunk when it runs out may be shrunk
     # for this much longer, so a short campaign's last chunk is not reported unshrunk.
     shrink_grace_s: float = 0.0
+    # Known findings (the baseline matches them) are reported as found, not shrunk: the
+    # baseline entry's own case is their minimal form (Engine.shrink_known).
+    shrink_known: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -230,12 +233,15 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
-                    deadline=deadline)
+                    deadline=deadline, shrink_known=config.shrink_known)
+    baseline_cases = {e.id: e.case for e in baseline.entries}
     engine.started -= elapsed_before
     emit(("targets", {t.id: t.info.to_json() for t in found.targets}, found.unavailable))
 
     def on_new(rec: Recorded) -> None:
         record = _record_json(rec, versions)
+        if rec.baseline is not None:
+            record["baseline_case"] = baseline_cases.get(rec.baseline)
         meta = {"signature": rec.signature, "kind": record["kind"], "status": rec.status,
                 "seed": config.seed}
         minimized = _titled(rec.minimized, record["sentence"], meta)
@@ -328,9 +334,9 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
         state = folder.load_state()
         saved = CampaignConfig(**state["config"])
         # A resume continues the same campaign: same seed, targets and profile; the budget,
-        # worker count and shrink grace may change.
+        # worker count, shrink grace and whether known findings are shrunk may change.
         saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
-        saved.shrink_grace_s = config.shrink_grace_s
+        saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
         config = saved
         records = folder.load_findings()
         if records:  # rebuild the list from the journal (the journal is the truth)

@@ -29,6 +29,9 @@ def register(sub) -> callable:
     p.add_argument("--shrink-grace", type=float, default=None,
                    help="seconds past the budget for shrinking findings still unshrunk when it ends "
                         "(default: a quarter of the budget, 10 s to 5 min)")
+    p.add_argument("--shrink-known", action="store_true",
+                   help="shrink findings the baseline knows too (default: report them as found, after "
+                        "the new ones; the baseline entry's case is their minimal form)")
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
@@ -53,7 +56,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                                 workers=args.workers, db=args.db, chunk_size=args.chunk_size,
                                 shrink_time_s=_shrink_time(args.shrink_time, budget),
                                 shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
-                                baseline=args.baseline)
+                                baseline=args.baseline, shrink_known=args.shrink_known)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
         else:
@@ -71,7 +74,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     running = result.seconds - shrinking
     rates = f"{result.programs / max(result.seconds, 1e-9):.1f}/s"
     if shrinking > 0 and running > 0:
-        rates += (f"; {shrinking:.1f}s of it shrinking {len(result.findings)} findings, "
+        shrunk = sum(1 for f in result.findings if f.get("shrink_seconds") is not None)
+        rates += (f"; {shrinking:.1f}s of it shrinking {shrunk} findings, "
                   f"{result.programs / running:.1f}/s without")
     print(f"aliasfuzz fuzz: {result.programs} programs in {result.seconds:.1f}s ({rates}); "
           f"findings: {new} new, {known} known")

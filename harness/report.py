@@ -122,6 +122,16 @@ def _read(run: Run, rel: str | None) -> str | None:
         return None
 
 
+def _shrink_text(f: dict) -> str:
+    """How the finding's case was shrunk, or why it was not (a known finding, by default)."""
+    if f.get("shrink_seconds") is None:
+        case = f" (the baseline's case `{f['baseline_case']}` is its minimal form)" if f.get("baseline_case") else ""
+        return f"not shrunk, {f.get('ops_before')} ops: known{case}"
+    return (f"shrunk {f.get('ops_before')} → {f.get('ops_after')} ops"
+            f" ({'complete' if f.get('shrink_complete') else 'stopped early'}, {f.get('shrink_runs')} runs,"
+            f" {f.get('shrink_seconds')}s)")
+
+
 def _repro(run: Run, finding: dict) -> dict | None:
     text = _read(run, finding.get("repro"))
     if text is None:
@@ -296,9 +306,7 @@ def render_markdown(run: Run, links: dict[str, list[str]]) -> str:
         out += [f"### {n}. [{status}{base}] {f.get('kind', '?')}: {f.get('sentence', '')}", "",
                 f"- signature: `{f.get('signature', '')}`",
                 f"- targets: {', '.join(f.get('targets', []))}; op `{f.get('op')}`, method `{f.get('method')}`",
-                f"- shrunk {f.get('ops_before')} → {f.get('ops_after')} ops"
-                f" ({'complete' if f.get('shrink_complete') else 'stopped early'}, {f.get('shrink_runs')} runs,"
-                f" {f.get('shrink_seconds')}s); found after {f.get('seconds_to_find')}s",
+                f"- {_shrink_text(f)}; found after {f.get('seconds_to_find')}s",
                 f"- case: [{f.get('case')}]({f.get('case')}) (`aliasfuzz repro {f.get('case')}`); "
                 f"original: [{f.get('original_case')}]({f.get('original_case')})", ""]
         if f.get("detail"):
@@ -368,8 +376,7 @@ def render_html(run: Run, links: dict[str, list[str]]) -> str:
         if f.get("detail"):
             out.append(f"<p>{_e(f['detail'])}</p>")
         out.append(f'<p class="dim">signature <code>{_e(f.get("signature", ""))}</code><br>'
-                   f'targets {_e(", ".join(f.get("targets", [])))}; shrunk {_e(f.get("ops_before"))} → '
-                   f'{_e(f.get("ops_after"))} ops in {_e(f.get("shrink_seconds"))}s; found after '
+                   f'targets {_e(", ".join(f.get("targets", [])))}; {_e(_shrink_text(f))}; found after '
                    f'{_e(f.get("seconds_to_find"))}s</p>')
         repro = _repro(run, f)
         if repro:

@@ -167,3 +167,29 @@ def test_findings_left_when_the_budget_ends_are_shrunk_in_the_grace(tmp_path):
     # a negative grace is a usage error, on one line
     r = run_cli("fuzz", "--budget", "1s", "--shrink-grace", "-1", "--out", str(tmp_path / "bad"), env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_known_findings_are_reported_as_found_and_shrunk_only_when_asked(tmp_path):
+    # A baseline that knows the fake's planted identity finding; its verdict findings stay new.
+    baseline = tmp_path / "baseline.toml"
+    baseline.write_text('[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\n'
+                        'case = "tests/cases/planted.toml"\n')
+    runs = {}
+    for flag in ((), ("--shrink-known",)):
+        out = tmp_path / ("known-shrunk" if flag else "default")
+        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+                    "--shrink-time", "10", "--baseline", str(baseline), "--out", str(out), *flag,
+                    env=fake_probe_dir(tmp_path))
+        assert r.returncode == 1, r.stdout + r.stderr  # the verdict findings are new
+        runs[flag] = (json.loads((out / "findings.json").read_text()), (out / "report.md").read_text())
+    findings, md = runs[()]
+    known = [f for f in findings if f["status"] == "known"]
+    assert known and all(f["baseline"] == "planted-identity" for f in known)
+    for f in known:
+        assert f["shrink_seconds"] is None and f["ops_after"] == f["ops_before"]
+        assert f["baseline_case"] == "tests/cases/planted.toml"
+    assert all(f["shrink_seconds"] is not None for f in findings if f["status"] == "new")
+    assert "not shrunk" in md and "tests/cases/planted.toml" in md
+    findings, md = runs[("--shrink-known",)]
+    assert all(f["shrink_seconds"] is not None for f in findings)
+    assert "not shrunk" not in md

@@ -217,3 +217,22 @@ def test_a_whole_program_failure_is_shrunk_against_another_framework():
     assert partner("burn:flex", ["burn:flex", "burn:ndarray"]) == ["burn:flex", "burn:ndarray"]
     pair = Finding("framework", "verdict", ("candle:cpu", "torch:cpu"), "write", "clone", ("follows", "keeps"))
     assert _targets_for(pair, ids) == ["candle:cpu", "torch:cpu"]
+
+
+def test_known_findings_come_after_new_ones_and_are_left_unshrunk_unless_asked(fake_runner):
+    from harness.baseline import KnownDivergence
+
+    # The oracle lists the planted clone's verdict finding before its identity finding; with the
+    # verdict one known, the new identity finding must be shrunk (and reported) first.
+    known = Baseline([KnownDivergence("planted-clone", "test", "none.toml", aspect="verdict")])
+    as_found = []
+    Engine(fake_runner, known, shrink_time_s=60, shrink_known=False).process([PLANTED], as_found.append)
+    assert [(r.finding.aspect, r.status) for r in as_found] == [("identity", "new"), ("verdict", "known")]
+    new, old = as_found
+    assert new.shrink is not None and len(new.minimized.ops) < len(PLANTED.ops)
+    assert old.shrink is None and old.minimized is old.original is PLANTED and old.baseline == "planted-clone"
+
+    shrunk = []
+    Engine(fake_runner, known, shrink_time_s=60, shrink_known=True).process([PLANTED], shrunk.append)
+    assert [(r.finding.aspect, r.status) for r in shrunk] == [("identity", "new"), ("verdict", "known")]
+    assert shrunk[1].shrink is not None and len(shrunk[1].minimized.ops) == 2
