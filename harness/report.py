@@ -125,6 +125,8 @@ def _read(run: Run, rel: str | None) -> str | None:
 def _shrink_text(f: dict) -> str:
     """How the finding's case was shrunk, or why it was not (a known finding, by default)."""
     if f.get("shrink_seconds") is None:
+        if f.get("status") != "known":
+            return f"not shrunk, {f.get('ops_before')} ops"
         case = f" (the baseline's case `{f['baseline_case']}` is its minimal form)" if f.get("baseline_case") else ""
         return f"not shrunk, {f.get('ops_before')} ops: known{case}"
     return (f"shrunk {f.get('ops_before')} → {f.get('ops_after')} ops"
