@@ -4,9 +4,10 @@ A trace arrives delta-encoded (see PROTOCOL.md); ``Trace.states`` rebuilds the f
 each op. Verdicts say, for every snapshot, how it related to its source at each later op that
 changed either of them:
 
-- ``follows``: after the op the snapshot equals the source's new value under the snapshot's view
-  (it shares storage, or behaves as if it did);
-- ``keeps``: the source changed and the snapshot still holds its old value (an independent copy);
+- ``follows``: the snapshot moved with the source and equals its new value under the snapshot's
+  view (it shares storage, or behaves as if it did);
+- ``keeps``: the source changed and the snapshot still holds its old value (an independent copy),
+  even when that old value happens to equal the source's new one;
 - ``other``: neither (corruption, a partial write, garbage);
 - ``unchanged``: nothing the snapshot could be compared on ever changed;
 - ``unsupported`` / ``error`` / ``skipped``: the snapshot itself could not be taken.
