@@ -220,7 +220,10 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
     (one program can show several root causes; ``compare`` drops repeated signatures).
 
     A divergence where one side ``sees no change`` says that the snapshot's source moved on one
-    side only, which is a consequence when anything differed before: see ``_one_sided``."""
+    side only, which is a consequence when anything differed before: see ``_one_sided``. Such
+    a consequence is not the snapshot's first divergent event: its next one may still be a
+    divergence of its own (a clone that follows on one side and keeps on the other, after an
+    op one side could not run had already set the values apart)."""
     va, vb = ctx.verdicts
     found, one_sided = [], []
     for name, a in va.items():
@@ -235,7 +238,10 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
                             op_label=op_class(ctx.program.ops[k]), method=a.snapshot.method,
                             sides=(sa, sb), op_index=k, subject=name)
                 if "none" in (sa, sb):
-                    one_sided.append((a.snapshot, f))
+                    effect = _one_sided(ctx, a.snapshot, k, hidden)
+                    if effect is _DERIVED:
+                        continue
+                    one_sided.append((a.snapshot, f, effect))
                 else:
                     found.append(f)
                 break
@@ -243,22 +249,20 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
     # Per write op, the one-sided snapshot on its path nearest the written name: the first link
     # where the write's propagation differs (links beyond it did not move on one side at all).
     carrier: dict[int, str] = {}
-    for snap, f in one_sided:
+    for snap, f, _effect in one_sided:
         path = _write_path(ctx.program, f.op_index)
         if snap.name in path:
             best = carrier.get(f.op_index)
             if best is None or path.index(snap.name) < path.index(best):
                 carrier[f.op_index] = snap.name
     kept: list[tuple[Finding | None, Finding]] = []  # (the op's effect or None, the verdict)
-    for snap, f in sorted(one_sided, key=lambda x: x[1].op_index):
+    for snap, f, effect in sorted(one_sided, key=lambda x: x[1].op_index):
         k = f.op_index
         if k >= first or any(v.op_index < k for _, v in kept):
             continue  # an aliasing divergence came first (at this op: it moved the source)
         if k in carrier and snap.name != carrier[k]:
             continue  # the write reached its source through the carrier's link, which is the finding
-        effect = _one_sided(ctx, snap, k, hidden)
-        if effect is not _DERIVED:
-            kept.append((effect, f))
+        kept.append((effect, f))
     # An op whose own effect differs (a step that trains a parameter on one side only) also
     # moves, on that side only, whatever aliases that parameter: those verdicts are its effect.
     effect_ops = {f.op_index for effect, f in kept if effect is not None}

@@ -140,6 +140,23 @@ def test_an_op_one_side_could_not_run_explains_a_later_effect_on_a_random_tensor
     assert compare(prog, {A: a, B: b}) == []
 
 
+def test_a_snapshot_whose_first_difference_is_a_consequence_is_still_judged_on_the_next():
+    # beta could not scale p0 (unsupported), so the write of 1.0 changes p0 on alpha only: s0
+    # keeps on alpha and sees nothing on beta, a consequence. The fill then shows s0's own
+    # divergence: beta's clone shares p0's storage (follows), alpha's keeps.
+    prog = program({"p0": {"kind": "param", "value": [1.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+                    {"op": "scale", "target": "p0", "factor": 2.0},
+                    {"op": "write", "target": "p0", "value": [1.0]},
+                    {"op": "fill", "target": "p0", "value": 0.0}])
+    a = trace(A, {"p0": [1.0]}, [{"s0": [1.0]}, {"p0": [2.0]}, {"p0": [1.0]}, {"p0": [0.0]}])
+    b = trace(B, {"p0": [1.0]}, [{"s0": [1.0]}, {}, {}, {"p0": [0.0], "s0": [0.0]}],
+              ["ok", "unsupported", "ok", "ok"])
+    found = compare(prog, {A: a, B: b})
+    assert [(f.signature, f.subject, f.op_index) for f in found] == [
+        ("framework|alpha:cpu~beta:cpu|verdict|clone|write|keeps~follows", "s0", 3)]
+
+
 def test_a_one_sided_change_within_adam_tolerance_is_not_a_finding():
     # After an Adam step the values agree within tolerance, not bitwise: scaling a tiny value
     # changes it on one side and leaves an exact zero alone on the other.
