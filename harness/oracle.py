@@ -221,8 +221,8 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
 
     A divergence where one side ``sees no change`` says that the snapshot's source moved on one
     side only, which is a consequence when anything differed before: see ``_one_sided``. Such
-    a consequence is not the snapshot's first divergent event: its next one may still be a
-    divergence of its own (a clone that follows on one side and keeps on the other, after an
+    a consequence is not taken as the snapshot's finding: its next divergent event may still be
+    a divergence of its own (a clone that follows on one side and keeps on the other, after an
     op one side could not run had already set the values apart)."""
     va, vb = ctx.verdicts
     found, one_sided = [], []
