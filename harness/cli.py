@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from .ir import CaseError, load_case
-from .targets.base import SetupError
+from .errors import InputError
+from .ir import load_case
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -116,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except CaseError as e:
-        return _err(str(e))
-    except SetupError as e:
+    except InputError as e:
         return _err(str(e))
     except KeyboardInterrupt:
         return _err("interrupted")

@@ -26,6 +26,8 @@ else:  # pragma: no cover - the project runs on 3.11, tomli keeps 3.10 working
 
 import tomli_w
 
+from .errors import InputError
+
 FORMAT = "aliasfuzz-case/1"
 
 TENSOR_KINDS = ("param", "buffer", "lazy")
@@ -66,7 +68,7 @@ MAX_NUMEL = 4096
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 
-class CaseError(ValueError):
+class CaseError(InputError, ValueError):
     """A malformed case. ``str()`` is the one-line message users see: file, location, field."""
 
     def __init__(self, path: str | Path | None, where: str, message: str):

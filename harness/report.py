@@ -18,12 +18,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .errors import InputError
+
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 HISTORY_HTML = "history.html"
 
 
-class ReportError(RuntimeError):
+class ReportError(InputError):
     """The input is not something a report can be made from (one line)."""
 
 

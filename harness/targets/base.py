@@ -21,13 +21,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from ..errors import InputError
 from ..ir import Program
 from ..trace import CRASH, TIMEOUT, MalformedTrace, Trace
 
 PROTOCOL_VERSION = 1
 
 
-class SetupError(RuntimeError):
+class SetupError(InputError):
     """A target cannot be used at all (missing or stale binary, broken handshake). One line."""
 
 
