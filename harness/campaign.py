@@ -22,6 +22,7 @@ import os
 import platform
 import queue as queue_mod
 import re
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Any, Callable
 from .baseline import load_baseline
 from .corpus import load_corpus, open_database, store_corpus
 from .engine import Engine, Recorded, chunk_seed, pipeline
-from .errors import CampaignError
+from .errors import CampaignError, InputError
+from .harness_errors import HARNESS_ERROR, line_of
 from .files import atomic_write
 from .ir import Program, dump_case
 from .run_folder import RunFolder, program_from_bytes, program_to_bytes
@@ -177,13 +179,22 @@ def _worker_process(config_json: dict, worker: int, counter, limit, deadline, ou
         except Exception:
             return False
 
+    _ignore_sigint()
     try:
         worker_loop(config, worker, claim, outq.put, known, elapsed_before,
                     [program_from_bytes(r) for r in replay_raw],
                     deadline.value + config.shrink_grace_s)
-    except Exception as e:  # reported by the parent; the other workers go on
-        outq.put(("error", f"worker {worker}: {type(e).__name__}: {e}"))
+    except InputError as e:  # reported by the parent; the other workers go on
+        outq.put(("error", f"worker {worker}: {e}", "setup"))
+    except Exception as e:  # noqa: BLE001 - a harness bug outside any one program
+        outq.put(("error", f"worker {worker}: {type(e).__name__}: {e} at {line_of(e)}", "harness"))
     outq.put(("done", worker))
+
+
+def _ignore_sigint() -> None:
+    """Ctrl-C reaches the whole process group; the parent alone decides how workers stop (it
+    terminates them), so a worker neither prints a traceback nor stops half-way on its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -197,10 +208,18 @@ class CampaignResult:
     programs: int
     seconds: float
     errors: list[str] = field(default_factory=list)
+    #: Whether the harness itself failed outside any program (a worker's loop raised).
+    harness_failed: bool = False
+    #: Whether Ctrl-C or SIGTERM ended the campaign (its state is saved: ``--resume`` goes on).
+    interrupted: bool = False
 
     @property
     def new(self) -> list[dict[str, Any]]:
-        return [f for f in self.findings if f["status"] == "new"]
+        return [f for f in self.findings if f["status"] == "new" and f["kind"] != HARNESS_ERROR]
+
+    @property
+    def harness_errors(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["kind"] == HARNESS_ERROR]
 
 
 def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[[str], None] = print,
@@ -214,6 +233,7 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
         # worker count, shrink grace and whether known findings are shrunk may change.
         saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
         saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
+        saved.shrink_time_s = config.shrink_time_s
         config = saved
         records = folder.load_findings()
         if records:  # rebuild the list from the journal (the journal is the truth)
@@ -243,11 +263,12 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
     state["runs"].append({"started": time.time(), "budget_s": config.budget_s, "max_programs": config.max_programs,
                           "workers": config.workers, "resumed": resume})
     errors: list[str] = []
+    harness_failed = False
     programs_this_run = 0
     completed_chunks: set[int] = set()
 
     def handle(msg: tuple) -> None:
-        nonlocal programs_this_run
+        nonlocal programs_this_run, harness_failed
         kind = msg[0]
         if kind == "targets":
             state["targets"].update(msg[1])
@@ -277,6 +298,7 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             log(msg[1])
         elif kind == "error":
             errors.append(msg[1])
+            harness_failed |= msg[2] == "harness"
             log(f"error: {msg[1]}")
 
     announced = False
@@ -291,24 +313,54 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
                 + (f" (shrinking may take up to {config.shrink_grace_s:g} s more)" if config.shrink_grace_s else ""))
         return True
 
-    if config.workers <= 1:
-        counter = [state["next_chunk"]]
+    interrupted = False
+    try:
+        if config.workers <= 1:
+            counter = [state["next_chunk"]]
 
-        def claim() -> int | None:
-            if budget_ended():
-                return None
-            if chunk_limit >= 0 and counter[0] >= chunk_limit:
-                return None
-            counter[0] += 1
-            return counter[0] - 1
+            def claim() -> int | None:
+                if budget_ended():
+                    return None
+                if chunk_limit >= 0 and counter[0] >= chunk_limit:
+                    return None
+                counter[0] += 1
+                return counter[0] - 1
 
-        worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay,
-                    time.time() + budget + config.shrink_grace_s if budget != float("inf") else None)
-    else:
-        ctx = mp.get_context("spawn")
-        manager = ctx.Manager()
+            worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay,
+                        time.time() + budget + config.shrink_grace_s if budget != float("inf") else None)
+        else:
+            _run_workers(config, state["next_chunk"], chunk_limit, budget, seen_sigs, replay, elapsed_before,
+                         handle, budget_ended)
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: the campaign's state is saved; `--resume` goes on from here")
+
+    state["elapsed_s"] = elapsed_before + time.monotonic() - start
+    state["runs"][-1]["ended"] = time.time()
+    state["runs"][-1]["programs"] = programs_this_run
+    state["runs"][-1]["interrupted"] = interrupted
+    folder.save_state(state)
+    if not folder.findings_json.exists():
+        atomic_write(folder.findings_json, "[]")
+    return CampaignResult(folder, records, state["programs"], state["elapsed_s"], errors,
+                          harness_failed=harness_failed, interrupted=interrupted)
+
+
+def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budget: float,
+                 seen_sigs: set[str], replay: list[Program], elapsed_before: float,
+                 handle: Callable[[tuple], None], budget_ended: Callable[[], bool]) -> None:
+    """``config.workers`` worker processes, each with its own targets, claiming chunks from one
+    shared counter; their messages go to ``handle`` in this process. On Ctrl-C the workers are
+    stopped (they ignore SIGINT themselves) and ``KeyboardInterrupt`` goes on up."""
+    from multiprocessing.managers import SyncManager
+
+    ctx = mp.get_context("spawn")
+    manager = SyncManager(ctx=ctx)
+    manager.start(_ignore_sigint)
+    procs = []
+    try:
         seen = manager.dict({s: -1 for s in seen_sigs})
-        counter = ctx.Value("q", state["next_chunk"])
+        counter = ctx.Value("q", next_chunk)
         limit = ctx.Value("q", chunk_limit)
         deadline = ctx.Value("d", time.time() + min(budget, 10 ** 9))
         outq = ctx.Queue()
@@ -334,14 +386,14 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
                 handle(msg)
         for p in procs:
             p.join(timeout=10)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join(timeout=10)
+        raise
+    finally:
         manager.shutdown()
-    state["elapsed_s"] = elapsed_before + time.monotonic() - start
-    state["runs"][-1]["ended"] = time.time()
-    state["runs"][-1]["programs"] = programs_this_run
-    folder.save_state(state)
-    if not folder.findings_json.exists():
-        atomic_write(folder.findings_json, "[]")
-    return CampaignResult(folder, records, state["programs"], state["elapsed_s"], errors)
 
 
 def machine_info() -> dict[str, Any]:

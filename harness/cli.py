@@ -1,13 +1,15 @@
 """The ``aliasfuzz`` command line.
 
 Exit statuses are the same everywhere: 0 nothing new found, 1 divergences (``repro``) or new
-findings (``fuzz``), 2 bad input or a set-up problem, always with a one-line message.
+findings (``fuzz``), 2 bad input or a set-up problem, always with a one-line message, 3 a bug of
+aliasfuzz itself (a harness error: its bug report, with the case attached, is named on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -15,7 +17,7 @@ from typing import Callable
 from .errors import InputError
 from .ir import load_case
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
 
 def _err(message: str) -> int:
@@ -63,7 +65,15 @@ def cmd_repro(args: argparse.Namespace) -> int:
     try:
         for path, program in programs:
             result = run_case(program, runner, infos, baseline)
-            if result.findings:
+            if result.harness_errors:
+                status = EXIT_HARNESS
+                _report_harness_errors("repro", path, program, result.harness_errors)
+            elif result.ran_nowhere:
+                status = max(status, EXIT_USAGE)
+                why = "; ".join(f"{t}: {tr.status}: {tr.message}" for t, tr in result.traces.items())
+                print(f"aliasfuzz: {path}: no target ran the case, so nothing was compared ({why})",
+                      file=sys.stderr)
+            elif result.findings and status == EXIT_OK:
                 status = EXIT_FOUND
             if args.json:
                 docs.append({"case": str(path), **result.to_json()})
@@ -76,6 +86,18 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(docs[0] if len(docs) == 1 else {"cases": docs}, indent=1))
     return status
+
+
+def _report_harness_errors(command: str, path: Path, program, errors) -> None:
+    """One line per harness error on stderr, naming the bug report that holds its traceback and
+    the case."""
+    from .harness_errors import write_bug_report
+    from .ir import dump_case
+
+    for f in errors:
+        report = write_bug_report(f.sentence(), f.detail, {str(path): dump_case(program)})
+        where = f"bug report: {report}" if report else "the bug report could not be written"
+        print(f"aliasfuzz: {command} {path}: {f.sentence()} ({where})", file=sys.stderr)
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {"targets": cmd_targets, "repro": cmd_repro}
@@ -111,17 +133,82 @@ def _register_extra(sub) -> None:
         COMMANDS[name] = module.register(sub)
 
 
+class _GuardedStdout:
+    """Standard output that a closed pipe (``| head``) or a full device cannot turn into an
+    exception: the first failure is remembered and later output dropped, so a campaign goes on,
+    writes its reports and exits with the status its findings give."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failure: OSError | None = None
+
+    def write(self, text: str) -> int:
+        if self.failure is None:
+            try:
+                return self._stream.write(text)
+            except OSError as e:
+                self.failure = e
+        return len(text)
+
+    def flush(self) -> None:
+        if self.failure is None:
+            try:
+                self._stream.flush()
+            except OSError as e:
+                self.failure = e
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _harness_crash(args: argparse.Namespace, exc: Exception) -> int:
+    """A bug of aliasfuzz outside any program's containment: one line and a bug report with the
+    command's case files attached, exit status 3."""
+    import traceback
+
+    from .harness_errors import line_of, write_bug_report
+
+    cases = {}
+    for c in list(getattr(args, "cases", None) or []) + [getattr(args, "case", None)]:
+        try:
+            if c:
+                cases[str(c)] = Path(c).read_text(encoding="utf-8")[:1 << 20]
+        except (OSError, ValueError):
+            pass
+    summary = f"{type(exc).__name__}: {exc} at {line_of(exc)}"
+    report = write_bug_report(summary, traceback.format_exc(), cases)
+    where = f"bug report with the case: {report}" if report else "the bug report could not be written"
+    print(f"aliasfuzz: internal error (a bug of aliasfuzz): {' '.join(summary.split())} ({where})",
+          file=sys.stderr)
+    return EXIT_HARNESS
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    stdout = sys.stdout = _GuardedStdout(sys.stdout)
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
     except InputError as e:
-        return _err(str(e))
+        status = _err(str(e))
     except KeyboardInterrupt:
-        return _err("interrupted")
-    except BrokenPipeError:
-        return EXIT_OK
+        status = _err("interrupted")
+    except Exception as e:  # noqa: BLE001 - a harness bug is a bug report, not a traceback
+        status = _harness_crash(args, e)
+    finally:
+        sys.stdout = stdout._stream
+    stdout.flush()
+    if stdout.failure is not None:
+        try:  # what is still buffered would fail again at exit, with a message of Python's own
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+    if stdout.failure is not None and not isinstance(stdout.failure, BrokenPipeError):
+        # A full or broken device, not a reader that stopped early: the output was lost.
+        print(f"aliasfuzz: cannot write to standard output ({stdout.failure.strerror or stdout.failure})",
+              file=sys.stderr)
+        status = max(status, EXIT_USAGE) if status != EXIT_HARNESS else status
+    return status
 
 
 if __name__ == "__main__":

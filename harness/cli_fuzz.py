@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import math
 import random
+import signal
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
 from .campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
+from .errors import InputError
 
 
 def register(sub) -> callable:
@@ -18,12 +21,12 @@ def register(sub) -> callable:
     p.add_argument("--max-programs", type=int, help="stop after about this many programs")
     p.add_argument("--seed", type=int, help="campaign seed (printed at start; default: random)")
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
-    p.add_argument("--profile", default="default", choices=("quick", "default", "deep"))
+    p.add_argument("--profile", choices=("quick", "default", "deep"), help="program sizes (default: default)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each with its own probes")
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
     p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder")
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
-    p.add_argument("--chunk-size", type=int, default=64, help="programs generated and run per batch")
+    p.add_argument("--chunk-size", type=int, help="programs generated and run per batch (default: 64)")
     p.add_argument("--shrink-time", type=float, default=None,
                    help="seconds to shrink each finding (default: 30, or a tenth of a shorter budget)")
     p.add_argument("--shrink-grace", type=float, default=None,
@@ -39,35 +42,96 @@ def register(sub) -> callable:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
+    from .baseline import load_baseline
     from .targets.registry import parse_target_list
 
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        budget = parse_duration(args.budget)
-        if budget is None and args.max_programs is None and not args.resume:
-            raise CampaignError("give --budget or --max-programs (a campaign needs an end)")
-        if args.workers < 1:
-            raise CampaignError("--workers must be at least 1")
-        if args.chunk_size < 1:
-            raise CampaignError("--chunk-size must be at least 1")
+        budget = _check_options(args)
+        load_baseline(args.baseline)  # a bad --baseline is one line before anything is written
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
         out = args.resume or args.out or str(Path("reports") / datetime.now().strftime("%Y%m%d-%H%M%S"))
         config = CampaignConfig(out=out, seed=seed, budget_s=budget, max_programs=args.max_programs,
-                                targets=parse_target_list(args.targets), profile=args.profile,
-                                workers=args.workers, db=args.db, chunk_size=args.chunk_size,
+                                targets=parse_target_list(args.targets), profile=args.profile or "default",
+                                workers=args.workers, db=args.db, chunk_size=args.chunk_size or 64,
                                 shrink_time_s=_shrink_time(args.shrink_time, budget),
                                 shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
                                 baseline=args.baseline, shrink_known=args.shrink_known)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
         else:
-            print(f"aliasfuzz fuzz: seed {seed}, profile {args.profile}, out {out}", flush=True)
+            print(f"aliasfuzz fuzz: seed {seed}, profile {config.profile}, out {out}", flush=True)
         display = _Display()
-        result = run_campaign(config, resume=bool(args.resume), log=display.log, progress=display.update)
-        display.close()
+        try:
+            result = run_campaign(config, resume=bool(args.resume), log=display.log, progress=display.update)
+        finally:
+            display.close()
     except CampaignError as e:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return 2
-    new, known = len(result.new), len(result.findings) - len(result.new)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    _summary(result)
+    written = _write_reports(args, result)
+    print(f"aliasfuzz fuzz: findings in {result.folder.findings_json}")
+    if result.interrupted:
+        print(f"aliasfuzz: interrupted: resume with `aliasfuzz fuzz --resume {result.folder.path}`",
+              file=sys.stderr)
+        return 2
+    if not written:
+        return 2
+    if result.harness_errors or result.harness_failed:
+        return 3
+    if result.errors and not result.findings and result.programs == 0:
+        return 2
+    return 1 if result.new else 0
+
+
+def _sigterm_as_interrupt(signum, frame) -> None:
+    """SIGTERM (a CI job cancelled, ``timeout``) ends a campaign as Ctrl-C does: state saved,
+    reports written."""
+    raise KeyboardInterrupt
+
+
+def _check_options(args: argparse.Namespace) -> float | None:
+    """The campaign's options, checked before anything starts; returns the budget in seconds."""
+    budget = parse_duration(args.budget)
+    if budget is None and args.max_programs is None and not args.resume:
+        raise CampaignError("give --budget or --max-programs (a campaign needs an end)")
+    if args.max_programs is not None and args.max_programs < 1:
+        raise CampaignError(f"--max-programs {args.max_programs}: must be at least 1")
+    if args.workers < 1:
+        raise CampaignError("--workers must be at least 1")
+    if args.chunk_size is not None and args.chunk_size < 1:
+        raise CampaignError("--chunk-size must be at least 1")
+    for flag, value in (("--shrink-time", args.shrink_time), ("--shrink-grace", args.shrink_grace)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise CampaignError(f"{flag} {value}: must be a finite number of seconds, 0 or more")
+    if args.resume:
+        if args.out and Path(args.out) != Path(args.resume):
+            raise CampaignError(f"--out {args.out} with --resume {args.resume}: a resume writes to its own folder")
+        _check_resume(args)
+    return budget
+
+
+def _check_resume(args: argparse.Namespace) -> None:
+    """A resume continues the same campaign: an option that would make it another one (its seed,
+    targets, profile, corpus or baseline) is refused rather than ignored."""
+    from .run_folder import RunFolder
+    from .targets.registry import parse_target_list
+
+    saved = RunFolder(args.resume).load_state().get("config", {})
+    given = {"seed": args.seed, "targets": parse_target_list(args.targets), "profile": args.profile,
+             "db": args.db, "baseline": args.baseline, "chunk_size": args.chunk_size}
+    for key, value in given.items():
+        if value is not None and value != saved.get(key):
+            flag = "--" + key.replace("_", "-")
+            raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {saved.get(key)!r}; "
+                                f"a resume continues it unchanged (leave {flag} out, or start a new --out)")
+
+
+def _summary(result) -> None:
+    new, known = len(result.new), len(result.findings) - len(result.new) - len(result.harness_errors)
     # Shrinking holds up generation; in a short campaign it takes most of the time, so the rate
     # of programs alone would hide how fast the targets run.
     shrinking = sum(f.get("shrink_seconds") or 0.0 for f in result.findings)
@@ -79,26 +143,34 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                   f"{result.programs / running:.1f}/s without")
     print(f"aliasfuzz fuzz: {result.programs} programs in {result.seconds:.1f}s ({rates}); "
           f"findings: {new} new, {known} known")
+    for f in result.harness_errors:
+        print(f"aliasfuzz fuzz: HARNESS ERROR (a bug of aliasfuzz): {f['sentence']} -> "
+              f"{result.folder.path / f['case']}", file=sys.stderr)
     for e in result.errors:
         print(f"aliasfuzz fuzz: worker error: {e}", file=sys.stderr)
-    if not args.no_report:
-        try:
-            from .report import write_reports
-        except ImportError:
-            write_reports = None
-        if write_reports is not None:
-            paths = write_reports(result.folder.path)
-            for p in paths:
-                print(f"aliasfuzz fuzz: wrote {p}")
-    if args.junit:
-        from .junit import write_junit
 
-        write_junit(result.findings, Path(args.junit))
-        print(f"aliasfuzz fuzz: wrote {args.junit}")
-    print(f"aliasfuzz fuzz: findings in {result.folder.findings_json}")
-    if result.errors and not result.findings and result.programs == 0:
-        return 2
-    return 1 if new else 0
+
+def _write_reports(args: argparse.Namespace, result) -> bool:
+    """report.md / report.html and the JUnit file; False (after one line) when one cannot be
+    written. The journal is never touched here."""
+    from .junit import write_junit
+    from .report import write_reports
+
+    try:
+        if not args.no_report:
+            for p in write_reports(result.folder.path):
+                print(f"aliasfuzz fuzz: wrote {p}")
+        if args.junit:
+            write_junit(result.findings, Path(args.junit))
+            print(f"aliasfuzz fuzz: wrote {args.junit}")
+    except InputError as e:
+        print(f"aliasfuzz: {e}", file=sys.stderr)
+        return False
+    except OSError as e:
+        print(f"aliasfuzz: cannot write the report ({e.strerror or e}); the findings are intact in "
+              f"{result.folder.journal}", file=sys.stderr)
+        return False
+    return True
 
 
 def _shrink_time(given: float | None, budget: float | None) -> float:
@@ -114,8 +186,6 @@ def _shrink_grace(given: float | None, budget: float | None) -> float:
     """Time past the budget for shrinking: findings of the last chunks come in all at once (one
     chunk can hold dozens of new signatures), and a report of unshrunk cases is of little use."""
     if given is not None:
-        if given < 0:
-            raise CampaignError("--shrink-grace must not be negative")
         return given
     if budget is None:
         return 0.0  # no deadline: every finding is shrunk for its full --shrink-time

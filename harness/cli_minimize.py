@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .ir import load_case, write_case
+from .errors import InputError
+from .ir import CaseError, load_case, write_case
 
 
 def register(sub) -> callable:
@@ -21,18 +24,23 @@ def register(sub) -> callable:
 
 
 def cmd_minimize(args: argparse.Namespace) -> int:
-    from .engine import Engine
+    """Exit status as every command's: 1 a divergence was kept (and the minimized case written),
+    0 none shows, 2 bad input, 3 the divergence kept is a harness error (a bug of aliasfuzz)."""
     from .baseline import load_baseline
-    from .oracle import compare
+    from .engine import Engine
+    from .harness_errors import is_harness_error, safe_compare
     from .targets.registry import open_runner, parse_target_list
 
+    if not (math.isfinite(args.time) and args.time > 0):
+        raise InputError(f"minimize: --time {args.time}: must be a finite number of seconds, more than 0")
     program = load_case(args.case)
+    out = _out_path(args)
     runner, _ = open_runner(parse_target_list(args.targets))
     try:
-        findings = compare(program, runner.run_one(program))
+        findings = safe_compare(program, runner.run_one(program))
         if not findings:
             print(f"aliasfuzz minimize: {args.case}: no divergence on {', '.join(runner.ids)}: nothing to keep")
-            return 1
+            return 0
         if args.signature:
             chosen = next((f for f in findings if f.signature == args.signature), None)
             if chosen is None:
@@ -43,14 +51,36 @@ def cmd_minimize(args: argparse.Namespace) -> int:
             chosen = findings[0]
         engine = Engine(runner, load_baseline(), shrink_time_s=args.time)
         minimized, final, result = engine.shrink(program, chosen)
-        out = Path(args.out) if args.out else Path(args.case).with_suffix(".min.toml")
         minimized = replace(minimized, title=final.sentence(), meta={"signature": final.signature})
-        write_case(minimized, out)
+        try:
+            write_case(minimized, out)
+        except OSError as e:
+            raise CaseError(out, "--out", f"cannot write ({e.strerror or e})") from None
         state = "complete" if result.complete else f"stopped early after {args.time:.0f}s"
         print(f"aliasfuzz minimize: {result.ops_before} -> {result.ops_after} ops, {len(minimized.tensors)} "
               f"tensor(s), {result.runs} runs in {result.seconds:.1f}s ({state})")
         print(f"signature: {final.signature}")
         print(f"wrote {out}")
-        return 0
+        if is_harness_error(final):
+            print(f"aliasfuzz: {args.case}: {final.sentence()} (minimized case: {out})", file=sys.stderr)
+            return 3
+        return 1
     finally:
         runner.close()
+
+
+def _out_path(args: argparse.Namespace) -> Path:
+    """Where the minimized case goes, checked before minimizing: a regular file (or none yet) in
+    an existing folder, never beside a case that is not a regular file (``/dev/stdin``)."""
+    case = Path(args.case)
+    out = Path(args.out) if args.out else case.with_suffix(".min.toml")
+    special = Path(os.path.abspath(case)).parts[1:2] in (("dev",), ("proc",))  # /dev/stdin, /proc/self/fd/0
+    if not args.out and (special or not case.is_file()):
+        raise CaseError(case, "--out", "not a regular file of its own folder: give --out for the minimized case")
+    if out.exists() and not out.is_file():
+        raise CaseError(out, "--out", "not a regular file")
+    if not out.parent.is_dir():
+        raise CaseError(out, "--out", f"folder {out.parent} does not exist")
+    if not os.access(out.parent, os.W_OK):
+        raise CaseError(out, "--out", f"folder {out.parent} is not writable")
+    return out

@@ -21,10 +21,12 @@ from hypothesis.database import ExampleDatabase, choices_to_bytes
 
 from generators.programs import Profile, get_profile, programs as program_strategy
 
-from .baseline import Baseline
+from .baseline import Baseline, KnownDivergence
+from .errors import InputError
+from .harness_errors import harness_error, is_harness_error, safe_compare
 from .ir import Program
 from .minimize import MinimizeResult, cost, minimize
-from .oracle import Finding, compare, split_target_id
+from .oracle import Finding, split_target_id
 from .runner import Runner
 from .trace import Trace
 
@@ -137,8 +139,15 @@ class Recorded:
 
 def _judged(programs: Sequence[Program], results: Sequence[dict[str, Trace]]
             ) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
-    """Each program with its traces and the oracle's findings."""
-    return [(p, traces, compare(p, traces)) for p, traces in zip(programs, results)]
+    """Each program with its traces and the oracle's findings (an exception of the oracle is a
+    harness-error finding: ``harness_errors.safe_compare``)."""
+    return [(p, traces, safe_compare(p, traces)) for p, traces in zip(programs, results)]
+
+
+def known_entry(baseline: Baseline, finding: Finding) -> KnownDivergence | None:
+    """The baseline entry that explains ``finding``; never one for a harness error, which is a
+    bug of aliasfuzz whatever an entry's patterns say."""
+    return None if is_harness_error(finding) else baseline.match(finding)
 
 
 def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
@@ -146,6 +155,8 @@ def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
     program cleanly: another framework's primary target if there is one (the failing
     framework's other devices and variants likely fail alike, and a variant is not sent programs
     without an op it differs on), else any other target."""
+    if is_harness_error(finding):  # the exception may come from any target's trace
+        return list(all_ids)
     ids = [t for t in finding.targets if t in all_ids]
     if len(ids) == 1:
         framework = split_target_id(ids[0])[0]
@@ -228,7 +239,7 @@ class Engine:
         def shows(candidates: Sequence[Program]) -> list[bool]:
             out = []
             for program, traces in zip(candidates, sub.run(candidates)):
-                out.append(any(f.signature == signature for f in compare(program, traces)))
+                out.append(any(f.signature == signature for f in safe_compare(program, traces)))
             return out
 
         return shows
@@ -256,7 +267,7 @@ class Engine:
         result.runs += hyp_runs
         result.hypothesis_runs = hyp_runs
         result.seconds = time.monotonic() - start
-        final = next((f for f in compare(result.program, self.runner.subset(ids).run_one(result.program))
+        final = next((f for f in safe_compare(result.program, self.runner.subset(ids).run_one(result.program))
                       if f.signature == finding.signature), finding)
         return result.program, final, result
 
@@ -280,22 +291,44 @@ class Engine:
                 if f.signature in self.seen or skip(f.signature):
                     continue
                 self.seen.add(f.signature)
-                pending.append((program, f, self.baseline.match(f), time.monotonic() - self.started))
+                pending.append((program, f, known_entry(self.baseline, f), time.monotonic() - self.started))
         for program, f, entry, found_at in sorted(pending, key=lambda p: p[2] is not None):
             if entry is not None and not self.shrink_known:
-                on_new(Recorded(f, program, program, "known", entry.id, found_at, None))
+                self._report(on_new, Recorded(f, program, program, "known", entry.id, found_at, None))
                 continue
-            minimized, final, result = self.shrink(program, f)
-            entry = self.baseline.match(final)
-            on_new(Recorded(final, program, minimized, "known" if entry else "new",
-                            entry.id if entry else None, found_at, result))
+            try:
+                minimized, final, result = self.shrink(program, f)
+            except InputError:
+                raise
+            except Exception as e:  # a bug of the shrinker: the finding stands unshrunk, and so does the bug
+                self._report(on_new, Recorded(f, program, program, "known" if entry else "new",
+                                              entry.id if entry else None, found_at, None))
+                self._report_harness_error(e, "shrink", program, found_at, on_new)
+                continue
+            entry = known_entry(self.baseline, final)
+            self._report(on_new, Recorded(final, program, minimized, "known" if entry else "new",
+                                          entry.id if entry else None, found_at, result))
         return divergent
 
+    def _report(self, on_new: Callable[[Recorded], None], rec: Recorded) -> None:
+        """``on_new(rec)``; an exception of the recording code (not a set-up problem such as a
+        full disk, which ends the campaign with one line) becomes a harness error of its own."""
+        try:
+            on_new(rec)
+        except InputError:
+            raise
+        except Exception as e:
+            if is_harness_error(rec.finding):
+                raise  # recording a harness error failed: nothing smaller is left to record
+            self._report_harness_error(e, "record", rec.original, rec.seconds_to_find, on_new)
 
-def replay(engine: Engine, programs: Iterable[Program], on_new: Callable[[Recorded], None],
-           skip: Callable[[str], bool] = lambda s: False) -> int:
-    batch = list(programs)
-    return engine.process(batch, on_new, skip) if batch else 0
+    def _report_harness_error(self, exc: Exception, stage: str, program: Program, found_at: float,
+                              on_new: Callable[[Recorded], None]) -> None:
+        f = harness_error(exc, stage)
+        if f.signature in self.seen:
+            return
+        self.seen.add(f.signature)
+        self._report(on_new, Recorded(f, program, program, "new", None, found_at, None))
 
 
 def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):

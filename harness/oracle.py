@@ -35,6 +35,7 @@ irrelevant ops or changing values gives the same signature.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -52,8 +53,8 @@ REFERENCE_FRAMEWORK = "torch"
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # device | variant | framework | value | error | crash | timeout
-    aspect: str  # status | verdict | identity | value
+    kind: str  # device | variant | framework | value | error | crash | timeout | harness-error
+    aspect: str  # status | verdict | identity | value | harness
     targets: tuple[str, str]
     op_label: str  # e.g. "step:sgd", "write:row"; "program" for whole-program failures
     method: str | None  # snapshot method involved, if any
@@ -88,6 +89,9 @@ class Finding:
                 return (f"After op {self.op_index} (`{self.op_label}`), {what} changed to"
                         f" {x} on {moved} but stayed {y} on {still}.")
             return f"After op {self.op_index} (`{self.op_label}`), {what} holds {va} on {a} but {vb} on {b}."
+        if self.aspect == "harness":  # harness_errors.harness_error: the detail is a traceback
+            return (f"aliasfuzz itself raised {sa} at {sb} while at stage `{self.op_label}`"
+                    f" ({self.subject}): a bug of aliasfuzz, not of a framework.")
         return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
 
     def to_json(self) -> dict[str, Any]:
@@ -319,9 +323,11 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         return None
     if any(o is None or o.value is None for o in before):
         return _DERIVED  # first initialised at this op on a side (lazy): no effect to compare
-    if name not in _nondeterministic_names(ctx.program) \
-            and values_close(after[0].value, after[1].value, adam_lr(ctx.program)):
-        return _DERIVED  # within the tolerance of Adam's arithmetic: nothing diverged
+    if values_close(after[0].value, after[1].value, adam_lr(ctx.program)):
+        # Equal after the op (within Adam's tolerance): nothing diverged here. For an RNG-valued
+        # tensor too: the op brought both sides to one value, and it "moved" on one side only
+        # because that side already held it, which an earlier op (an alias's write) did.
+        return _DERIVED
     moved = [_moved_at(t, k, name) for t in (a, b)]
     if moved[0] == moved[1] or not _acts_on(ctx.program, ctx.program.ops[k], name):
         return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
@@ -351,6 +357,8 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = _elements_differ(x, y, adam_lr(ctx.program))
+    if not differ.any():  # the sides differ in effect, not in value: show both whole
+        return Finding(**common, values=(_render_value(x), _render_value(y)))
     first = tuple(int(j) for j in np.argwhere(differ)[0])
     return Finding(**common, values=(_render_value(x[first]), _render_value(y[first])),
                    at="[" + ", ".join(map(str, first)) + "]",
@@ -535,8 +543,25 @@ def fingerprint(trace: Trace) -> tuple:
     return obs(trace.initial.items()), tuple((s.status, obs(s.changed.items())) for s in trace.steps)
 
 
+#: TEST DOUBLE switch: ``ALIASFUZZ_TEST_ORACLE_FAULT=OP`` makes ``compare`` raise
+#: ``InjectedFault`` for every program with an op of kind ``OP``. It exists only so the tests can
+#: show that an exception of the oracle is contained (``harness_errors``); nothing else sets it.
+FAULT_ENV = "ALIASFUZZ_TEST_ORACLE_FAULT"
+
+
+class InjectedFault(RuntimeError):
+    """TEST DOUBLE: the exception ``FAULT_ENV`` makes the oracle raise."""
+
+
+def injected_fault(program: Program) -> None:
+    op = os.environ.get(FAULT_ENV)
+    if op and any(o.get("op") == op for o in program.ops):
+        raise InjectedFault(f"injected by {FAULT_ENV}={op}")
+
+
 def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
     """All findings for one program. Deterministic: same traces, same findings, same order."""
+    injected_fault(program)
     if len(traces) > 1 and all(tr.ok for tr in traces.values()) \
             and len({fingerprint(tr) for tr in traces.values()}) == 1:
         return []  # fast path: identical up to identity-token renaming, so nothing can diverge

@@ -9,7 +9,8 @@ import numpy as np
 
 from .baseline import Baseline, KnownDivergence
 from .ir import Program
-from .oracle import Finding, adam_lr, compare, values_close
+from .harness_errors import harness_error, is_harness_error, safe_compare
+from .oracle import Finding, adam_lr, values_close
 from .runner import Runner
 from .targets.base import TargetInfo
 from .trace import Trace, Verdict, verdicts
@@ -27,6 +28,15 @@ class ReproResult:
     @property
     def new_findings(self) -> list[Finding]:
         return [f for f in self.findings if self.known.get(f.signature) is None]
+
+    @property
+    def harness_errors(self) -> list[Finding]:
+        return [f for f in self.findings if is_harness_error(f)]
+
+    @property
+    def ran_nowhere(self) -> bool:
+        """No target ran the program: "no divergence" would then be agreement of failures."""
+        return not any(tr.ok for tr in self.traces.values())
 
     def to_json(self) -> dict[str, Any]:
         targets = {}
@@ -53,12 +63,20 @@ class ReproResult:
 
 def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
              baseline: Baseline | None = None) -> ReproResult:
+    """Runs ``program`` on every target and judges it. A bug of the oracle or of the verdicts is
+    a harness-error finding in the result, never an exception."""
     traces = runner.run_one(program, every_target=True)
-    findings = compare(program, traces)
+    findings = safe_compare(program, traces)
     result = ReproResult(program, infos, traces, findings)
-    result.verdict_maps = {t: verdicts(program, tr) for t, tr in traces.items()}
+    try:
+        result.verdict_maps = {t: verdicts(program, tr) for t, tr in traces.items()}
+    except Exception as e:  # noqa: BLE001 - contained: the table then shows no verdicts
+        result.verdict_maps = {t: {} for t in traces}
+        error = harness_error(e, "verdicts")
+        if all(f.signature != error.signature for f in findings):
+            findings.append(error)
     if baseline is not None:
-        result.known = {f.signature: baseline.match(f) for f in findings}
+        result.known = {f.signature: None if is_harness_error(f) else baseline.match(f) for f in findings}
     return result
 
 
@@ -138,7 +156,9 @@ def render(result: ReproResult, console=None) -> None:
         console.print("[dim]Ops a target could not run:[/]")
         for n in notes:
             console.print(n, markup=False, highlight=False)
-    if not result.findings:
+    if result.ran_nowhere:
+        console.print("[bold red]No target ran this case, so nothing was compared.[/]")
+    elif not result.findings:
         console.print("[green]No divergence.[/]")
         return
     console.print(f"[bold]{len(result.findings)} divergence(s):[/]")
