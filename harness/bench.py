@@ -90,6 +90,8 @@ def open_cpu_targets(wanted: list[str] | None):
     from .targets.registry import discover
 
     found = discover(wanted)
+    if wanted is None:  # as every command: only an explicit list may leave a framework out
+        found.require_all()
     keep = [t for t in found.targets if t.info.kind == "cpu"]
     for t in found.targets:
         if t not in keep:

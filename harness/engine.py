@@ -28,6 +28,7 @@ from .ir import Program
 from .minimize import MinimizeResult, cost, minimize
 from .oracle import Finding, split_target_id
 from .runner import Runner
+from .targets.base import CANCELLED
 from .trace import Trace
 
 
@@ -140,8 +141,14 @@ class Recorded:
 def _judged(programs: Sequence[Program], results: Sequence[dict[str, Trace]]
             ) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
     """Each program with its traces and the oracle's findings (an exception of the oracle is a
-    harness-error finding: ``harness_errors.safe_compare``)."""
-    return [(p, traces, safe_compare(p, traces)) for p, traces in zip(programs, results)]
+    harness-error finding: ``harness_errors.safe_compare``). A program that a cancellation or the
+    runner's deadline cut off on some target is left out: it was not run, so it is not judged."""
+    return [(p, traces, safe_compare(p, traces)) for p, traces in zip(programs, results)
+            if not cancelled(traces)]
+
+
+def cancelled(traces: dict[str, Trace]) -> bool:
+    return any(t.status == CANCELLED for t in traces.values())
 
 
 def known_entry(baseline: Baseline, finding: Finding) -> KnownDivergence | None:
@@ -229,9 +236,9 @@ class Engine:
         return out
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
-        results = self.runner.run(programs)
-        self.programs_run += len(programs)
-        return _judged(programs, results)
+        judged = _judged(programs, self.runner.run(programs))
+        self.programs_run += len(judged)
+        return judged
 
     def predicate(self, signature: str, target_ids: Sequence[str]) -> Callable[[Sequence[Program]], list[bool]]:
         sub = self.runner.subset(target_ids)
@@ -336,7 +343,7 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
     (``Engine.unseen``: a chunk may come out shorter, or empty), keeping the targets busy: chunk
     k+1 is drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets
     start on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)``
-    per chunk. The consumer may use the targets while it holds a chunk (to shrink a finding): the
+    per chunk (fewer results than programs when some were cancelled). The consumer may use the targets while it holds a chunk (to shrink a finding): the
     runner first lets the chunk in flight finish and keeps its traces for this pipeline."""
     it = (engine.unseen(chunk) for chunk in chunks)
     current = next(it, None)
@@ -347,8 +354,9 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
             following = next(it, None)  # drawn while the targets run ``current``
             results = wait()
             following_wait = engine.runner.submit(following) if following is not None else None
-            engine.programs_run += len(current)
-            yield current, _judged(current, results)
+            judged = _judged(current, results)
+            engine.programs_run += len(judged)
+            yield current, judged
             current, wait, following_wait = following, following_wait, None
     finally:
         if following_wait is not None:  # a consumer that stops early leaves no batch running

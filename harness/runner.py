@@ -1,27 +1,73 @@
-"""Runs programs on a set of targets: every target at once, programs in pipelined batches."""
+"""Runs programs on a set of targets: every target at once, programs in pipelined batches.
+
+Every wait is bounded and can be cut short from any thread: ``Runner.cancel()`` (for good) or
+``Runner.set_deadline(t)`` (``time.monotonic()``) make the batches in flight return within about a
+second, the processes they waited on killed, and the programs cut off get ``CANCELLED`` traces.
+``close()`` cancels first, so it returns within seconds even while a batch is in flight, and the
+runner's threads end (the interpreter's at-exit join of them never hangs).
+"""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
 from .ir import Program
-from .targets.base import Target
+from .targets.base import CANCELLED, Cancellation, Target
 from .trace import Trace
+
+#: How long ``close`` waits for the batches in flight to see its cancellation.
+CLOSE_WAIT_S = 5.0
+
+# Every owning runner's cancellation, cancelled before the interpreter joins the runners' threads
+# at exit (a runner never closed, e.g. left behind by an exception, must not keep it waiting).
+_LIVE: "weakref.WeakSet[Cancellation]" = weakref.WeakSet()
+
+
+def _cancel_all_at_exit() -> None:
+    for c in list(_LIVE):
+        c.cancel()
+
+
+try:  # called before threads are joined; after concurrent.futures' own hook is registered, so first
+    threading._register_atexit(_cancel_all_at_exit)  # type: ignore[attr-defined]
+except (AttributeError, RuntimeError):
+    pass
 
 
 class _InFlight:
     """The batch the targets are running, if any. A runner and its subsets share one: the
     processes take one batch at a time, so submitting another first waits for this one (its
-    results stay with its ``collect``)."""
+    results stay with its ``collect``). ``futures`` are those not yet done."""
 
     def __init__(self) -> None:
         self.collect: Callable[[], list[dict[str, Trace]]] | None = None
+        self.futures: set[Future] = set()
+        self.lock = threading.Lock()
 
     def drain(self) -> None:
         if self.collect is not None:
             collect, self.collect = self.collect, None
             collect()
+
+    def add(self, future: Future) -> None:
+        with self.lock:
+            self.futures.add(future)
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Future) -> None:
+        with self.lock:
+            self.futures.discard(future)
+
+    def pending(self) -> list[Future]:
+        with self.lock:
+            return list(self.futures)
+
+
+def _cancelled(target_id: str, n: int) -> list[Trace]:
+    return [Trace.failed(target_id, CANCELLED, f"{target_id}: cancelled before it gave a trace") for _ in range(n)]
 
 
 class Runner:
@@ -33,6 +79,8 @@ class Runner:
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="target")
         self._owner = True
         self._flight = _InFlight()
+        self._cancel = Cancellation()
+        _LIVE.add(self._cancel)
 
     @property
     def ids(self) -> list[str]:
@@ -42,6 +90,27 @@ class Runner:
     def infos(self) -> dict:
         """Target id -> ``TargetInfo`` (versions, devices, supported ops)."""
         return {t.id: t.info for t in self.targets}
+
+    # -- cancellation ---------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """From any thread: every batch in flight returns within about a second (its processes
+        killed, the programs without a trace get ``CANCELLED`` traces), and every later one at
+        once, all-``CANCELLED``. For good: a cancelled runner runs nothing more. Shared with the
+        runner's subsets (and theirs with it)."""
+        self._cancel.cancel()
+
+    def set_deadline(self, t: float | None) -> None:
+        """From any thread: from ``t`` (``time.monotonic()``) on, batches are cancelled as by
+        ``cancel``; None removes the deadline (a later one may replace it). Shared with subsets."""
+        self._cancel.deadline = t
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether ``cancel`` was called or the deadline has passed."""
+        return self._cancel.cancelled
+
+    # -- running --------------------------------------------------------------------------------
 
     def run(self, programs: Sequence[Program], *, every_target: bool = False) -> list[dict[str, Trace]]:
         """One ``{target id: trace}`` per program, in program order."""
@@ -57,30 +126,42 @@ class Runner:
         A variant target whose plain device runs here too is only sent the programs it is
         ``needed`` for (those with an op it declares it ``differs_on``); the others have no trace
         from it, so the oracle does not compare it there. ``every_target`` runs every program
-        everywhere (a replayed case shows every column)."""
+        everywhere (a replayed case shows every column).
+
+        Once cancelled (``cancel``, the deadline, ``close``), every trace is ``CANCELLED``."""
         if not programs:
             return lambda: []
         self._flight.drain()
         wires = [p.to_wire() for p in programs]
-        futures = []
+        plan: list[tuple[Target, Sequence[int]]] = []
         ids = {t.id for t in self.targets}
         for t in self.targets:
             plain = t.info.plain_id
             if every_target or t.info.differs_on is None or plain == t.id or plain not in ids:
-                picked = None
+                plan.append((t, range(len(programs))))
             else:
                 picked = [i for i, p in enumerate(programs) if t.needed(p)]
-            if picked is None:
-                futures.append((t.id, range(len(programs)), self._pool.submit(t.run_wire, wires)))
-            elif picked:
-                futures.append((t.id, picked, self._pool.submit(t.run_wire, [wires[i] for i in picked])))
+                if picked:
+                    plan.append((t, picked))
+        futures: list[tuple[str, Sequence[int], Future | None]] = []
+        for t, picked in plan:
+            future = None
+            if not self._cancel.cancelled:
+                try:
+                    future = self._pool.submit(t.run_wire, [wires[i] for i in picked], self._cancel)
+                except RuntimeError:  # the pool is shut down: the runner is closed
+                    future = None
+            if future is not None:
+                self._flight.add(future)
+            futures.append((t.id, picked, future))
         done: list[list[dict[str, Trace]]] = []
 
         def collect() -> list[dict[str, Trace]]:
             if not done:
                 per_program: list[dict[str, Trace]] = [{} for _ in programs]
                 for tid, picked, f in futures:
-                    for i, trace in zip(picked, f.result()):
+                    traces = _cancelled(tid, len(picked)) if f is None or f.cancelled() else f.result()
+                    for i, trace in zip(picked, traces):
                         per_program[i][tid] = trace
                 done.append(per_program)
             if self._flight.collect is collect:
@@ -91,21 +172,27 @@ class Runner:
         return collect
 
     def subset(self, ids: Sequence[str]) -> "Runner":
-        """A runner over some of these targets (sharing their processes; closing it closes
-        nothing)."""
+        """A runner over some of these targets (sharing their processes, their batch in flight
+        and their cancellation; closing it closes nothing)."""
         sub = Runner.__new__(Runner)
         sub.targets = [t for t in self.targets if t.id in ids]
         sub._pool = self._pool
         sub._owner = False
         sub._flight = self._flight
+        sub._cancel = self._cancel
         return sub
 
     def run_one(self, program: Program, *, every_target: bool = False) -> dict[str, Trace]:
         return self.run([program], every_target=every_target)[0]
 
     def close(self) -> None:
+        """Cancels what is in flight (see ``cancel``), waits up to ``CLOSE_WAIT_S`` for it to
+        return, and stops every target process (their process groups killed when they do not
+        exit). Returns within seconds, whatever the processes do; safe to call twice."""
         if not self._owner:
             return
-        self._pool.shutdown(wait=False)
+        self._cancel.cancel()
+        wait(self._flight.pending(), timeout=CLOSE_WAIT_S)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         for t in self.targets:
             t.close()

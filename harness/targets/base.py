@@ -5,6 +5,12 @@ Rust probes and the PyTorch worker alike. ``ProbeProcess`` owns such a process: 
 checks the handshake, pipelines batches of programs, and survives whatever the process does: a
 crash, a hang (per-program timeout), garbage on stdout. A program that kills or hangs the process
 gets a ``crash`` or ``timeout`` trace; the process is restarted and the rest of the batch goes on.
+
+Two things bound every wait. A process that gives no trace for ``HUNG_AFTER`` programs in a row
+(across restarts), and none for an empty program either, is given up on: its programs get a
+``timeout`` trace at once for the rest of the session. A ``Cancellation`` (``cancel()`` from any
+thread, or a ``time.monotonic()`` deadline) stops a batch within ``POLL_S``: the process it was
+waiting on is killed and the programs left get a ``cancelled`` trace, which is never judged.
 """
 
 from __future__ import annotations
@@ -27,9 +33,39 @@ from ..trace import CRASH, TIMEOUT, MalformedTrace, Trace
 
 PROTOCOL_VERSION = 1
 
+#: A trace status set by the harness: the program was cut off by a ``Cancellation`` (Ctrl-C, a
+#: budget's end) and has no result. The engine drops such programs; the oracle never judges them.
+CANCELLED = "cancelled"
+
+#: Programs in a row without a trace after which a process is checked, and given up on if it
+#: does not answer an empty program within ``PING_TIMEOUT_S`` either.
+HUNG_AFTER = 2
+PING_TIMEOUT_S = 10.0
+#: How often a wait looks at its ``Cancellation``.
+POLL_S = 0.2
+#: The program of that check: one tensor, no op. Any reply for it shows the process is alive.
+_PING = {"tensors": [{"name": "p", "kind": "buffer", "shape": [1], "value": [0.0]}], "ops": []}
+
 
 class SetupError(InputError):
     """A target cannot be used at all (missing or stale binary, broken handshake). One line."""
+
+
+class Cancellation:
+    """Cancels waits on target processes, from any thread: at once (``cancel``, for good) or
+    from a ``deadline`` on (``time.monotonic()``; None for none; it may be moved)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.deadline: float | None = None
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        deadline = self.deadline
+        return self._event.is_set() or (deadline is not None and time.monotonic() >= deadline)
 
 
 @dataclass(frozen=True)
@@ -91,10 +127,17 @@ class ProbeProcess:
         self._ids = itertools.count(1)
         self._buf = b""
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.hung_after = HUNG_AFTER
+        #: Why this process was given up on (it hung on every program), or None. Once set, every
+        #: program gets a ``timeout`` trace with this message at once, not a wait of its own.
+        self.given_up: str | None = None
+        self._timeouts_in_a_row = 0
 
     # -- process life ---------------------------------------------------------------------------
 
-    def start(self) -> dict[str, Any]:
+    def start(self, cancel: Cancellation | None = None) -> dict[str, Any]:
+        """Starts the process and checks its handshake. ``SetupError`` (one line) when it cannot
+        be used; ``_Cancelled`` (the process killed) when ``cancel`` triggers meanwhile."""
         self.stop()
         try:
             self.proc = subprocess.Popen(
@@ -109,7 +152,11 @@ class ProbeProcess:
         threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
         try:
             self._send([{"type": "hello", "protocol": PROTOCOL_VERSION}])
-            reply = self._read_reply(lambda r: r.get("type") == "hello", self.start_timeout_s)
+            reply = self._read_reply(lambda r: r.get("type") == "hello", self.start_timeout_s, cancel)
+        except _Cancelled:
+            self._kill(self.proc)
+            self.proc = None
+            raise
         except _ProcessDied as e:
             raise SetupError(f"{self.name}: exited during start-up ({e}){self._tail()}") from None
         except _TimedOut:
@@ -128,13 +175,14 @@ class ProbeProcess:
         self.hello = reply
         return reply
 
-    def ensure_started(self) -> dict[str, Any]:
+    def ensure_started(self, cancel: Cancellation | None = None) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
-            return self.start()
+            return self.start(cancel)
         assert self.hello is not None
         return self.hello
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Asks the process to exit, and kills its process group after ``grace_s``."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -145,7 +193,7 @@ class ProbeProcess:
             except OSError:
                 pass
             try:
-                proc.wait(timeout=2)
+                proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 self._kill(proc)
         for stream in (proc.stdin, proc.stdout):
@@ -154,7 +202,9 @@ class ProbeProcess:
             except OSError:
                 pass
 
-    def _kill(self, proc: subprocess.Popen) -> None:
+    def _kill(self, proc: subprocess.Popen | None) -> None:
+        if proc is None:
+            return
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -202,15 +252,17 @@ class ProbeProcess:
         else:
             threading.Thread(target=write, daemon=True).start()
 
-    def _read_line(self, deadline: float) -> bytes:
+    def _read_line(self, deadline: float, cancel: Cancellation | None = None) -> bytes:
         proc = self.proc
         assert proc is not None
         fd = proc.stdout.fileno()
         while b"\n" not in self._buf:
+            if cancel is not None and cancel.cancelled:
+                raise _Cancelled()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _TimedOut()
-            ready, _, _ = select.select([fd], [], [], min(remaining, 1.0))
+            ready, _, _ = select.select([fd], [], [], min(remaining, POLL_S))
             if not ready:
                 continue
             chunk = os.read(fd, 1 << 16)
@@ -221,10 +273,11 @@ class ProbeProcess:
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 
-    def _read_reply(self, accept: Callable[[dict[str, Any]], bool], timeout: float) -> dict[str, Any]:
+    def _read_reply(self, accept: Callable[[dict[str, Any]], bool], timeout: float,
+                    cancel: Cancellation | None = None) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
-            line = self._read_line(deadline)
+            line = self._read_line(deadline, cancel)
             try:
                 reply = json.loads(line)
             except ValueError:
@@ -239,13 +292,26 @@ class ProbeProcess:
 
     # -- running --------------------------------------------------------------------------------
 
-    def run_batch(self, device: str, programs: Sequence[dict[str, Any]], target_id: str) -> list[Trace]:
-        """Runs wire-form programs on ``device``; one trace per program, in order, always."""
+    def run_batch(self, device: str, programs: Sequence[dict[str, Any]], target_id: str,
+                  cancel: Cancellation | None = None) -> list[Trace]:
+        """Runs wire-form programs on ``device``; one trace per program, in order, always. When
+        ``cancel`` triggers, returns within about ``POLL_S``: the process is killed and every
+        program without a trace gets a ``CANCELLED`` one. Once the process is ``given_up`` on,
+        every program gets a ``timeout`` trace at once."""
         traces: list[Trace] = []
         pending = list(programs)
         while pending:
+            if cancel is not None and cancel.cancelled:
+                traces.extend(Trace.failed(target_id, CANCELLED, f"{self.name}: cancelled before it gave a trace")
+                              for _ in pending)
+                break
+            if self.given_up is not None:
+                traces.extend(Trace.failed(target_id, TIMEOUT, self.given_up) for _ in pending)
+                break
             try:
-                self.ensure_started()
+                self.ensure_started(cancel)
+            except _Cancelled:
+                continue  # the check above fills in the traces
             except SetupError as e:
                 traces.extend(Trace.failed(target_id, CRASH, str(e)) for _ in pending)
                 break
@@ -257,7 +323,8 @@ class ProbeProcess:
                 for i, program in zip(ids, pending):
                     budget = self.timeout_s * (1 + len(program.get("ops", ())) / 64)
                     reply = self._read_reply(
-                        lambda r, i=i: r.get("type") == "trace" and r.get("id") == i, budget)
+                        lambda r, i=i: r.get("type") == "trace" and r.get("id") == i, budget, cancel)
+                    self._timeouts_in_a_row = 0
                     try:
                         traces.append(Trace.from_wire(target_id, reply))
                     except MalformedTrace as e:
@@ -267,8 +334,12 @@ class ProbeProcess:
                         self.stats.note(msg)
                         traces.append(Trace.failed(target_id, "error", msg))
                     done += 1
+            except _Cancelled:
+                self._kill(self.proc)  # its replies are out of step with the next batch's
+                self.proc = None
             except _ProcessDied as e:
                 self.stats.crashes += 1
+                self._timeouts_in_a_row = 0
                 msg = f"{self.name} died running this program ({e}){self._tail()}"
                 self.stats.note(msg)
                 traces.append(Trace.failed(target_id, CRASH, msg))
@@ -276,6 +347,7 @@ class ProbeProcess:
                 done += 1
             except _TimedOut:
                 self.stats.timeouts += 1
+                self._timeouts_in_a_row += 1
                 msg = f"{self.name} gave no trace within its timeout; killed and restarted"
                 self.stats.note(msg)
                 traces.append(Trace.failed(target_id, TIMEOUT, msg))
@@ -283,8 +355,11 @@ class ProbeProcess:
                     self._kill(self.proc)
                 self.proc = None
                 done += 1
+                if self._timeouts_in_a_row >= self.hung_after:
+                    self._check_alive(device, cancel)
             except _ProtocolError as e:
                 # The probe rejected our request: a harness bug or a stale probe; report, go on.
+                self._timeouts_in_a_row = 0
                 traces.append(Trace.failed(target_id, "error", f"protocol error: {e}"))
                 self.stats.note(f"{self.name}: protocol error: {e}")
                 self.proc is not None and self._kill(self.proc)
@@ -292,6 +367,38 @@ class ProbeProcess:
                 done += 1
             pending = pending[done:]
         return traces
+
+    def _check_alive(self, device: str, cancel: Cancellation | None) -> None:
+        """After ``hung_after`` programs in a row without a trace, an empty program decides: a
+        process that answers it is alive (those programs hang it, and each keeps its ``timeout``
+        trace, a finding); one that does not is given up on for the rest of the session."""
+        n, wait = self._timeouts_in_a_row, min(self.timeout_s, PING_TIMEOUT_S)
+        try:
+            self.ensure_started(cancel)
+            i = next(self._ids)
+            self._send([{"type": "run", "id": i, "device": device, "program": _PING}])
+            self._read_reply(lambda r: r.get("type") == "trace" and r.get("id") == i, wait, cancel)
+            self._timeouts_in_a_row = 0
+            return
+        except _ProtocolError:  # it read the request and answered: alive
+            self._timeouts_in_a_row = 0
+            return
+        except _Cancelled:
+            self._kill(self.proc)
+            self.proc = None
+            return  # not decided: the next timeout checks again
+        except SetupError as e:
+            why = f"and it cannot restart: {e}"
+        except _ProcessDied as e:
+            why = f"and it died on an empty program ({e})"
+            self.proc = None
+        except _TimedOut:
+            why = f"nor one for an empty program within {wait:g}s"
+            self._kill(self.proc)
+            self.proc = None
+        self.given_up = (f"{self.name}: given up after {n} timeouts in a row (no trace for {n} programs, "
+                         f"{why}); its programs are not run for the rest of the session")
+        self.stats.note(self.given_up)
 
 
 def _hello_problem(hello: dict[str, Any]) -> str | None:
@@ -321,6 +428,10 @@ class _TimedOut(Exception):
 
 
 class _ProtocolError(Exception):
+    pass
+
+
+class _Cancelled(Exception):
     pass
 
 
@@ -360,8 +471,9 @@ class Target:
     def run_batch(self, programs: Sequence[Program]) -> list[Trace]:
         return self.run_wire([p.to_wire() for p in programs])
 
-    def run_wire(self, programs: Sequence[dict[str, Any]]) -> list[Trace]:
-        return self.process.run_batch(self.info.device, programs, self.id)
+    def run_wire(self, programs: Sequence[dict[str, Any]],
+                 cancel: Cancellation | None = None) -> list[Trace]:
+        return self.process.run_batch(self.info.device, programs, self.id, cancel)
 
     def close(self) -> None:
         self.process.stop()

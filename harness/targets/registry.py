@@ -8,6 +8,7 @@ framework means adding one module here and one line to ``PLUGINS``.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Iterable
@@ -27,6 +28,34 @@ class Discovery:
         for t in self.targets:
             t.close()
 
+    def missing_error(self) -> SetupError | None:
+        """With every framework wanted (no ``--targets``), the frameworks the set-up should
+        have provided and that did not start, as one line naming each, why, and the fix; None
+        when every one started. (Only an explicit target list may leave a framework out.)"""
+        if not self.unavailable:
+            return None
+        hints = {p.FRAMEWORK: p.BUILD_HINT for p in PLUGINS}
+        fixes = []
+        for fw in self.unavailable:
+            m = re.search(r"`[^`]+`", hints.get(fw, ""))
+            fix = f"run {m.group(0)}" if m else hints.get(fw, "")
+            if fix and fix not in fixes:
+                fixes.append(fix)
+        have = list(dict.fromkeys(t.info.framework for t in self.targets))
+        named = [f"{fw} ({_why(fw, msg)})" for fw, msg in self.unavailable.items()]
+        one = len(named) == 1
+        narrow = f", or pass --targets {','.join(have)} to run without {'it' if one else 'them'}" if have else ""
+        return SetupError(f"{_and(named)} {'is' if one else 'are'} not available: "
+                          f"{_and(fixes) or 'rebuild it'}{narrow}")
+
+    def require_all(self) -> "Discovery":
+        """Closes the targets and raises ``missing_error`` if there is one; else returns self."""
+        error = self.missing_error()
+        if error is not None:
+            self.close()
+            raise error
+        return self
+
     def __enter__(self) -> "Discovery":
         return self
 
@@ -34,12 +63,27 @@ class Discovery:
         self.close()
 
 
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _why(fw: str, message: str) -> str:
+    """A process's one-line error less its leading ``framework:`` and a closing hint in
+    parentheses (the sentence names the framework and the fix)."""
+    message = message[len(fw) + 2:] if message.startswith(f"{fw}: ") else message
+    return re.sub(r" \([^()]*`[^`]+`[^()]*\)$", "", message)
+
+
 def open_runner(wanted: Iterable[str] | None = None):
     """Discovers the wanted targets and returns a ``Runner`` over them plus the discovery (for
-    what was unavailable). ``SetupError`` when no target is left."""
+    what was unavailable). ``SetupError`` when no target is left, and, when ``wanted`` is None
+    (every framework), when any framework is unavailable (``Discovery.missing_error``): a
+    missing probe must not narrow a default run silently."""
     from ..runner import Runner
 
     found = discover(wanted)
+    if wanted is None:
+        found.require_all()
     if not found.targets:
         found.close()
         why = "; ".join(f"{fw}: {msg}" for fw, msg in found.unavailable.items())

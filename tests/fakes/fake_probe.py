@@ -12,7 +12,10 @@ protocol whose ``devices`` is a string), ``--exit-at-start``, ``--garbage`` (str
 text before every reply), ``--hang-on-fill`` (a ``fill`` op never returns), ``--die-on-scale``
 (a ``scale`` op kills the process with SIGKILL), ``--bad-trace`` (a program with a ``fill`` op
 gets a reply that is valid JSON and a ``trace`` for its id, but whose observations are malformed:
-a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep per program).
+a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep per program),
+``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
+one, reading nothing more, as a probe stuck in a framework call would; it exits once the process
+that started it is gone, so a failed test leaks nothing).
 """
 
 from __future__ import annotations
@@ -103,6 +106,15 @@ def run(program, device, flags):
     return {"initial": initial, "steps": steps}
 
 
+def hang_until_orphaned() -> None:
+    """Never returns while the harness that started this process lives; exits once it is gone,
+    so a test whose harness was killed leaves no fake behind."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    sys.exit(0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--protocol", type=int, default=1)
@@ -113,6 +125,7 @@ def main() -> None:
     ap.add_argument("--bad-trace", action="store_true")
     ap.add_argument("--bad-hello", action="store_true")
     ap.add_argument("--slow-ms", type=float, default=0)
+    ap.add_argument("--hang-always", action="store_true")
     flags = ap.parse_args()
     if flags.exit_at_start:
         sys.exit(3)
@@ -136,6 +149,8 @@ def main() -> None:
             if flags.bad_hello:
                 reply["devices"] = "ref"
         elif req.get("type") == "run":
+            if flags.hang_always:
+                hang_until_orphaned()
             if flags.slow_ms:
                 time.sleep(flags.slow_ms / 1000)
             reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
