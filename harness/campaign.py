@@ -16,7 +16,6 @@ shared counter, so the chunk -> programs mapping stays fixed by the seed whateve
 
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -24,13 +23,14 @@ import queue as queue_mod
 import re
 import signal
 import time
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from .baseline import load_baseline
-from .corpus import load_corpus, open_database, store_corpus
-from .engine import Engine, Recorded, chunk_seed, pipeline
+from .corpus import open_database
+from .engine import Engine, Recorded, cancelled, chunk_seed, pipeline
 from .errors import CampaignError, InputError
 from .harness_errors import HARNESS_ERROR, line_of
 from .files import atomic_write
@@ -109,6 +109,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
 
     baseline = load_baseline(config.baseline)
     runner, found = open_runner(config.targets)
+    if deadline is not None:  # past it, whatever a target is doing (a hung probe) is cut off
+        runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()))
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
@@ -124,7 +126,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
         meta = {"signature": rec.signature, "kind": record["kind"], "status": rec.status,
                 "seed": config.seed}
         minimized = _titled(rec.minimized, record["sentence"], meta)
-        repro = run_case(minimized, runner, infos, baseline).to_json()
+        result = run_case(minimized, runner, infos, baseline)
+        repro = None if cancelled(result.traces) else result.to_json()  # past the deadline: none
         emit(("finding", record, dump_case(minimized), dump_case(_titled(rec.original, "original program", meta)),
               repro))
 
@@ -147,7 +150,9 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
             engine.record(results, on_new, known)
             engine.forget(programs)
             # Drawn programs count as programs; those the engine had run already are not run again.
-            emit(("progress", drawn, chunk, drawn - len(programs)))
+            # A chunk cut off by the deadline is not complete: a resume runs it again.
+            cut = len(programs) - len(results)
+            emit(("progress", drawn - cut, None if cut else chunk, drawn - len(programs)))
             for tgt in runner.targets:
                 for line in tgt.process.stats.log:
                     emit(("log", line))
@@ -224,34 +229,41 @@ class CampaignResult:
 
 def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[[str], None] = print,
                  progress=None) -> CampaignResult:
-    folder = RunFolder(config.out)
+    # The folder is locked for the whole campaign (a second campaign on it is refused); a new
+    # campaign never takes a folder holding a run, or a user's folder; a set-up that fails
+    # removes the folder it created again.
+    folder = RunFolder.open_existing(config.out) if resume else RunFolder.create_new(config.out)
+    with folder:
+        return _run_campaign(folder, config, resume, log, progress)
+
+
+def _run_campaign(folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None],
+                  progress) -> CampaignResult:
     state: dict[str, Any]
     if resume:
-        state = folder.load_state()
+        state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig),
+                                  config_required=("out", "seed"))
         saved = CampaignConfig(**state["config"])
         # A resume continues the same campaign: same seed, targets and profile; the budget,
         # worker count, shrink grace and whether known findings are shrunk may change.
         saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
         saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
         saved.shrink_time_s = config.shrink_time_s
+        saved.out = config.out  # the folder may have been moved since
         config = saved
-        records = folder.load_findings()
-        if records:  # rebuild the list from the journal (the journal is the truth)
-            atomic_write(folder.findings_json, json.dumps(records, indent=1))
+        records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
+        for m in messages:
+            log(m)
     else:
-        folder.create()
-        if folder.journal.exists() and folder.journal.stat().st_size:
-            raise CampaignError(f"{folder.path}: already holds a campaign: use --resume {folder.path} or another --out")
         records = []
         state = {"config": config.to_json(), "started": time.time(), "next_chunk": 0, "programs": 0,
                  "elapsed_s": 0.0, "replayed": 0, "machine": machine_info(), "targets": {},
                  "unavailable": {}, "runs": []}
-    folder.create()
+    corpus = open_database(config.db, folder)  # checked writable now, before the first save
     folder.save_state(state)  # before any finding: a kill at any moment leaves a resumable folder
     elapsed_before = float(state.get("elapsed_s", 0.0))
-    db = open_database(config.db, folder)
     seen_sigs = {r["signature"] for r in records}
-    replay = [] if resume else load_corpus(db)
+    replay = [] if resume else corpus.load()
     state["replayed"] = state.get("replayed", 0) + len(replay)
     if replay:
         log(f"replaying {len(replay)} program(s) from the corpus")
@@ -280,7 +292,9 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
             seen_sigs.add(record["signature"])
             folder.add_finding(record, minimized, original, repro, records)
             if record["status"] == "new":
-                store_corpus(db, minimized, original)
+                first = not corpus.failures
+                if not corpus.store(minimized, original) and first:  # the first failure; the count at the end
+                    log(f"warning: {corpus.last_error}")
             log(f"[{record['status']}] {record['kind']}: {record['sentence']} -> {records[-1]['case']}")
         elif kind == "progress":
             _, n, chunk, repeats = msg
@@ -335,6 +349,8 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
         interrupted = True
         log("interrupted: the campaign's state is saved; `--resume` goes on from here")
 
+    if corpus.failures:
+        log(f"warning: {corpus.summary()}")
     state["elapsed_s"] = elapsed_before + time.monotonic() - start
     state["runs"][-1]["ended"] = time.time()
     state["runs"][-1]["programs"] = programs_this_run
