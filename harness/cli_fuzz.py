@@ -158,7 +158,8 @@ def _write_reports(args: argparse.Namespace, result) -> bool:
 
     try:
         if not args.no_report:
-            for p in write_reports(result.folder.path):
+            for p in write_reports(result.folder.path,
+                                   warn=lambda line: print(f"aliasfuzz fuzz: {line}", file=sys.stderr)):
                 print(f"aliasfuzz fuzz: wrote {p}")
         if args.junit:
             write_junit(result.findings, Path(args.junit))

@@ -1,126 +1,237 @@
 """Reports of a run folder: ``report.md`` and a single-file ``report.html`` (inline CSS, no
-network, no JavaScript), and a history page over many run folders (``history.html``, a
-hand-written inline SVG).
+network, no JavaScript). The history page over many run folders is ``harness.report_history``.
 
 Everything is rendered from the run folder alone (campaign.json, findings.json or the journal,
 the case files and their repro JSON), so ``aliasfuzz report DIR`` can re-render at any time.
+
+A run folder is input like any other, and may be damaged or hostile:
+
+- A damaged folder (campaign.json missing, unreadable or not a campaign state; a journal that is
+  not UTF-8 text or holds a line that is not an object) is a ``ReportError`` naming the file.
+- Every path a finding record names (``PATH_FIELDS``: case, original_case, repro) must resolve,
+  symlinks included, inside the run folder. One that does not is refused *for that finding
+  only*: the rest of the report is written, the finding is shown with its record and "case path
+  outside the run folder" (or the field that escaped) in place of its case, table and
+  reproducers, and ``warn`` gets one line. Nothing is read or written through such a path.
+- Reproducers are generated in a staging folder inside the run folder, then each file replaces
+  its old version atomically (``files.atomic_write``, never through a symlink out of the folder):
+  a full disk leaves the old reproducers whole.
+- A report that cannot be written (full disk, read-only, the path is a directory) is a
+  ``ReportError`` saying the journal (findings.jsonl) is intact; the old report stays whole.
+
+Harness errors (``kind`` ``harness-error``: aliasfuzz itself raised while judging, shrinking or
+recording a program) are counted apart from findings and shown first, in their own section.
 """
 
 from __future__ import annotations
 
 import html
 import json
-import math
-import os
+import re
+import shutil
+import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable
+from urllib.parse import quote
 
 from .errors import InputError
+from .files import atomic_write
+from .harness_errors import HARNESS_ERROR
+from .ir import Program, load_case
+from .repro import ReproResult, table_rows
+from .run_folder import RunFolder
+from .trace import Trace, verdicts
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 HISTORY_HTML = "history.html"
+#: The fields of a finding record that name a file of the run folder.
+PATH_FIELDS = ("case", "original_case", "repro")
+HARNESS_TITLE = "Harness errors: aliasfuzz bugs, not framework findings"
+
+Warn = Callable[[str], None]
 
 
 class ReportError(InputError):
-    """The input is not something a report can be made from (one line)."""
+    """The input is not something a report can be made from, or the report cannot be written
+    (one line naming the file)."""
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def cannot_write(path: Path | str, e: OSError, journal: Path | str = "findings.jsonl") -> ReportError:
+    return ReportError(f"{path}: cannot write ({e.strerror or e}); nothing was lost: the journal {journal} "
+                       f"is intact")
 
 
 # ------------------------------------------------------------------------------------------------
 # Loading.
 
 
+def inside(root: Path, rel: Any, root_too: bool = False) -> Path | None:
+    """``root / rel`` resolved (symlinks too) when it is inside ``root`` (resolved; ``root``
+    itself only with ``root_too``), else None."""
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        return None
+    try:
+        p = (root / rel).resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    return p if p.is_relative_to(root) and (root_too or p != root) else None
+
+
 @dataclass
 class Run:
     path: Path
     state: dict[str, Any]
-    findings: list[dict[str, Any]]
+    findings: list[dict[str, Any]]  # normalised records, harness errors first, then new, then known
+    root: Path = field(default=None)  # the folder resolved
+    problems: list[str] = field(default_factory=list)  # one line per refused path
 
     @property
     def config(self) -> dict[str, Any]:
-        return self.state.get("config", {})
+        return self.state.get("config") or {}
 
     @property
     def programs(self) -> int:
-        return int(self.state.get("programs", 0))
+        return int(self.state.get("programs") or 0)
 
     @property
     def elapsed(self) -> float:
-        return float(self.state.get("elapsed_s", 0.0))
+        return float(self.state.get("elapsed_s") or 0.0)
 
     @property
     def throughput(self) -> float:
         return self.programs / self.elapsed if self.elapsed > 0 else 0.0
 
     @property
+    def harness_errors(self) -> list[dict[str, Any]]:
+        return [f for f in self.findings if f["kind"] == HARNESS_ERROR]
+
+    @property
     def new(self) -> list[dict[str, Any]]:
-        return [f for f in self.findings if f.get("status") == "new"]
+        return [f for f in self.findings if f["kind"] != HARNESS_ERROR and f["status"] == "new"]
 
     @property
     def known(self) -> list[dict[str, Any]]:
-        return [f for f in self.findings if f.get("status") != "new"]
+        return [f for f in self.findings if f["kind"] != HARNESS_ERROR and f["status"] != "new"]
 
     def target_versions(self) -> dict[str, dict[str, str]]:
         out = {}
         for tid, info in (self.state.get("targets") or {}).items():
-            out[tid] = dict(info.get("versions", {})) if isinstance(info, dict) else {}
+            v = info.get("versions") if isinstance(info, dict) else None
+            out[str(tid)] = {str(k): str(x) for k, x in v.items()} if isinstance(v, dict) else {}
         return out
+
+
+def _unreadable(path: Path, e: BaseException) -> ReportError:
+    if isinstance(e, InputError):
+        return ReportError(str(e))
+    if isinstance(e, UnicodeDecodeError):
+        return ReportError(f"{path}: unreadable (not UTF-8 text)")
+    if isinstance(e, OSError):
+        return ReportError(f"{path}: cannot read ({e.strerror or e})")
+    if isinstance(e, RecursionError):
+        return ReportError(f"{path}: unreadable (nested too deeply)")
+    return ReportError(f"{path}: unreadable ({' '.join(str(e).split())})")
+
+
+_READ_ERRORS = (InputError, OSError, ValueError, RecursionError)
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else v if isinstance(v, str) else json.dumps(v)
+
+
+def _normalise(raw: dict[str, Any], root: Path) -> dict[str, Any]:
+    """A finding record with every field the report shows of a known type, and ``_path`` (key:
+    resolved path) / ``_refused`` (key: why) for PATH_FIELDS."""
+    f = dict(raw)
+    for k in ("signature", "kind", "status", "sentence", "detail", "op", "method", "baseline", "baseline_case"):
+        f[k] = _text(f.get(k))
+    f["signature"], f["kind"], f["sentence"] = f["signature"] or "?", f["kind"] or "?", f["sentence"] or ""
+    t = raw.get("targets")
+    f["targets"] = [str(x) for x in t] if isinstance(t, list) else [str(t)] if t else []
+    f["_path"], f["_refused"] = {}, {}
+    for key in PATH_FIELDS:
+        rel = raw.get(key)
+        if rel is None or rel == "":
+            f[key] = None
+            continue
+        p = inside(root, rel)
+        if p is None:
+            f[key] = _text(rel)
+            f["_refused"][key] = f"{key} path outside the run folder"
+        else:
+            f[key] = rel if not Path(rel).is_absolute() else p.relative_to(root).as_posix()
+            f["_path"][key] = p
+    return f
 
 
 def load_run(run_dir: str | Path) -> Run:
     path = Path(run_dir)
     if not path.is_dir():
         raise ReportError(f"{path}: not a directory")
-    state_file = path / "campaign.json"
-    if not state_file.exists():
+    try:
+        root = path.resolve(strict=True)
+    except (OSError, RuntimeError) as e:
+        raise ReportError(f"{path}: cannot open ({e})") from None
+    folder = RunFolder(path)
+    for own in (folder.state_json, folder.journal, folder.findings_json):
+        if (own.exists() or own.is_symlink()) and inside(root, own.name) is None:
+            raise ReportError(f"{own}: a link out of the run folder: not read")
+        if own.exists() and not own.is_file() and not own.is_dir():  # a FIFO would never end
+            raise ReportError(f"{own}: not a regular file: not read")
+    if not (folder.state_json.exists() or folder.state_json.is_symlink()):
         raise ReportError(f"{path}: no campaign.json: not a run folder")
+    # RunFolder checks the shape of campaign.json and of every journal line (CampaignError).
     try:
-        state = json.loads(state_file.read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise ReportError(f"{state_file}: unreadable ({e})") from None
-    if not isinstance(state, dict):
-        raise ReportError(f"{state_file}: not a campaign state")
-    findings: list[dict[str, Any]] = []
-    fj = path / "findings.json"
+        state = folder.load_state()
+    except _READ_ERRORS as e:
+        raise _unreadable(folder.state_json, e) from None
+    records: list[Any] | None = None
+    if folder.journal.exists() or folder.journal.is_symlink():  # the journal is the truth
+        try:
+            records = folder.load_findings()
+        except _READ_ERRORS as e:
+            raise _unreadable(folder.journal, e) from None
+    listed = None
+    if folder.findings_json.exists():
+        try:
+            listed = json.loads(folder.findings_json.read_text(encoding="utf-8"))
+        except _READ_ERRORS as e:
+            if records is None:
+                raise _unreadable(folder.findings_json, e) from None
+        if not (isinstance(listed, list) and all(isinstance(r, dict) for r in listed)):
+            if records is None:
+                raise ReportError(f"{folder.findings_json}: not a list of finding records")
+            listed = None
+    found = records or []
+    if listed is not None and len(listed) > len(found):
+        found = listed
+    findings = [_normalise(r, root) for r in found]
+    # Harness errors first (the run's own failures), then new findings (what a reader acts on),
+    # each group in the order found.
+    findings.sort(key=lambda f: 0 if f["kind"] == HARNESS_ERROR else 1 if f["status"] == "new" else 2)
+    run = Run(path, state, findings, root)
+    numbers = {HARNESS_ERROR: 0, "finding": 0}
+    for f in findings:  # one line per finding with a path refused, numbered as the report does
+        group = HARNESS_ERROR if f["kind"] == HARNESS_ERROR else "finding"
+        numbers[group] += 1
+        if f["_refused"]:
+            what = ("its case, table and reproducers are" if "case" in f["_refused"] else
+                    "its table and reproducers are" if "repro" in f["_refused"] else "its original's link is")
+            run.problems.append(f"{path}: {group} {numbers[group]} ({_one_line(f['signature'])}): " + "; ".join(
+                f"{why} ({_one_line(f[key])})" for key, why in f["_refused"].items()) + f": not read, {what} left out")
+    return run
+
+
+def _read(f: dict, key: str) -> str | None:
+    p = f["_path"].get(key)
     try:
-        findings = json.loads(fj.read_text(encoding="utf-8"))
+        return p.read_text(encoding="utf-8") if p is not None and p.is_file() else None
     except (OSError, ValueError):
-        findings = []
-    journal = path / "findings.jsonl"
-    if journal.exists():  # the journal is the truth (findings.json may lag a kill)
-        recs = []
-        for line in journal.read_text(encoding="utf-8").splitlines():
-            try:
-                recs.append(json.loads(line))
-            except ValueError:
-                continue
-        if len(recs) > len(findings):
-            findings = recs
-    findings = [f for f in findings if isinstance(f, dict)]
-    # New findings first (what a reader acts on), each group in the order found.
-    findings.sort(key=lambda f: f.get("status") != "new")
-    return Run(path, state, findings)
-
-
-def _read(run: Run, rel: str | None) -> str | None:
-    if not rel:
-        return None
-    try:
-        return (run.path / rel).read_text(encoding="utf-8")
-    except OSError:
         return None
 
 
@@ -136,121 +247,104 @@ def _shrink_text(f: dict) -> str:
             f" {f.get('shrink_seconds')}s)")
 
 
-def _repro(run: Run, finding: dict) -> dict | None:
-    text = _read(run, finding.get("repro"))
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
 # ------------------------------------------------------------------------------------------------
 # The side-by-side table (targets x tensors/snapshots).
 
 
-def _flat(v: Any) -> list[float] | None:
-    if v is None:
-        return None
-    out: list[float] = []
-
-    def walk(x):
-        if isinstance(x, list):
-            for y in x:
-                walk(y)
-        else:
-            out.append(float(x))
-
-    walk(v)
-    return out
-
-
 def _fmt_values(v: Any) -> str:
-    flat = _flat(v)
-    if flat is None:
+    """float32 values, each in its shortest round-trip form: two values the table marks as
+    different never print alike."""
+    if v is None:
         return "—"
-    text = ", ".join(f"{x:.6g}" for x in flat[:12])
+    flat = v.ravel()
+    text = ", ".join(str(x) for x in flat[:12])
     return f"[{text}{', …' if len(flat) > 12 else ''}]"
 
 
-def _close(a: list[float], b: list[float]) -> bool:
-    if len(a) != len(b):
-        return False
-    return all((math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6)
-               for x, y in zip(a, b))
-
-
-def side_by_side(repro: dict, finding: dict | None = None) -> tuple[list[str], list[dict[str, Any]]]:
-    """(target ids, rows); a row: {label, cells: [text], divergent: bool, subject: bool}."""
-    targets = repro.get("targets") or {}
-    ids = list(targets)
+def side_by_side(repro: dict, program: Program, finding: dict | None = None
+                 ) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+    """(target ids, rows, notes); a row: {label, cells: [text], divergent, subject}. The rows and
+    which of them diverge are ``repro.table_rows``' (the terminal table's: ``oracle.values_close``
+    with the program's Adam tolerance, ok verdicts that differ); a cell also shows a snapshot's
+    final value. Notes: the ops a target could not run. Raises (ValueError, TypeError, KeyError,
+    ...) on a repro JSON that is not one of ``program``."""
+    targets = repro["targets"]
+    traces = {tid: Trace.from_wire(tid, {"status": t.get("status") or "ok", "message": t.get("message"),
+                                         "initial": t.get("initial") or {}, "steps": t.get("trace") or []})
+              for tid, t in targets.items()}
+    result = ReproResult(program, {}, traces, [], verdict_maps={t: verdicts(program, tr) for t, tr in traces.items()})
+    name_of = {f"{n} ({v.snapshot.method})": n for vm in result.verdict_maps.values() for n, v in vm.items()}
     subjects = {d.get("subject") for d in repro.get("divergences") or []
-                if finding is None or d.get("signature") == finding.get("signature")}
-    names: list[str] = []
-    snaps: set[str] = set()
-    for t in targets.values():
-        for n in (t.get("final") or {}):
-            if n not in names:
-                names.append(n)
-        snaps.update((t.get("verdicts") or {}).keys())
-    for t in targets.values():
-        for n in (t.get("verdicts") or {}):
-            if n not in names:
-                names.append(n)
+                if isinstance(d, dict) and (finding is None or d.get("signature") == finding.get("signature"))}
     rows = []
-    for n in names:
-        cells, vals, verdicts = [], [], []
-        for tid in ids:
-            t = targets[tid]
-            if t.get("status") not in (None, "ok"):
-                cells.append(str(t.get("status")))
+    for label, _cells, divergent in table_rows(result):
+        name = name_of.get(label, label)
+        cells = []
+        for tid, tr in traces.items():
+            if not tr.ok:
+                cells.append(tr.status)
                 continue
-            final = t.get("final") or {}
-            verdict = (t.get("verdicts") or {}).get(n)
-            parts = []
-            if verdict is not None:
-                parts.append(str(verdict))
-                verdicts.append(str(verdict))
-            if n in final:
-                parts.append(_fmt_values(final[n]))
-                f = _flat(final[n])
-                if f is not None:
-                    vals.append(f)
-            cells.append(" ".join(parts) if parts else "—")
-        divergent = len(set(verdicts)) > 1 or any(not _close(vals[0], v) for v in vals[1:])
-        rows.append({"label": n + (" (snapshot)" if n in snaps else ""), "cells": cells,
-                     "divergent": divergent, "subject": n in subjects})
-    return ids, rows
-
-
-def _op_notes(repro: dict) -> list[str]:
+            v, obs = result.verdict_maps[tid].get(name), tr.final.get(name)
+            value = None if obs is None else _fmt_values(obs.value) if obs.initialized else "uninitialised"
+            cells.append(" ".join(x for x in ((v.summary if v else None), value) if x) or "—")
+        rows.append({"label": label, "cells": cells, "divergent": divergent, "subject": name in subjects})
     notes = []
-    for tid, t in (repro.get("targets") or {}).items():
-        for i, s in enumerate(t.get("ops") or []):
-            if s.get("status", "ok") != "ok":
-                notes.append(f"{tid} op {i}: {s['status']}" + (f": {s['message']}" if s.get("message") else ""))
-        if t.get("status") not in (None, "ok"):
-            notes.append(f"{tid}: {t.get('status')}: {t.get('message') or ''}".rstrip(": "))
-    return notes
+    for tid, tr in traces.items():
+        notes += [f"{tid} op {i}: {s.status}" + (f": {s.message}" if s.message else "")
+                  for i, s in enumerate(tr.steps) if s.status != "ok"]
+        if not tr.ok:
+            notes.append(f"{tid}: {tr.status}" + (f": {tr.message}" if tr.message else ""))
+    return list(traces), rows, notes
 
 
-# ------------------------------------------------------------------------------------------------
-# Summary facts.
+@dataclass
+class View:
+    """What the report shows of one finding."""
+
+    f: dict[str, Any]
+    case_text: str | None = None
+    program: Program | None = None
+    table: tuple[list[str], list[dict[str, Any]], list[str]] | None = None
+    table_note: str | None = None
+    reps: list[str] = field(default_factory=list)
+    reps_note: str | None = None
+
+    @property
+    def refused(self) -> dict[str, str]:
+        return self.f["_refused"]
 
 
-def _when(ts: Any) -> str:
+def _blocked(f: dict[str, Any]) -> bool:
+    """Whether the finding's table and reproducers are left out (its case or repro refused)."""
+    return bool({"case", "repro"} & f["_refused"].keys())
+
+
+def finding_view(f: dict[str, Any]) -> View:
+    view = View(f, case_text=_read(f, "case"))
+    if "case" in f["_path"] and view.case_text is None:
+        view.table_note = f"no table or reproducers: {f['case']} cannot be read (missing, or not a UTF-8 file)"
+    elif "case" in f["_path"]:
+        try:
+            view.program = load_case(f["_path"]["case"])
+        except InputError as e:
+            view.table_note = f"no table or reproducers: {e}"
+    if f["kind"] == HARNESS_ERROR or view.program is None or not f.get("repro") or _blocked(f):
+        return view
+    text = _read(f, "repro")
     try:
-        return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return "?"
+        view.table = side_by_side(json.loads(text), view.program, f) if text is not None else None
+    except Exception as e:  # noqa: BLE001 - a report never fails because of one table
+        view.table_note = f"table left out: {f['repro']} is not the repro JSON of this case ({type(e).__name__})"
+    return view
 
 
 def summary_facts(run: Run) -> list[tuple[str, str]]:
     c = run.config
     m = run.state.get("machine") or {}
     budget = c.get("budget_s")
-    facts = [
+    facts = [("harness errors", f"{len(run.harness_errors)} (aliasfuzz bugs, not framework findings)")] \
+        if run.harness_errors else []
+    facts += [
         ("started", _when(run.state.get("started"))),
         ("seed", str(c.get("seed", "?"))),
         ("profile", str(c.get("profile", "?"))),
@@ -272,69 +366,149 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
     return facts
 
 
+def summary_line(run: Run) -> str:
+    """The terminal summary: harness errors first, apart from the findings."""
+    errors = len(run.harness_errors)
+    head = f"{errors} harness error(s): aliasfuzz bugs, not framework findings (the report's first section); " \
+        if errors else ""
+    return f"{head}findings: {len(run.new)} new, {len(run.known)} known"
+
+
+def _when(ts: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
 def _versions_text(v: dict[str, str]) -> str:
     return ", ".join(f"{k} {x}" for k, x in v.items()) or "—"
 
 
-def _reproducer_links(run: Run, finding: dict) -> list[str]:
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
+
+
+def _href(rel: str) -> str:
+    return quote(rel)  # ':' too: a file name never becomes a URL scheme
+
+
+# ------------------------------------------------------------------------------------------------
+# Reproducers: staged inside the run folder, then each file replaces its old version atomically.
+
+
+def _write_reproducers(run: Run, view: View) -> None:
     from . import reproducers
 
+    f = view.f
+    if f["kind"] == HARNESS_ERROR or _blocked(f) or view.program is None or view.case_text is None:
+        return
+    rel = PurePosixPath(f["case"])
+    if not rel.name.endswith(".toml"):
+        view.reps_note = f"no reproducers: {f['case']} is not a .toml file"
+        return
+    stage = None
     try:
-        paths = reproducers.write_reproducers(run.path, finding)
-    except Exception as e:  # a report never fails because of one reproducer
-        return [f"!{type(e).__name__}: {e}"]
-    return [str(p.relative_to(run.path)) + ("/" if p.is_dir() else "") for p in paths]
+        stage = Path(tempfile.mkdtemp(prefix=".reproducers-", dir=run.root))
+        (stage / rel.name).write_text(view.case_text, encoding="utf-8")
+        repro_text = _read(f, "repro")
+        if repro_text is not None:
+            (stage / "repro.json").write_text(repro_text, encoding="utf-8")
+        made = reproducers.write_reproducers(stage, {"targets": f["targets"], "case": rel.name,
+                                                     "repro": "repro.json" if repro_text is not None else None})
+        for p in made:
+            for src in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
+                dest_rel = (rel.parent / src.relative_to(stage).as_posix()).as_posix()
+                dest = inside(run.root, dest_rel)
+                if dest is None or inside(run.root, str(PurePosixPath(dest_rel).parent), root_too=True) is None:
+                    raise ReportError(f"{dest_rel}: a link out of the run folder: not written")
+                atomic_write(run.path / dest_rel, src.read_text(encoding="utf-8"))
+            view.reps.append((rel.parent / p.name).as_posix() + ("/" if p.is_dir() else ""))
+    except Exception as e:  # noqa: BLE001 - a report never fails because of one reproducer
+        view.reps_note = f"reproducers not written: {type(e).__name__}: {_one_line(e)}"
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------------------------------
 # Markdown.
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _md_cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(run: Run, links: dict[str, list[str]]) -> str:
-    out = [f"# aliasfuzz report: {run.path.name}", "", "## Summary", ""]
-    out += ["| | |", "|---|---|"]
+def _fence(text: str, lang: str = "") -> list[str]:
+    """A fenced block longer than any run of backticks inside ``text``."""
+    longest = max((len(r) for r in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return [ticks + lang, text.rstrip(), ticks]
+
+
+def _md_link(rel: str | None) -> str:
+    return f"[{_md_cell(rel)}]({_href(rel)})" if rel else "—"
+
+
+def _md_finding(n: int, v: View) -> list[str]:
+    f = v.f
+    harness = f["kind"] == HARNESS_ERROR
+    base = f" (baseline {f['baseline']})" if f.get("baseline") else ""
+    out = [f"### {n}. [{'harness error' if harness else f['status'] or '?'}{base}] {_one_line(f['kind'])}: "
+           f"{_one_line(f['sentence'])}", "", f"- signature: `{_one_line(f['signature'])}`",
+           f"- targets: {', '.join(f['targets'])}; {'stage' if harness else 'op'} `{f['op']}`"
+           + ("" if harness else f", method `{f['method']}`")]
+    if not harness:
+        out.append(f"- {_shrink_text(f)}; found after {f.get('seconds_to_find')}s")
+    out += [f"- **{why}**: `{_one_line(f[key])}` (not read)" for key, why in v.refused.items()]
+    if f.get("case") and "case" not in v.refused:
+        out.append(f"- case: {_md_link(f['case'])} (`aliasfuzz repro {_one_line(f['case'])}`); original: "
+                   f"{_md_link(f['original_case'] if 'original_case' not in v.refused else None)}")
+    out.append("")
+    if harness:
+        out += ["Traceback (inside aliasfuzz):", "", *_fence(f.get("detail") or "(none recorded)", "text"), ""]
+    elif f.get("detail"):
+        out += [_one_line(f["detail"]), ""]
+    if v.case_text:
+        out += [*_fence(v.case_text, "toml"), ""]
+    if v.table:
+        ids, rows, notes = v.table
+        out += ["| tensor / snapshot | " + " | ".join(_md_cell(t) for t in ids) + " |", "|---|" + "---|" * len(ids)]
+        for r in rows:
+            mark = "**" if r["divergent"] else ""
+            label = ("⚠ " if r["divergent"] else "") + ("▶ " if r["subject"] else "") + r["label"]
+            out.append(f"| {mark}{_md_cell(label)}{mark} | " + " | ".join(
+                f"{mark}{_md_cell(c)}{mark}" for c in r["cells"]) + " |")
+        if notes:
+            out += ["", "Ops a target could not run:", ""] + [f"- {_md_cell(x)}" for x in notes]
+        out.append("")
+    for note in (v.table_note, v.reps_note):
+        if note:
+            out += [f"_{_md_cell(note)}_", ""]
+    if v.reps:
+        out += ["Reproducers: " + ", ".join(_md_link(p) for p in v.reps), ""]
+    return out
+
+
+def render_markdown(run: Run, views: list[View]) -> str:
+    out = [f"# aliasfuzz report: {run.path.name}", ""]
+    errors = [v for v in views if v.f["kind"] == HARNESS_ERROR]
+    if errors:
+        out += [f"## {HARNESS_TITLE} ({len(errors)})", "",
+                "aliasfuzz itself raised while handling these programs: the run's findings may be "
+                "incomplete. Report them against aliasfuzz, not a framework.", ""]
+        for n, v in enumerate(errors, 1):
+            out += _md_finding(n, v)
+    out += ["## Summary", "", "| | |", "|---|---|"]
     out += [f"| {k} | {_md_cell(v)} |" for k, v in summary_facts(run)]
     out += ["", "### Targets", "", "| target | versions |", "|---|---|"]
-    for tid, v in run.target_versions().items():
-        out.append(f"| {tid} | {_md_cell(_versions_text(v))} |")
+    out += [f"| {_md_cell(t)} | {_md_cell(_versions_text(v))} |" for t, v in run.target_versions().items()]
     out += ["", f"## Findings ({len(run.new)} new, {len(run.known)} known)", ""]
-    if not run.findings:
+    rest = [v for v in views if v.f["kind"] != HARNESS_ERROR]
+    if not rest:
         out.append("No divergence found.")
-    for n, f in enumerate(run.findings, 1):
-        status = f.get("status", "?")
-        base = f" (baseline {f['baseline']})" if f.get("baseline") else ""
-        out += [f"### {n}. [{status}{base}] {f.get('kind', '?')}: {f.get('sentence', '')}", "",
-                f"- signature: `{f.get('signature', '')}`",
-                f"- targets: {', '.join(f.get('targets', []))}; op `{f.get('op')}`, method `{f.get('method')}`",
-                f"- {_shrink_text(f)}; found after {f.get('seconds_to_find')}s",
-                f"- case: [{f.get('case')}]({f.get('case')}) (`aliasfuzz repro {f.get('case')}`); "
-                f"original: [{f.get('original_case')}]({f.get('original_case')})", ""]
-        if f.get("detail"):
-            out += [f"{f['detail']}", ""]
-        case = _read(run, f.get("case"))
-        if case:
-            out += ["```toml", case.rstrip(), "```", ""]
-        repro = _repro(run, f)
-        if repro:
-            ids, rows = side_by_side(repro, f)
-            out += ["| tensor / snapshot | " + " | ".join(ids) + " |", "|---|" + "---|" * len(ids)]
-            for r in rows:
-                mark = "**" if r["divergent"] else ""
-                label = ("⚠ " if r["divergent"] else "") + r["label"]
-                out.append(f"| {mark}{_md_cell(label)}{mark} | " + " | ".join(
-                    f"{mark}{_md_cell(c)}{mark}" for c in r["cells"]) + " |")
-            notes = _op_notes(repro)
-            if notes:
-                out += ["", "Ops a target could not run:", ""] + [f"- {_md_cell(x)}" for x in notes]
-            out.append("")
-        reps = links.get(f.get("signature", ""), [])
-        if reps:
-            out.append("Reproducers: " + ", ".join(f"[{p}]({p})" for p in reps))
-            out.append("")
+    for n, v in enumerate(rest, 1):
+        out += _md_finding(n, v)
     return "\n".join(out) + "\n"
 
 
@@ -350,7 +524,9 @@ tr.divergent td{background:#fde2e1}tr.divergent td:first-child{font-weight:bold}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:.6em;overflow:auto}
 .new{color:#fff;background:#c62828;padding:0 .4em;border-radius:.3em}.known{background:#f9a825;padding:0 .4em;border-radius:.3em}
 .sentence{font-size:1.05em;margin:.4em 0}.finding{border-left:4px solid #c62828;padding-left:1em;margin:1.5em 0}
-.finding.known-finding{border-left-color:#f9a825}.dim{color:#666}
+.finding.known-finding{border-left-color:#f9a825}.dim{color:#666}.refused{color:#c62828;font-weight:bold}
+#harness-errors{border:2px solid #6a1b9a;padding:0 1em 1em}.finding.harness-error{border-left-color:#6a1b9a}
+.harness{color:#fff;background:#6a1b9a;padding:0 .4em;border-radius:.3em}
 """
 
 
@@ -358,156 +534,98 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def render_html(run: Run, links: dict[str, list[str]]) -> str:
+def _a(rel: str, text: str | None = None) -> str:
+    return f'<a href="{_e(_href(rel))}">{_e(rel if text is None else text)}</a>'
+
+
+def _html_finding(n: int, v: View) -> list[str]:
+    f = v.f
+    harness = f["kind"] == HARNESS_ERROR
+    cls = "harness" if harness else "new" if f["status"] == "new" else "known"
+    article = {"harness": "harness-error", "new": "", "known": "known-finding"}[cls]
+    base = f" ({_e(f['baseline'])})" if f.get("baseline") else ""
+    out = [f'<article class="finding {article}" id="{"harness-error" if harness else "finding"}-{n}">',
+           f'<h3>{n}. <span class="{cls}">{"harness error" if harness else _e(f["status"] or "?")}{base}</span> '
+           f'{_e(f["kind"])}</h3>', f'<p class="sentence">{_e(f["sentence"])}</p>']
+    if f.get("detail") and not harness:
+        out.append(f"<p>{_e(f['detail'])}</p>")
+    where = f"stage {_e(f['op'])}" if harness else f"{_e(_shrink_text(f))}; found after {_e(f.get('seconds_to_find'))}s"
+    out.append(f'<p class="dim">signature <code>{_e(f["signature"])}</code><br>'
+               f'targets {_e(", ".join(f["targets"]))}; {where}</p>')
+    out += [f'<p class="refused">{_e(why)}: <code>{_e(f[key])}</code> (not read)</p>' for key, why in v.refused.items()]
+    if harness:
+        out.append(f'<p>Traceback (inside aliasfuzz):</p><pre class="traceback">{_e(f.get("detail") or "(none recorded)")}</pre>')
+    if v.table:
+        ids, rows, notes = v.table
+        out.append('<table class="side-by-side"><tr><th>tensor / snapshot</th>'
+                   + "".join(f"<th>{_e(t)}</th>" for t in ids) + "</tr>")
+        for r in rows:
+            classes = " ".join(c for c, on in (("divergent", r["divergent"]), ("subject", r["subject"])) if on)
+            out.append(f'<tr class="{classes}"><td>{_e(r["label"])}</td>'
+                       + "".join(f'<td class="mono">{_e(c)}</td>' for c in r["cells"]) + "</tr>")
+        out.append("</table>")
+        if notes:
+            out.append('<p class="dim">Ops a target could not run:</p><ul class="dim">'
+                       + "".join(f"<li>{_e(x)}</li>" for x in notes) + "</ul>")
+    if v.case_text:
+        original = f'; {_a(f["original_case"], "original program")}' if f.get("original_case") \
+            and "original_case" not in v.refused else ""
+        out.append(f'<p>{"Case" if harness else "Minimized case"} {_a(f["case"])} '
+                   f'(<code>aliasfuzz repro {_e(f["case"])}</code>{original}):</p>')
+        out.append(f'<pre class="case">{_e(v.case_text.rstrip())}</pre>')
+    out += [f'<p class="dim">{_e(note)}</p>' for note in (v.table_note, v.reps_note) if note]
+    if v.reps:
+        out.append("<p>Reproducers: " + ", ".join(_a(p) for p in v.reps) + "</p>")
+    out.append("</article>")
+    return out
+
+
+def render_html(run: Run, views: list[View]) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>aliasfuzz report: {_e(run.path.name)}</title>", f"<style>{_CSS}</style></head><body>",
-           f"<h1>aliasfuzz report: {_e(run.path.name)}</h1>",
-           '<section id="summary"><h2>Summary</h2><table class="summary">']
+           f"<h1>aliasfuzz report: {_e(run.path.name)}</h1>"]
+    errors = [v for v in views if v.f["kind"] == HARNESS_ERROR]
+    if errors:
+        out.append(f'<section id="harness-errors"><h2>{_e(HARNESS_TITLE)} ({len(errors)})</h2>'
+                   "<p>aliasfuzz itself raised while handling these programs: the run's findings may be "
+                   "incomplete. Report them against aliasfuzz, not a framework.</p>")
+        for n, v in enumerate(errors, 1):
+            out += _html_finding(n, v)
+        out.append("</section>")
+    out.append('<section id="summary"><h2>Summary</h2><table class="summary">')
     out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in summary_facts(run)]
     out.append('</table><h3>Targets</h3><table class="targets"><tr><th>target</th><th>versions</th></tr>')
     out += [f"<tr><td>{_e(t)}</td><td>{_e(_versions_text(v))}</td></tr>" for t, v in run.target_versions().items()]
     out.append("</table></section>")
     out.append(f'<section id="findings"><h2>Findings ({len(run.new)} new, {len(run.known)} known)</h2>')
-    if not run.findings:
+    rest = [v for v in views if v.f["kind"] != HARNESS_ERROR]
+    if not rest:
         out.append("<p>No divergence found.</p>")
-    for n, f in enumerate(run.findings, 1):
-        status = f.get("status", "?")
-        cls = "new" if status == "new" else "known"
-        out.append(f'<article class="finding {"" if cls == "new" else "known-finding"}" id="finding-{n}">')
-        base = f" ({_e(f['baseline'])})" if f.get("baseline") else ""
-        out.append(f'<h3>{n}. <span class="{cls}">{_e(status)}{base}</span> {_e(f.get("kind", "?"))}</h3>')
-        out.append(f'<p class="sentence">{_e(f.get("sentence", ""))}</p>')
-        if f.get("detail"):
-            out.append(f"<p>{_e(f['detail'])}</p>")
-        out.append(f'<p class="dim">signature <code>{_e(f.get("signature", ""))}</code><br>'
-                   f'targets {_e(", ".join(f.get("targets", [])))}; {_e(_shrink_text(f))}; found after '
-                   f'{_e(f.get("seconds_to_find"))}s</p>')
-        repro = _repro(run, f)
-        if repro:
-            ids, rows = side_by_side(repro, f)
-            out.append('<table class="side-by-side"><tr><th>tensor / snapshot</th>'
-                       + "".join(f"<th>{_e(t)}</th>" for t in ids) + "</tr>")
-            for r in rows:
-                classes = " ".join(c for c, on in (("divergent", r["divergent"]), ("subject", r["subject"])) if on)
-                out.append(f'<tr class="{classes}"><td>{_e(r["label"])}</td>'
-                           + "".join(f'<td class="mono">{_e(c)}</td>' for c in r["cells"]) + "</tr>")
-            out.append("</table>")
-            notes = _op_notes(repro)
-            if notes:
-                out.append('<p class="dim">Ops a target could not run:</p><ul class="dim">'
-                           + "".join(f"<li>{_e(x)}</li>" for x in notes) + "</ul>")
-        case = _read(run, f.get("case"))
-        if case:
-            out.append(f'<p>Minimized case <a href="{_e(f.get("case"))}">{_e(f.get("case"))}</a> '
-                       f'(<code>aliasfuzz repro {_e(f.get("case"))}</code>; '
-                       f'<a href="{_e(f.get("original_case"))}">original program</a>):</p>')
-            out.append(f'<pre class="case">{_e(case.rstrip())}</pre>')
-        reps = links.get(f.get("signature", ""), [])
-        if reps:
-            out.append("<p>Reproducers: " + ", ".join(f'<a href="{_e(p)}">{_e(p)}</a>' for p in reps) + "</p>")
-        out.append("</article>")
+    for n, v in enumerate(rest, 1):
+        out += _html_finding(n, v)
     out.append("</section>")
     out.append(f'<p class="dim">Rendered {_e(_when(time.time()))} by aliasfuzz.</p></body></html>')
     return "\n".join(out) + "\n"
 
 
-def write_reports(run_dir: str | Path) -> list[Path]:
-    """Writes report.md and report.html (and each finding's reproducers) into the run folder."""
-    run = load_run(run_dir)
-    links = {f.get("signature", ""): _reproducer_links(run, f) for f in run.findings if f.get("case")}
-    md = run.path / REPORT_MD
-    page = run.path / REPORT_HTML
-    _atomic_write(md, render_markdown(run, links))
-    _atomic_write(page, render_html(run, links))
+def write_run_reports(run: Run, warn: Warn | None = None) -> list[Path]:
+    """Writes report.md and report.html (and each finding's reproducers) into the run folder.
+    ``warn`` gets one line per path refused (outside the run folder). Raises ``ReportError``
+    when a report cannot be written; the journal and the old report are left whole."""
+    for line in run.problems if warn is not None else ():
+        warn(line)
+    views = [finding_view(f) for f in run.findings]
+    for v in views:
+        _write_reproducers(run, v)
+    md, page = run.path / REPORT_MD, run.path / REPORT_HTML
+    for path, render in ((md, render_markdown), (page, render_html)):
+        try:
+            atomic_write(path, render(run, views))
+        except OSError as e:
+            raise cannot_write(path, e, run.path / "findings.jsonl") from None
     return [md, page]
 
 
-# ------------------------------------------------------------------------------------------------
-# History: a trend over every run folder under a directory.
-
-
-def find_runs(reports_dir: Path) -> list[Run]:
-    runs = []
-    for state in sorted(reports_dir.glob("**/campaign.json")):
-        if len(state.relative_to(reports_dir).parts) > 4:
-            continue
-        try:
-            runs.append(load_run(state.parent))
-        except ReportError:
-            continue
-    runs.sort(key=lambda r: float(r.state.get("started") or 0))
-    return runs
-
-
-def _svg_chart(runs: list[Run]) -> str:
-    """Stacked bars (new, known findings) per run and a throughput line on a second axis."""
-    w, h, left, right, top, bottom = 760, 300, 50, 60, 20, 60
-    pw, ph = w - left - right, h - top - bottom
-    n = max(len(runs), 1)
-    slot = pw / n
-    max_f = max([len(r.findings) for r in runs] + [1])
-    max_t = max([r.throughput for r in runs] + [1e-9])
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
-             f'role="img" aria-label="findings and throughput per run">',
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#ccc"/>']
-    for k in range(5):  # grid and left axis (findings)
-        y = top + ph - ph * k / 4
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" font-size="11" text-anchor="end">{max_f * k / 4:.3g}</text>')
-        parts.append(f'<text x="{left + pw + 6}" y="{y + 4:.1f}" font-size="11" fill="#1565c0">{max_t * k / 4:.3g}</text>')
-    points = []
-    for i, r in enumerate(runs):
-        x = left + slot * i + slot * 0.2
-        bw = slot * 0.6
-        hn = ph * len(r.new) / max_f
-        hk = ph * len(r.known) / max_f
-        y0 = top + ph
-        parts.append(f'<rect class="bar-new" x="{x:.1f}" y="{y0 - hn:.1f}" width="{bw:.1f}" height="{hn:.1f}" fill="#c62828">'
-                     f'<title>{_e(r.path.name)}: {len(r.new)} new</title></rect>')
-        parts.append(f'<rect class="bar-known" x="{x:.1f}" y="{y0 - hn - hk:.1f}" width="{bw:.1f}" height="{hk:.1f}" '
-                     f'fill="#f9a825"><title>{_e(r.path.name)}: {len(r.known)} known</title></rect>')
-        cx = left + slot * (i + 0.5)
-        points.append((cx, top + ph - ph * r.throughput / max_t, r))
-        label = _when(r.state.get("started"))[:10] if r.state.get("started") else r.path.name
-        parts.append(f'<text x="{cx:.1f}" y="{top + ph + 14}" font-size="10" text-anchor="end" '
-                     f'transform="rotate(-30 {cx:.1f} {top + ph + 14})">{_e(label)} {_e(r.path.name[-12:])}</text>')
-    if points:
-        parts.append('<polyline class="throughput" fill="none" stroke="#1565c0" stroke-width="2" points="'
-                     + " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points) + '"/>')
-        for x, y, r in points:
-            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#1565c0"><title>{_e(r.path.name)}: '
-                         f'{r.throughput:.1f} programs/s</title></circle>')
-    parts.append(f'<text x="12" y="{top + ph / 2}" font-size="11" transform="rotate(-90 12 {top + ph / 2})" '
-                 f'text-anchor="middle">findings (red new, amber known)</text>')
-    parts.append(f'<text x="{w - 8}" y="{top + ph / 2}" font-size="11" fill="#1565c0" '
-                 f'transform="rotate(90 {w - 8} {top + ph / 2})" text-anchor="middle">programs/s</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def render_history(reports_dir: str | Path) -> Path:
-    """Writes ``<reports_dir>/history.html``: findings and throughput over every run folder."""
-    root = Path(reports_dir)
-    if not root.is_dir():
-        raise ReportError(f"{root}: not a directory")
-    runs = find_runs(root)
-    if not runs:
-        raise ReportError(f"{root}: no run folder (campaign.json) under it")
-    rows = []
-    for r in runs:
-        rel = r.path.relative_to(root)
-        link = f'<a href="{_e(rel.as_posix())}/report.html">{_e(rel)}</a>' if (r.path / REPORT_HTML).exists() else _e(rel)
-        rows.append(f"<tr><td>{link}</td><td>{_e(_when(r.state.get('started')))}</td><td>{_e(r.config.get('seed'))}</td>"
-                    f"<td>{r.programs}</td><td>{r.elapsed:.1f}</td><td>{r.throughput:.1f}</td>"
-                    f"<td>{len(r.new)}</td><td>{len(r.known)}</td>"
-                    f"<td>{_e('; '.join(f'{t}: {_versions_text(v)}' for t, v in r.target_versions().items()))}</td></tr>")
-    page = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>aliasfuzz history</title>',
-            f"<style>{_CSS}</style></head><body>", f"<h1>aliasfuzz history: {_e(root.name or root)}</h1>",
-            f"<p>{len(runs)} run(s); findings per run (bars) and throughput (line).</p>",
-            f'<figure id="trend">{_svg_chart(runs)}</figure>',
-            '<table class="runs"><tr><th>run</th><th>started</th><th>seed</th><th>programs</th><th>seconds</th>'
-            "<th>programs/s</th><th>new</th><th>known</th><th>targets</th></tr>", *rows, "</table>",
-            "</body></html>"]
-    out = root / HISTORY_HTML
-    _atomic_write(out, "\n".join(page) + "\n")
-    return out
+def write_reports(run_dir: str | Path, warn: Warn | None = None) -> list[Path]:
+    """``write_run_reports(load_run(run_dir), warn)``."""
+    return write_run_reports(load_run(run_dir), warn)
