@@ -22,7 +22,7 @@ copy that merely happens to hold an equal value is exactly what ``keeps`` means.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -300,8 +300,3 @@ def identity_partition(state: Mapping[str, Observation]) -> frozenset[frozenset[
             groups.setdefault(obs.identity, set()).add(name)
     return frozenset(frozenset(g) for g in groups.values() if len(g) > 1)
 
-
-def iter_changed_ops(trace: Trace) -> Iterator[int]:
-    for i, step in enumerate(trace.steps):
-        if step.changed:
-            yield i

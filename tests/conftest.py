@@ -20,6 +20,13 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=ROOT)
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 
+@pytest.fixture(scope="session", autouse=True)
+def bug_reports_in_a_temporary_folder(tmp_path_factory):
+    """Bug reports of aliasfuzz itself (``harness_errors.write_bug_report``) that a test provokes
+    go to a temporary folder, never into the checkout's reports/ (subprocesses inherit it)."""
+    os.environ["ALIASFUZZ_BUG_DIR"] = str(tmp_path_factory.mktemp("bug-reports"))
+
+
 @pytest.fixture(scope="session")
 def all_targets():
     """Every target this machine offers, opened once. Fails (never skips) when a probe is missing:

@@ -456,9 +456,6 @@ class Target:
     def id(self) -> str:
         return self.info.id
 
-    def supports(self, op: str) -> bool:
-        return op in self.info.ops
-
     def needed(self, program: Program) -> bool:
         """False when ``program`` has none of the ops where this variant differs from its plain
         device: its trace would be the plain device's, so a campaign need not run it here."""

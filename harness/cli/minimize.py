@@ -9,27 +9,27 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from .errors import InputError
-from .ir import CaseError, load_case, write_case
+from ..errors import InputError
+from ..ir import CaseError, load_case, write_case
 
 
-def register(sub) -> callable:
+def register(sub) -> None:
     p = sub.add_parser("minimize", help="shrink a case to a 1-minimal case with the same divergence")
     p.add_argument("case", metavar="CASE.toml")
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     p.add_argument("--signature", help="the divergence to keep (default: the case's first one)")
     p.add_argument("--out", help="where to write the minimized case (default: CASE.min.toml)")
     p.add_argument("--time", type=float, default=120.0, help="time bound in seconds")
-    return cmd_minimize
+    p.set_defaults(handler=cmd_minimize)
 
 
 def cmd_minimize(args: argparse.Namespace) -> int:
     """Exit status as every command's: 1 a divergence was kept (and the minimized case written),
     0 none shows, 2 bad input, 3 the divergence kept is a harness error (a bug of aliasfuzz)."""
-    from .baseline import load_baseline
-    from .engine import Engine
-    from .harness_errors import is_harness_error, safe_compare
-    from .targets.registry import open_runner, parse_target_list
+    from ..baseline import load_baseline
+    from ..engine import Engine
+    from ..harness_errors import is_harness_error, safe_compare
+    from ..targets.registry import open_runner, parse_target_list
 
     if not (math.isfinite(args.time) and args.time > 0):
         raise InputError(f"minimize: --time {args.time}: must be a finite number of seconds, more than 0")

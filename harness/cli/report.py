@@ -11,11 +11,11 @@ import argparse
 import sys
 
 
-def register(sub) -> callable:
+def register(sub) -> None:
     p = sub.add_parser("report", help="re-render a run folder's report, or the history of many runs")
     p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder written by `aliasfuzz fuzz`")
     p.add_argument("--history", metavar="DIR", help="render DIR/history.html over every run folder under DIR")
-    return cmd_report
+    p.set_defaults(handler=cmd_report)
 
 
 def _warn(line: str) -> None:
@@ -23,8 +23,8 @@ def _warn(line: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import ReportError, load_run, summary_line, write_run_reports
-    from .report_history import render_history
+    from ..report import ReportError, load_run, summary_line, write_run_reports
+    from ..report_history import render_history
 
     if bool(args.run_dir) == bool(args.history):
         print("aliasfuzz: report: give a run folder or --history DIR (one of them)", file=sys.stderr)

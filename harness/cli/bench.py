@@ -8,7 +8,7 @@ import json
 import sys
 
 
-def register(sub) -> callable:
+def register(sub) -> None:
     p = sub.add_parser("bench", help="measure programs/s: generation, engine, naive baseline, workers, RSS")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--programs", type=int, default=512, help="programs per throughput figure")
@@ -23,12 +23,12 @@ def register(sub) -> callable:
                    help="runs per throughput figure; the middle one is reported (default 5)")
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker figure")
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
-    return cmd_bench
+    p.set_defaults(handler=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import BenchConfig, run_bench
-    from .targets.registry import parse_target_list
+    from ..bench import BenchConfig, run_bench
+    from ..targets.registry import parse_target_list
 
     for name in ("programs", "chunk_size", "spawn_programs", "length_programs", "repeat"):
         if getattr(args, name) < 1:

@@ -11,11 +11,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
-from .errors import InputError
+from ..campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
+from ..errors import InputError
 
 
-def register(sub) -> callable:
+def register(sub) -> None:
     p = sub.add_parser("fuzz", help="run a fuzzing campaign and write findings and reports")
     p.add_argument("--budget", help="time budget: 90s, 10m, 2h (default: until --max-programs)")
     p.add_argument("--max-programs", type=int, help="stop after about this many programs")
@@ -38,12 +38,12 @@ def register(sub) -> callable:
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
-    return cmd_fuzz
+    p.set_defaults(handler=cmd_fuzz)
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from .baseline import load_baseline
-    from .targets.registry import parse_target_list
+    from ..baseline import load_baseline
+    from ..targets.registry import parse_target_list
 
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
@@ -117,8 +117,8 @@ def _check_options(args: argparse.Namespace) -> float | None:
 def _check_resume(args: argparse.Namespace) -> None:
     """A resume continues the same campaign: an option that would make it another one (its seed,
     targets, profile, corpus or baseline) is refused rather than ignored."""
-    from .run_folder import RunFolder
-    from .targets.registry import parse_target_list
+    from ..run_folder import RunFolder
+    from ..targets.registry import parse_target_list
 
     saved = RunFolder(args.resume).load_state().get("config", {})
     given = {"seed": args.seed, "targets": parse_target_list(args.targets), "profile": args.profile,
@@ -153,8 +153,8 @@ def _summary(result) -> None:
 def _write_reports(args: argparse.Namespace, result) -> bool:
     """report.md / report.html and the JUnit file; False (after one line) when one cannot be
     written. The journal is never touched here."""
-    from .junit import write_junit
-    from .report import write_reports
+    from ..junit import write_junit
+    from ..report import write_reports
 
     try:
         if not args.no_report:
