@@ -153,6 +153,9 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
             # A chunk cut off by the deadline is not complete: a resume runs it again.
             cut = len(programs) - len(results)
             emit(("progress", drawn - cut, None if cut else chunk, drawn - len(programs)))
+            if engine.ran_nowhere:
+                emit(("ran_nowhere", engine.ran_nowhere))
+                engine.ran_nowhere = 0
             for tgt in runner.targets:
                 for line in tgt.process.stats.log:
                     emit(("log", line))
@@ -308,8 +311,12 @@ def _run_campaign(folder: RunFolder, config: CampaignConfig, resume: bool, log: 
             folder.save_state(state)
             if progress:
                 progress(state, records)
-        elif kind == "log":
-            log(msg[1])
+        elif kind == "ran_nowhere":
+            first = not state.get("ran_nowhere")
+            state["ran_nowhere"] = state.get("ran_nowhere", 0) + msg[1]
+            if first:
+                log(f"warning: {msg[1]} program(s) ran on no target (every target failed them): they are "
+                    f"not compared, so they count as no agreement; see the report")
         elif kind == "error":
             errors.append(msg[1])
             harness_failed |= msg[2] == "harness"

@@ -200,6 +200,9 @@ class Engine:
     #: Hashes of the programs ``pipeline`` has run (see ``unseen``), and how many it skipped.
     ran: set[int] = field(default_factory=set)
     repeats_skipped: int = 0
+    #: Programs that no target ran cleanly (every trace a failure): nothing was compared, so
+    #: they are not agreement, and a campaign says how many there were.
+    ran_nowhere: int = 0
     #: Whether findings the baseline already knows are shrunk too. A campaign leaves them as
     #: found: each baseline entry names a minimal case of its own, and shrinking every known
     #: finding took over 90% of a 2-minute campaign.
@@ -237,8 +240,12 @@ class Engine:
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         judged = _judged(programs, self.runner.run(programs))
-        self.programs_run += len(judged)
+        self._count(judged)
         return judged
+
+    def _count(self, judged: Sequence[tuple[Program, dict[str, Trace], list[Finding]]]) -> None:
+        self.programs_run += len(judged)
+        self.ran_nowhere += sum(1 for _, traces, _ in judged if not any(t.ok for t in traces.values()))
 
     def predicate(self, signature: str, target_ids: Sequence[str]) -> Callable[[Sequence[Program]], list[bool]]:
         sub = self.runner.subset(target_ids)
@@ -355,7 +362,7 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
             results = wait()
             following_wait = engine.runner.submit(following) if following is not None else None
             judged = _judged(current, results)
-            engine.programs_run += len(judged)
+            engine._count(judged)
             yield current, judged
             current, wait, following_wait = following, following_wait, None
     finally:

@@ -354,6 +354,8 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
         ("programs run", str(run.programs) + (f" ({run.state['repeats_skipped']} of them repeats of a program"
                                                " already run, not run again)" if run.state.get("repeats_skipped") else "")),
         ("replayed from the corpus", str(run.state.get("replayed", 0))),
+        *([("programs no target ran", f"{run.state['ran_nowhere']} (every target failed them: they were not "
+            "compared, so they are no agreement)")] if run.state.get("ran_nowhere") else []),
         ("elapsed", f"{run.elapsed:.1f}s"),
         ("throughput", f"{run.throughput:.1f} programs/s"),
         ("findings", f"{len(run.new)} new, {len(run.known)} known"),

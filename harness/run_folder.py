@@ -97,6 +97,7 @@ STATE_FIELDS: dict[str, tuple[bool, Any, str]] = {
     "started": (False, _number, "must be a number (seconds since the epoch)"),
     "replayed": (False, _nonneg_int, "must be a non-negative integer"),
     "repeats_skipped": (False, _nonneg_int, "must be a non-negative integer"),
+    "ran_nowhere": (False, _nonneg_int, "must be a non-negative integer"),
     "machine": (False, lambda v: isinstance(v, dict), "must be an object"),
 }
 

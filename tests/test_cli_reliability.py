@@ -167,3 +167,16 @@ def test_minimize_of_dev_stdin_writes_nothing_beside_it(tmp_path: Path):
                                 cwd=ROOT, stdin=f, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--out" in _one_line(result.stderr)
     assert not Path("/dev/stdin.min.toml").exists()
+
+
+def test_programs_that_every_target_failed_are_counted_never_agreement(tmp_path: Path):
+    # Both fake devices fail every program: nothing can be compared, and "0 new" must say so.
+    out = tmp_path / "run"
+    result = subprocess.run(_fuzz_argv(out, "--max-programs", "32"), cwd=ROOT, env=_env(tmp_path, "--fail-always"),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "nothing was compared" in result.stderr.strip().splitlines()[-1]
+    state = json.loads((out / "campaign.json").read_text())
+    assert state["ran_nowhere"] >= 32 - state.get("repeats_skipped", 0) > 0
+    assert "ran on no target" in result.stderr
+    assert "programs no target ran" in (out / "report.md").read_text()

@@ -84,6 +84,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         return 3
     if result.errors and not result.findings and result.programs == 0:
         return 2
+    state = result.folder.load_state()
+    run = result.programs - state.get("repeats_skipped", 0)
+    if run > 0 and state.get("ran_nowhere", 0) >= run:
+        print("aliasfuzz: no program ran on any target, so nothing was compared (see the log above)",
+              file=sys.stderr)
+        return 2
     return 1 if result.new else 0
 
 
@@ -148,6 +154,10 @@ def _summary(result) -> None:
               f"{result.folder.path / f['case']}", file=sys.stderr)
     for e in result.errors:
         print(f"aliasfuzz fuzz: worker error: {e}", file=sys.stderr)
+    nowhere = result.folder.load_state().get("ran_nowhere", 0)
+    if nowhere:  # never agreement: nothing was compared
+        print(f"aliasfuzz fuzz: warning: {nowhere} program(s) ran on no target, so were not compared",
+              file=sys.stderr)
 
 
 def _write_reports(args: argparse.Namespace, result) -> bool:

@@ -13,7 +13,7 @@ text before every reply), ``--hang-on-fill`` (a ``fill`` op never returns), ``--
 (a ``scale`` op kills the process with SIGKILL), ``--bad-trace`` (a program with a ``fill`` op
 gets a reply that is valid JSON and a ``trace`` for its id, but whose observations are malformed:
 a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep per program),
-``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
+``--fail-always`` (every program gets an ``error`` trace), ``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
 one, reading nothing more, as a probe stuck in a framework call would; it exits once the process
 that started it is gone, so a failed test leaks nothing).
 """
@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--bad-hello", action="store_true")
     ap.add_argument("--slow-ms", type=float, default=0)
     ap.add_argument("--hang-always", action="store_true")
+    ap.add_argument("--fail-always", action="store_true")
     flags = ap.parse_args()
     if flags.exit_at_start:
         sys.exit(3)
@@ -155,6 +156,9 @@ def main() -> None:
                 time.sleep(flags.slow_ms / 1000)
             reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
                      **run(req["program"], req["device"], flags), "elapsed_us": 1}
+            if flags.fail_always:
+                reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "error",
+                         "message": "fails every program (--fail-always)", "initial": {}, "steps": []}
             if flags.bad_trace and any(op.get("op") == "fill" for op in req["program"]["ops"]):
                 reply["initial"] = {n: {**o, "value": [None], "shape": 7} for n, o in reply["initial"].items()}
         elif req.get("type") == "exit":
