@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Mapping
 
 from .ir import Program
+from .paths import ROOT
 from .oracle import Finding, compare
 from .trace import Trace
 
 HARNESS_ERROR = "harness-error"
 
 #: Directories whose frames count as aliasfuzz's own code when a traceback is located.
-_OWN = tuple(str(Path(__file__).resolve().parent.parent / d) + os.sep for d in ("harness", "generators"))
-_ROOT = Path(__file__).resolve().parent.parent
+_OWN = tuple(str(ROOT / d) + os.sep for d in ("harness", "generators"))
+_ROOT = ROOT
 
 def location(exc: BaseException) -> str:
     """The innermost frame of aliasfuzz's own code in ``exc``'s traceback, as
