@@ -8,17 +8,12 @@ the test suite checks that the case really produces a finding the entry matches.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Sequence
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
+from . import case_values as cv
 from .ir import CaseError
 from .oracle import Finding
 from .paths import BASELINE
@@ -68,38 +63,72 @@ class Baseline:
         return None
 
 
+class BaselineError(CaseError):
+    """A malformed baseline file, or a ``--baseline`` path that cannot be read: one line naming
+    the file and the field, exit status 2 (an ``InputError``). It is a ``CaseError`` as well,
+    since callers caught that from ``load_baseline`` before this class existed."""
+
+
+ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides")
+
+
 def load_baseline(path: str | Path | None = None) -> Baseline:
-    """The baseline at ``path``, or the bundled one."""
-    path = Path(path) if path else BASELINE
-    if not path.exists():
-        return Baseline([], str(path))
-    try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as e:
-        raise CaseError(path, "", f"invalid TOML: {e}") from None
-    entries = []
-    allowed = {"id", "reason", "case", "kind", "aspect", "frameworks", "method", "op", "sides", "upstream"}
-    for i, raw in enumerate(doc.get("known", [])):
-        where = f"known[{i}]"
-        for key in raw:
-            if key not in allowed:
-                raise CaseError(path, f"{where}.{key}", "unknown field")
-        for key in ("id", "reason", "case"):
-            if not isinstance(raw.get(key), str) or not raw[key]:
-                raise CaseError(path, f"{where}.{key}", "missing (a non-empty string)")
-        fields: dict[str, Any] = dict(raw)
-        fields["frameworks"] = tuple(raw.get("frameworks", ()))
-        sides = raw.get("sides", "*")
-        if isinstance(sides, list) and sides and all(isinstance(x, str) for x in sides):
-            fields["sides"] = tuple(sides)
-        elif not isinstance(sides, str):
-            raise CaseError(path, f"{where}.sides", "a pattern or a non-empty list of patterns")
-        entries.append(KnownDivergence(**fields))
+    """The baseline at ``path`` (``None``: the bundled one). Raises ``BaselineError``, and only
+    that, when the file is absent (a mistyped ``--baseline`` must not quietly mean "nothing is
+    known"), unreadable (see ``case_values.read_toml``) or malformed."""
+    path = BASELINE if path is None else Path(path)
+
+    def err(where: str, message: str) -> BaselineError:
+        return BaselineError(path, where, message)
+
+    doc = cv.read_toml(path, lambda message: err("", message))
+    entries = cv.guarded("", err, _entries, doc, err)
     ids = [e.id for e in entries]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
-        raise CaseError(path, "known", f"duplicate id(s): {', '.join(sorted(dup))}")
+        raise err("known", f"duplicate id(s): {', '.join(sorted(dup))}")
     return Baseline(entries, str(path))
+
+
+def _entries(doc: dict[str, Any], err) -> list[KnownDivergence]:
+    for key in doc:
+        if key != "known":
+            raise err(key, "unknown top-level field (allowed: known, as [[known]] tables)")
+    known = doc.get("known", [])
+    if not isinstance(known, list):
+        raise err("known", f"expected an array of [[known]] tables, got {cv.brief(known)}")
+    return [cv.guarded(f"known[{i}]", err, _entry, raw, f"known[{i}]", err) for i, raw in enumerate(known)]
+
+
+def _entry(raw: Any, where: str, err) -> KnownDivergence:
+    if not isinstance(raw, dict):
+        raise err(where, f"expected a [[known]] table, got {cv.brief(raw)}")
+    for key in raw:
+        if key not in ALLOWED_FIELDS:
+            raise err(f"{where}.{key}", f"unknown field (allowed: {', '.join(ALLOWED_FIELDS)})")
+    for key in ("id", "reason", "case"):
+        if key not in raw:
+            raise err(f"{where}.{key}", "missing (a non-empty string)")
+        if not isinstance(raw[key], str) or not raw[key]:
+            raise err(f"{where}.{key}", f"expected a non-empty string, got {cv.brief(raw[key])}")
+    if not isinstance(raw.get("upstream", ""), str):
+        raise err(f"{where}.upstream", f"expected a string (a reference), got {cv.brief(raw['upstream'])}")
+    for key in ("kind", "aspect", "method", "op"):
+        if key in raw and not isinstance(raw[key], str):
+            raise err(f"{where}.{key}", f"expected a string (a shell-style pattern), got {cv.brief(raw[key])}")
+    fields: dict[str, Any] = dict(raw)
+    frameworks = raw.get("frameworks", [])
+    # A string would be taken letter by letter; matches() compares one or two framework names.
+    if (not isinstance(frameworks, list) or len(frameworks) > 2
+            or not all(isinstance(x, str) and x for x in frameworks)):
+        raise err(f"{where}.frameworks", f"expected a list of one or two framework names, got {cv.brief(frameworks)}")
+    fields["frameworks"] = tuple(frameworks)
+    sides = raw.get("sides", "*")
+    if isinstance(sides, list) and sides and all(isinstance(x, str) for x in sides):
+        fields["sides"] = tuple(sides)
+    elif not isinstance(sides, str):
+        raise err(f"{where}.sides", f"a pattern or a non-empty list of patterns, got {cv.brief(sides)}")
+    return KnownDivergence(**fields)
 
 
 def classify(findings: Sequence[Finding], baseline: Baseline) -> list[tuple[Finding, KnownDivergence | None]]:

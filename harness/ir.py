@@ -6,26 +6,23 @@ dicts in *canonical form*: every field present, defaults filled in, values flatt
 That one form is what the generator produces, what the minimizer edits, what targets receive
 (``Program.to_wire``) and what ``dump_case`` writes back to TOML, so nothing is converted twice.
 
-Validation happens once, here: a case that loads is well-formed for every target, so probes only
-ever report ``unsupported`` or ``error`` for framework reasons, never for a malformed case.
+Validation happens once, here (reading files and checking numbers in ``case_values``), for case
+files and for programs built in code alike: a case that loads is well-formed for every target, so
+probes only ever report ``unsupported`` or ``error`` for framework reasons, never for a malformed
+case. Every refusal is a ``CaseError``, one line naming the file and the field.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - the project runs on 3.11, tomli keeps 3.10 working
-    import tomli as tomllib
-
 import tomli_w
 
+from . import case_values as cv
 from .errors import InputError
 
 FORMAT = "aliasfuzz-case/1"
@@ -65,7 +62,14 @@ OP_KINDS = tuple(OP_FIELDS)
 #: make a probe's allocation abort the process rather than fail one op.
 MAX_NUMEL = 4096
 
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+#: A name: an identifier, or ``<prefix>.<param>`` for what ``module_clone`` binds. Always matched
+#: with ``fullmatch``: ``$`` would also match before a final newline, and ``"p0\n"`` would pass.
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
+
+
+def is_identifier(name: Any) -> bool:
+    """A name a case may bind itself (a tensor or snapshot): letters, digits, '_', no dot."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and "." not in name
 
 
 class CaseError(InputError, ValueError):
@@ -75,7 +79,10 @@ class CaseError(InputError, ValueError):
         self.path = str(path) if path is not None else "<case>"
         self.where = where
         self.message = message
-        super().__init__(f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}")
+        # Paths, names and messages quote user input, which may hold newlines: escape them, so
+        # the message the command line prints is always one line.
+        text = f"{self.path}: {where}: {message}" if where else f"{self.path}: {message}"
+        super().__init__(cv.one_line(text))
 
 
 @dataclass(frozen=True)
@@ -182,28 +189,8 @@ def _step_defaults(op: dict[str, Any]) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# Validation and canonicalisation.
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _flatten(value: Any, where: str, err) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """Nested lists of numbers -> (shape, flat values); rejects ragged or empty lists."""
-    if _is_number(value):
-        return (), (float(value),)
-    if not isinstance(value, list) or not value:
-        raise err(where, "expected a number or a non-empty (nested) list of numbers")
-    parts = [_flatten(v, where, err) for v in value]
-    shapes = {p[0] for p in parts}
-    if len(shapes) != 1:
-        raise err(where, "ragged nested list: rows have different shapes")
-    inner = shapes.pop()
-    flat: list[float] = []
-    for p in parts:
-        flat.extend(p[1])
-    return (len(value),) + inner, tuple(flat)
+# Validation and canonicalisation. Numbers and nested values are checked in ``case_values``; this
+# part knows the case's structure: which fields exist, which names are bound, which shapes fit.
 
 
 def _nest(flat: Sequence[float], shape: Sequence[int]) -> Any:
@@ -224,9 +211,15 @@ class _Scope:
         self.params = [t.name for t in tensors if t.trainable]
 
 
+def _shape_ok(shape: Any) -> bool:
+    return (isinstance(shape, (list, tuple)) and 1 <= len(shape) <= cv.MAX_RANK
+            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape))
+
+
 def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
+    """One ``[tensors]`` entry of a case file -> its declaration."""
     where = f"tensors.{name}"
-    if not NAME_RE.match(name) or "." in name:
+    if not is_identifier(name):
         raise err(where, "tensor names are identifiers (letters, digits, '_')")
     if not isinstance(raw, dict):
         raise err(where, "expected a table like { kind = \"param\", value = [...] }")
@@ -236,38 +229,37 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
             raise err(f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
     kind = raw.get("kind")
     if kind not in TENSOR_KINDS:
-        raise err(f"{where}.kind", f"must be one of {', '.join(TENSOR_KINDS)}, got {kind!r}")
+        raise err(f"{where}.kind", f"must be one of {', '.join(TENSOR_KINDS)}, got {cv.brief(kind)}")
     if kind == "lazy":
         shape_raw = raw.get("shape")
-        if (not isinstance(shape_raw, list) or not 1 <= len(shape_raw) <= 3
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape_raw)):
+        if not _shape_ok(shape_raw):
             raise err(f"{where}.shape", "a lazy tensor needs shape = [d1, ...] with 1 to 3 positive ints")
         init = raw.get("init")
         if init not in LAZY_INITS:
-            raise err(f"{where}.init", f"must be one of {', '.join(LAZY_INITS)}, got {init!r}")
-        fill = raw.get("fill", 0.0 if init == "uniform" else None)
-        if init == "const" and not _is_number(fill):
+            raise err(f"{where}.init", f"must be one of {', '.join(LAZY_INITS)}, got {cv.brief(init)}")
+        if init == "const" and not cv.is_number(raw.get("fill")):
             raise err(f"{where}.fill", "init = \"const\" needs a number fill")
-        seed = raw.get("seed", 0)
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise err(f"{where}.seed", "must be a non-negative integer")
+        fill = cv.f32(raw["fill"], f"{where}.fill", err) if init == "const" else None
+        # A const tensor does not use its seed: absent stays None (as the generator makes it),
+        # so that writing a case and reading it back gives the same program (and key).
+        default_seed = 0 if init == "uniform" else None
+        seed = cv.seed(raw["seed"], f"{where}.seed", err) if "seed" in raw else default_seed
         if "value" in raw:
             raise err(f"{where}.value", "lazy tensors have no value: use init and fill")
         shape = tuple(shape_raw)
         if math.prod(shape) > MAX_NUMEL:
             raise err(f"{where}.shape", f"at most {MAX_NUMEL} elements, got {math.prod(shape)}")
         value = None
-        fill = float(fill) if init == "const" else None
     else:
         if "value" not in raw:
             raise err(f"{where}.value", "missing (nested list of numbers)")
-        shape, value = _flatten(raw["value"], f"{where}.value", err)
-        if not 1 <= len(shape) <= 3:
-            raise err(f"{where}.value", f"rank must be 1 to 3, got {len(shape)}")
+        shape, value = cv.flatten(raw["value"], f"{where}.value", err)
+        if not 1 <= len(shape) <= cv.MAX_RANK:
+            raise err(f"{where}.value", f"rank must be 1 to {cv.MAX_RANK}, got {len(shape)}")
         if math.prod(shape) > MAX_NUMEL:
             raise err(f"{where}.value", f"at most {MAX_NUMEL} elements, got {math.prod(shape)}")
-        if "shape" in raw and tuple(raw["shape"]) != shape:
-            raise err(f"{where}.shape", f"says {raw['shape']} but value has shape {list(shape)}")
+        if "shape" in raw and (not _shape_ok(raw["shape"]) or tuple(raw["shape"]) != shape):
+            raise err(f"{where}.shape", f"says {cv.brief(raw['shape'])} but value has shape {list(shape)}")
         for key in ("init", "fill", "seed"):
             if key in raw:
                 raise err(f"{where}.{key}", "only lazy tensors take this field")
@@ -276,10 +268,44 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
     if "grad" in raw:
         if kind == "buffer":
             raise err(f"{where}.grad", "buffers are not trained: grad is for params")
-        gshape, grad = _flatten(raw["grad"], f"{where}.grad", err)
+        gshape, grad = cv.flatten(raw["grad"], f"{where}.grad", err)
         if gshape != shape:
             raise err(f"{where}.grad", f"shape {list(gshape)} differs from the tensor's {list(shape)}")
     return TensorDecl(name, kind, shape, value, grad, init, fill, seed)
+
+
+def _check_decl(t: Any, seen: set[str], err) -> None:
+    """A ``TensorDecl`` built in code (generator, minimizer, corpus): the checks
+    ``_check_tensor`` gives a case file's table, on the flat form."""
+    if not isinstance(t, TensorDecl):
+        raise err("tensors", f"expected TensorDecl, got {cv.brief(t)}")
+    where = f"tensors.{t.name}"
+    if not is_identifier(t.name):
+        raise err(where, "tensor names are identifiers (letters, digits, '_')")
+    if t.name in seen:
+        raise err(where, "declared twice")
+    seen.add(t.name)
+    if t.kind not in TENSOR_KINDS:
+        raise err(f"{where}.kind", f"must be one of {', '.join(TENSOR_KINDS)}, got {cv.brief(t.kind)}")
+    if not isinstance(t.shape, tuple) or not _shape_ok(t.shape):
+        raise err(f"{where}.shape", f"expected a tuple of 1 to 3 positive ints, got {cv.brief(t.shape)}")
+    if t.numel > MAX_NUMEL:
+        raise err(f"{where}.shape", f"at most {MAX_NUMEL} elements, got {t.numel}")
+    if t.kind == "lazy":
+        if t.value is not None:
+            raise err(f"{where}.value", "lazy tensors have no value: use init and fill")
+        if t.init not in LAZY_INITS:
+            raise err(f"{where}.init", f"must be one of {', '.join(LAZY_INITS)}, got {cv.brief(t.init)}")
+        if t.init == "const" or t.fill is not None:
+            cv.f32(t.fill, f"{where}.fill", err)
+        if t.seed is not None:
+            cv.seed(t.seed, f"{where}.seed", err)
+    else:
+        cv.flat_values(t.value, t.numel, f"{where}.value", err)
+    if t.grad is not None:
+        if t.kind == "buffer":
+            raise err(f"{where}.grad", "buffers are not trained: grad is for params")
+        cv.flat_values(t.grad, t.numel, f"{where}.grad", err)
 
 
 def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, Any]:
@@ -289,8 +315,8 @@ def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, An
     if not isinstance(raw, Mapping):
         raise err(where, "expected a table")
     kind = raw.get("op")
-    if kind not in OP_FIELDS:
-        raise err(f"{where}.op", f"unknown op {kind!r} (known: {', '.join(OP_KINDS)})")
+    if not isinstance(kind, str) or kind not in OP_FIELDS:  # a list is unhashable: test str first
+        raise err(f"{where}.op", f"unknown op {cv.brief(kind)} (known: {', '.join(OP_KINDS)})")
     required, optional = OP_FIELDS[kind]
     for key in raw:
         if key != "op" and key not in required and key not in optional:
@@ -307,30 +333,28 @@ def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, An
     def name_of(key: str) -> tuple[tuple[int, ...], str]:
         name = op[key]
         if not isinstance(name, str) or name not in scope.bound:
-            raise err(f"{where}.{key}", f"no tensor named {name!r} at this point")
+            raise err(f"{where}.{key}", f"no tensor named {cv.brief(name)} at this point")
         return scope.bound[name]
 
     def new_name(key: str) -> str:
         name = op[key]
-        if not isinstance(name, str) or not NAME_RE.match(name) or "." in name:
-            raise err(f"{where}.{key}", f"{name!r} is not a valid name (letters, digits, '_')")
+        if not is_identifier(name):
+            raise err(f"{where}.{key}", f"{cv.brief(name)} is not a valid name (letters, digits, '_')")
         if name in scope.bound:
             raise err(f"{where}.{key}", f"name {name!r} is already bound")
         return name
 
     def number(key: str, positive: bool = False) -> float:
-        x = op[key]
-        if not _is_number(x) or not math.isfinite(float(x)):
-            raise err(f"{where}.{key}", f"expected a finite number, got {x!r}")
+        x = cv.f32(op[key], f"{where}.{key}", err)
         if positive and x <= 0:
             raise err(f"{where}.{key}", f"must be positive, got {x!r}")
-        return float(x)
+        return x
 
     if kind == "snapshot":
         shape, role = name_of("of")
         method = op["method"]
         if method not in METHODS:
-            raise err(f"{where}.method", f"unknown method {method!r} (known: {', '.join(METHODS)})")
+            raise err(f"{where}.method", f"unknown method {cv.brief(method)} (known: {', '.join(METHODS)})")
         if method == "transpose" and len(shape) < 2:
             raise err(f"{where}.method", "transpose needs a tensor of rank 2 or more")
         if method == "state_dict" and role == "snapshot":
@@ -344,9 +368,9 @@ def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, An
             want = shape
         else:
             if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < shape[0]:
-                raise err(f"{where}.index", f"must be an integer in 0..{shape[0] - 1}, got {index!r}")
+                raise err(f"{where}.index", f"must be an integer in 0..{shape[0] - 1}, got {cv.brief(index)}")
             want = shape[1:]
-        got, flat = _flatten(op["value"], f"{where}.value", err)
+        got, flat = cv.flatten(op["value"], f"{where}.value", err)
         # Canonical form is flat (row-major), so a flat list of the right length is accepted too.
         flat_ok = len(got) == 1 and got[0] == math.prod(want)
         if got != want and not flat_ok:
@@ -360,24 +384,26 @@ def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, An
         op["factor"] = number("factor")
     elif kind == "step":
         if op["optimizer"] not in OPTIMIZERS:
-            raise err(f"{where}.optimizer", f"unknown optimizer {op['optimizer']!r} (known: {', '.join(OPTIMIZERS)})")
+            raise err(f"{where}.optimizer", f"unknown optimizer {cv.brief(op['optimizer'])} (known: {', '.join(OPTIMIZERS)})")
         op["lr"] = number("lr", positive=True)
         _step_defaults(op)
         op["momentum"] = number("momentum")
         op["eps"] = number("eps", positive=True)
         op["weight_decay"] = number("weight_decay")
         betas = op["betas"]
-        if (not isinstance(betas, list) or len(betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in betas)):
+        if not isinstance(betas, list) or len(betas) != 2:
             raise err(f"{where}.betas", "expected two numbers in [0, 1)")
-        op["betas"] = [float(b) for b in betas]
+        op["betas"] = [cv.f32(b, f"{where}.betas[{j}]", err) for j, b in enumerate(betas)]
+        if not all(0 <= b < 1 for b in op["betas"]):
+            raise err(f"{where}.betas", f"expected two numbers in [0, 1), got {op['betas']}")
     elif kind == "move":
         _, role = name_of("target")
         if role not in ("param", "lazy"):
             raise err(f"{where}.target", f"move takes a param, {op['target']!r} is a {role}")
         if op["device"] not in DEVICE_ROLES:
-            raise err(f"{where}.device", f"must be one of {', '.join(DEVICE_ROLES)}, got {op['device']!r}")
+            raise err(f"{where}.device", f"must be one of {', '.join(DEVICE_ROLES)}, got {cv.brief(op['device'])}")
         if op["method"] not in MOVE_METHODS:
-            raise err(f"{where}.method", f"must be one of {', '.join(MOVE_METHODS)}, got {op['method']!r}")
+            raise err(f"{where}.method", f"must be one of {', '.join(MOVE_METHODS)}, got {cv.brief(op['method'])}")
     elif kind == "module_clone":
         prefix = new_name("name")
         for p in scope.params:
@@ -390,57 +416,69 @@ def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, An
     return op
 
 
+def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err) -> tuple[dict[str, Any], ...]:
+    if not isinstance(ops, (list, tuple)):
+        raise err("ops", "expected an array of [[ops]] tables")
+    scope = _Scope(tensors)
+    return tuple(cv.guarded(f"ops[{i}]", err, check_op, raw, i, scope, err) for i, raw in enumerate(ops))
+
+
 def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]], path=None) -> tuple[dict[str, Any], ...]:
-    """Validates ops (raw or canonical) and returns them canonical. Raises ``CaseError``."""
+    """Validates a program built in code (the generator, the minimizer, a corpus entry read
+    back): its tensor declarations, with the checks a case file's tensors get, and its ops (raw
+    or canonical). Returns the ops canonical. Raises ``CaseError``, and only that."""
 
     def err(where: str, message: str) -> CaseError:
         return CaseError(path, where, message)
 
-    scope = _Scope(tensors)
-    return tuple(check_op(raw, i, scope, err) for i, raw in enumerate(ops))
+    if not isinstance(tensors, (tuple, list)) or not tensors:
+        raise err("tensors", f"expected a non-empty sequence of TensorDecl, got {cv.brief(tensors)}")
+    seen: set[str] = set()
+    for t in tensors:
+        cv.guarded(f"tensors.{getattr(t, 'name', '?')}", err, _check_decl, t, seen, err)
+    return _check_ops(tensors, ops, err)
 
 
 def parse_case(doc: Mapping[str, Any], path: str | Path | None = None) -> Program:
+    """Validates a case document (a TOML file's tables) and returns its program. Raises
+    ``CaseError``, and only that: a known field's check names the field; anything else that goes
+    wrong names the tensor or op being read (or just the file)."""
+
     def err(where: str, message: str) -> CaseError:
         return CaseError(path, where, message)
 
+    return cv.guarded("", err, _parse_case, doc, err)
+
+
+def _parse_case(doc: Any, err) -> Program:
+    if not isinstance(doc, Mapping):
+        raise err("", f"expected a table of format, title, tensors, ops, meta, got {cv.brief(doc)}")
     fmt = doc.get("format")
     if fmt != FORMAT:
-        raise err("format", f"must be {FORMAT!r}, got {fmt!r}")
+        raise err("format", f"must be {FORMAT!r}, got {cv.brief(fmt)}")
     for key in doc:
         if key not in ("format", "title", "tensors", "ops", "meta"):
             raise err(key, "unknown top-level field (allowed: format, title, tensors, ops, meta)")
     raw_tensors = doc.get("tensors")
     if not isinstance(raw_tensors, dict) or not raw_tensors:
         raise err("tensors", "missing or empty [tensors] table")
-    tensors = tuple(_check_tensor(name, raw, err) for name, raw in raw_tensors.items())
-    raw_ops = doc.get("ops", [])
-    if not isinstance(raw_ops, list):
-        raise err("ops", "expected an array of [[ops]] tables")
-    ops = check_program(tensors, raw_ops, path)
+    tensors = tuple(cv.guarded(f"tensors.{name}", err, _check_tensor, name, raw, err)
+                    for name, raw in raw_tensors.items())
+    ops = _check_ops(tensors, doc.get("ops", []), err)
     title = doc.get("title", "")
     if not isinstance(title, str):
         raise err("title", "expected a string")
     meta = doc.get("meta", {})
     if not isinstance(meta, dict):
         raise err("meta", "expected a table")
+    cv.shallow(meta, "meta", err)
     return Program(tensors, ops, title, meta)
 
 
 def load_case(path: str | Path) -> Program:
-    """Reads and validates a TOML case file. Raises ``CaseError`` with a one-line message."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise CaseError(path, "", f"cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise CaseError(path, "", "not UTF-8 text") from None
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise CaseError(path, "", f"invalid TOML: {e}") from None
-    return parse_case(doc, path)
+    """Reads and validates a TOML case file (see ``case_values.read_toml`` for what is refused before
+    parsing). Raises ``CaseError`` with a one-line message, and only that."""
+    return parse_case(cv.read_toml(path, lambda message: CaseError(path, "", message)), path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -470,7 +508,7 @@ def case_document(program: Program) -> dict[str, Any]:
             entry["init"] = t.init
             if t.init == "const":
                 entry["fill"] = t.fill
-            else:
+            if t.seed is not None:
                 entry["seed"] = t.seed
         else:
             entry["value"] = _nest(t.value, t.shape)
