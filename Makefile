@@ -11,7 +11,7 @@ FULL   ?= 0
 CUDA   ?= 0
 BUDGET ?= 2m
 
-.PHONY: all fuzz test probes venv bench clean distclean
+.PHONY: all fuzz latest test probes venv bench clean distclean
 
 all: test
 
@@ -27,14 +27,33 @@ venv: $(STAMP)
 probes: $(STAMP)
 	$(PY) -m harness.build --full=$(FULL) --cuda=$(CUDA)
 
-# A short CPU campaign into a fresh run folder; exit status 1 (new findings) is what a fuzz run
-# is for, so only a set-up or usage error (2) fails `make fuzz`.
+# reports/latest -> the run folder $(1): a relative link, made beside it and renamed over the old
+# one, so a reader never finds it missing or half-made (os.replace: `mv -T` is GNU only).
+link_latest = run='$(patsubst %/,%,$(1))'; \
+	[ -d "$$run" ] || { echo "make latest: $$run: no such run folder" >&2; exit 2; }; \
+	dir=$$(dirname "$$run"); \
+	ln -sfn "$$(basename "$$run")" "$$dir/latest.tmp" && \
+	$(PYTHON) -c 'import os, sys; os.replace(sys.argv[1], sys.argv[2])' "$$dir/latest.tmp" "$$dir/latest" && \
+	echo "$$dir/latest -> $$(basename "$$run")"
+
+# A short CPU campaign into a fresh run folder, then reports/latest pointed at it and the history
+# re-rendered. The campaign's exit status 1 (new findings) is what a fuzz run is for, so only a
+# set-up or usage error (2) or a bug of aliasfuzz itself (3) fails `make fuzz`; a run folder that
+# was written all the same (a harness error, say) still becomes reports/latest first.
 RUN := reports/run-$(shell date +%Y%m%d-%H%M%S)
 fuzz: probes
-	$(VENV)/bin/aliasfuzz fuzz --budget $(BUDGET) --profile quick --out $(RUN); \
-	    status=$$?; [ $$status -le 1 ] || exit $$status
-	$(VENV)/bin/aliasfuzz report --history reports
-	@echo "report: $(RUN)/report.html (and report.md); history: reports/history.html"
+	@status=0; $(VENV)/bin/aliasfuzz fuzz --budget $(BUDGET) --profile quick --out $(RUN) || status=$$?; \
+	if [ -f $(RUN)/campaign.json ]; then \
+	    ( $(call link_latest,$(RUN)) ) && $(VENV)/bin/aliasfuzz report --history $(dir $(RUN)) || exit $$?; \
+	    echo "report: $(RUN)/report.html (and report.md); history: $(dir $(RUN))history.html"; \
+	fi; \
+	[ $$status -le 1 ] || exit $$status
+
+# `make latest RUN=reports/run-...` points reports/latest (beside RUN) at that run folder; the
+# nightly workflow reads reports/latest.
+latest:
+	@[ "$(origin RUN)" = "command line" ] || { echo "make latest: give RUN=<a run folder>" >&2; exit 2; }; \
+	$(call link_latest,$(RUN))
 
 test: probes
 	$(PY) -m harness.build --cargo-test
@@ -44,7 +63,7 @@ bench: probes
 	$(VENV)/bin/aliasfuzz bench
 
 clean:
-	rm -rf reports/run-* reports/history.html .hypothesis
+	rm -rf reports/run-* reports/latest reports/latest.tmp reports/history.html .hypothesis
 
 distclean: clean
 	rm -rf $(VENV) rust_probes/target

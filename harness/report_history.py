@@ -43,7 +43,9 @@ def _candidates(root: Path, warn: Warn) -> list[Path]:
             out.append(d)
             return
         if depth < MAX_DEPTH:
-            for e in entries:
+            # Real folders first, then links: a link to a folder under ``root`` (reports/latest)
+            # then finds it seen, and the run is listed under its own name.
+            for e in sorted(entries, key=lambda e: e.is_symlink()):
                 try:
                     is_dir = e.is_dir()
                 except OSError:
@@ -52,6 +54,7 @@ def _candidates(root: Path, warn: Warn) -> list[Path]:
                     walk(Path(e.path), depth + 1)
 
     walk(root, 0)
+    out.sort(key=lambda p: str(p))
     return out
 
 

@@ -1,0 +1,265 @@
+"""The nightly workflow and the Makefile agree with what aliasfuzz writes.
+
+``.github/workflows/nightly.yml`` reads ``reports/latest``, which ``make fuzz`` maintains (the
+``link_latest`` recipe, also ``make latest RUN=...``). These tests run the workflow's junit step
+verbatim against a run folder written by a real short campaign, and the Makefile's recipes against
+temporary folders. Nothing here builds, installs or touches the checkout's ``reports/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+JOBS = ("linux-cpu", "macos-metal")
+MAKE = shutil.which("make")
+needs_make = pytest.mark.skipif(MAKE is None, reason="make is not installed")
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the workflow: PyYAML when it is installed, else the few lines of it these tests need.
+
+
+def _steps_by_text(text: str) -> dict[str, list[dict[str, str]]]:
+    """jobs -> steps (name, id, if, run) from the workflow's text, for the layout it uses: jobs
+    at two spaces, `- ` steps at six, step keys at eight, `run: |` blocks indented below them."""
+    jobs: dict[str, list[dict[str, str]]] = {}
+    lines = text.splitlines()
+    in_jobs, job, step, i = False, None, None, 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if line == "jobs:":
+            in_jobs = True
+            continue
+        if not in_jobs or not line.strip() or line.lstrip().startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 2 and line.rstrip().endswith(":"):
+            job, step = line.strip()[:-1], None
+            jobs[job] = []
+            continue
+        body = line.strip()
+        if indent == 6 and body.startswith("- "):
+            step = {}
+            jobs[job].append(step)
+            body, indent = body[2:], 8
+        if step is None or indent != 8 or ":" not in body:
+            continue
+        key, _, value = body.partition(":")
+        value = value.strip()
+        if value in ("|", "|-"):
+            block = []
+            while i < len(lines) and (not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > 8):
+                block.append(lines[i])
+                i += 1
+            value = textwrap.dedent("\n".join(block)).strip("\n") + "\n"
+        step[key] = value
+    return jobs
+
+
+def workflow_steps() -> dict[str, list[dict[str, str]]]:
+    text = WORKFLOW.read_text(encoding="utf-8")
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        return _steps_by_text(text)
+    doc = yaml.safe_load(text)
+    return {name: [{k: str(v) for k, v in s.items()} for s in job["steps"]] for name, job in doc["jobs"].items()}
+
+
+def step(job: str, name: str) -> dict[str, str]:
+    found = [s for s in workflow_steps()[job] if s.get("name") == name]
+    assert len(found) == 1, f"{WORKFLOW.name}: job {job} has {len(found)} steps named {name!r}"
+    return found[0]
+
+
+def test_the_text_reader_reads_this_workflow_as_yaml_would():
+    """The fallback reader is what runs here when PyYAML is missing: check it on a snippet in
+    the workflow's layout, block scalars and comments included."""
+    text = textwrap.dedent("""\
+        jobs:
+          a:
+            steps:
+              - uses: actions/checkout@v4
+              - name: junit
+                # a comment
+                id: junit
+                run: |
+                  one "two"
+
+                  three
+              - name: last
+                run: echo hi
+        """)
+    assert _steps_by_text(text) == {"a": [{"uses": "actions/checkout@v4"},
+                                          {"name": "junit", "id": "junit", "run": 'one "two"\n\nthree\n'},
+                                          {"name": "last", "run": "echo hi"}]}
+
+
+def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
+    steps = workflow_steps()
+    assert set(JOBS) <= set(steps)
+    runs = {job: step(job, "junit")["run"] for job in JOBS}
+    assert runs["linux-cpu"] == runs["macos-metal"]
+    assert "reports/latest/findings.json" in runs["linux-cpu"]
+    for job in JOBS:
+        names = [s.get("name", "") for s in steps[job]]
+        fuzz = next(i for i, n in enumerate(names) if n.startswith("fuzz"))
+        assert steps[job][fuzz]["run"].startswith("make fuzz")
+        assert fuzz < names.index("junit") < names.index("fail on new findings or harness errors")
+        assert step(job, "fail on new findings or harness errors")["if"] == "steps.junit.outputs.failures != '0'"
+
+
+# ------------------------------------------------------------------------------------------------
+# (a) The junit step, verbatim, against a real run folder.
+
+
+@pytest.fixture(scope="module")
+def checkout_like(tmp_path_factory) -> Path:
+    """A folder laid out as the workflow's checkout after `make fuzz`: `.venv` (this one),
+    `reports/run-x/` from a real short campaign, and `reports/latest -> run-x`."""
+    root = tmp_path_factory.mktemp("checkout")
+    (root / ".venv").symlink_to(ROOT / ".venv")
+    run = root / "reports" / "run-x"
+    r = run_cli("fuzz", "--targets", "torch:cpu", "--max-programs", "16", "--seed", "1", "--profile", "quick",
+                "--out", str(run))
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    assert (run / "findings.json").is_file()
+    (root / "reports" / "latest").symlink_to("run-x")
+    return root
+
+
+def _run_step(script: str, cwd: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """A `run:` block as GitHub Actions runs it on Linux and macOS (`bash -e` with pipefail)."""
+    output = cwd / "github-output"
+    output.write_text("")
+    env = {**os.environ, "GITHUB_OUTPUT": str(output), "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=cwd,
+                       capture_output=True, text=True, env=env, timeout=120)
+    return r, output
+
+
+@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists(), reason="no .venv: run `make test`")
+def test_junit_step_writes_junit_xml_for_the_latest_run(checkout_like):
+    script = step("linux-cpu", "junit")["run"]
+    r, output = _run_step(script, checkout_like)
+    assert r.returncode == 0, r.stdout + r.stderr
+    junit = checkout_like / "reports" / "run-x" / "junit.xml"
+    assert junit.is_file()
+    root = ET.parse(junit).getroot()
+    assert root.tag == "testsuites" and root.find("testsuite") is not None
+    # One target: nothing to compare, no finding, and the step says so to the next one.
+    assert root.get("failures") == "0"
+    assert output.read_text().splitlines() == ["failures=0"]
+
+
+def test_history_lists_the_latest_run_by_its_own_name(checkout_like):
+    r = run_cli("report", "--history", str(checkout_like / "reports"))
+    assert r.returncode == 0, r.stderr
+    page = (checkout_like / "reports" / "history.html").read_text(encoding="utf-8")
+    assert 'href="run-x/report.html"' in page and 'href="latest/' not in page
+
+
+@pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists(), reason="no .venv: run `make test`")
+def test_junit_step_fails_with_one_line_without_a_latest_run(tmp_path):
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "reports").mkdir()
+    r, output = _run_step(step("linux-cpu", "junit")["run"], tmp_path)
+    assert r.returncode != 0
+    assert "no run folder at reports/latest" in r.stdout
+    assert output.read_text() == ""
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) The Makefile's recipes.
+
+
+def make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([MAKE, "--no-print-directory", "-C", str(ROOT), *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})})
+
+
+@needs_make
+def test_make_latest_points_reports_latest_at_the_run_folder(tmp_path):
+    reports = tmp_path / "reports"
+    for name in ("run-a", "run-b"):
+        (reports / name).mkdir(parents=True)
+    latest = reports / "latest"
+
+    r = make("latest", f"RUN={reports / 'run-a'}")
+    assert r.returncode == 0, r.stderr
+    assert latest.is_symlink() and os.readlink(latest) == "run-a"  # relative: the folder can move
+
+    (reports / "run-a" / "findings.json").write_text("[]")
+    r = make("latest", f"RUN={reports / 'run-b'}/")  # replaced, not followed into run-a; a trailing / is fine
+    assert r.returncode == 0, r.stderr
+    assert os.readlink(latest) == "run-b"
+    assert sorted(p.name for p in (reports / "run-a").iterdir()) == ["findings.json"]
+    assert sorted(p.name for p in reports.iterdir()) == ["latest", "run-a", "run-b"]  # no latest.tmp left
+
+
+@needs_make
+def test_make_latest_refuses_a_missing_run_folder_and_keeps_the_link(tmp_path):
+    reports = tmp_path / "reports"
+    (reports / "run-a").mkdir(parents=True)
+    (reports / "latest").symlink_to("run-a")
+    r = make("latest", f"RUN={reports / 'run-gone'}")
+    assert r.returncode != 0
+    assert "no such run folder" in r.stderr
+    assert os.readlink(reports / "latest") == "run-a"
+    r = make("latest")  # RUN defaults to a new timestamp in the Makefile: refused, not guessed
+    assert r.returncode != 0 and "give RUN=" in r.stderr
+
+
+# TEST DOUBLE: a stand-in `aliasfuzz` (in a stand-in VENV) that writes the files a campaign run
+# folder starts with and exits with $FAKE_STATUS, so the `make fuzz` recipe's own logic (link,
+# history, exit status) is tested without a campaign; `-o probes` skips the probe build.
+FAKE_ALIASFUZZ = """#!/bin/sh
+echo "$*" >> "$(dirname "$0")/../calls"
+if [ "$1" = fuzz ]; then
+    while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+    [ "$FAKE_STATUS" = 2 ] && exit 2
+    mkdir -p "$out" && echo '{}' > "$out/campaign.json" && echo '[]' > "$out/findings.json"
+    exit "$FAKE_STATUS"
+fi
+"""
+
+
+@needs_make
+@pytest.mark.parametrize("status, make_ok, linked", [(0, True, True), (1, True, True), (2, False, False),
+                                                    (3, False, True)])
+def test_make_fuzz_links_reports_latest_to_the_run_it_wrote(tmp_path, status, make_ok, linked):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "aliasfuzz"
+    fake.write_text(FAKE_ALIASFUZZ)
+    fake.chmod(0o755)
+    reports = tmp_path / "reports"
+    (reports / "run-old").mkdir(parents=True)
+    (reports / "latest").symlink_to("run-old")
+    run = reports / "run-new"
+
+    r = make("-o", "probes", "fuzz", f"VENV={venv}", f"RUN={run}", env={"FAKE_STATUS": str(status)})
+    assert (r.returncode == 0) == make_ok, r.stdout + r.stderr
+    assert os.readlink(reports / "latest") == ("run-new" if linked else "run-old")
+    calls = (venv / "calls").read_text().splitlines()
+    assert calls[0] == f"fuzz --budget 2m --profile quick --out {run}"
+    assert calls[1:] == ([f"report --history {reports}/"] if linked else [])
+
+
+def test_reports_latest_is_not_tracked():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("reports/latest", "reports/latest.tmp"):
+        r = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "-q", path], capture_output=True, text=True)
+        assert r.returncode == 0, f"{path} must be ignored by .gitignore"
