@@ -18,7 +18,7 @@ import time
 
 from subprocess_tee import run
 
-from .paths import PROBES_WORKSPACE, cargo_target_dir
+from harness.paths import PROBES_WORKSPACE, cargo_target_dir
 
 
 def features(full: bool, cuda: bool) -> list[str]:

@@ -43,7 +43,7 @@ def all_targets():
 
 @pytest.fixture(scope="session")
 def runner(all_targets):
-    from harness.runner import Runner
+    from harness.targets.runner import Runner
 
     r = Runner(all_targets.targets)
     yield r

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import load_baseline
-from harness.ir import CaseError, load_case
-from harness.oracle import compare
+from harness.fuzzing.baseline import load_baseline
+from harness.case.ir import CaseError, load_case
+from harness.judging.oracle import compare
 from tests.conftest import ROOT
 
 BASELINE = load_baseline()
@@ -45,7 +45,7 @@ def test_bad_baseline_is_a_one_line_error(tmp_path: Path):
 
 
 def test_an_entry_with_several_side_patterns_matches_any_of_them(tmp_path: Path):
-    from harness.oracle import Finding
+    from harness.judging.oracle import Finding
 
     path = tmp_path / "baseline.toml"
     path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = "copy"\n'

@@ -55,7 +55,7 @@ def test_bench_json_has_every_figure_and_they_agree():
 def test_workers_claiming_chunks_draw_every_chunk_once():
     import multiprocessing as mp
 
-    from harness.bench import BenchConfig, _chunks
+    from harness.fuzzing.bench import BenchConfig, _chunks
 
     config = BenchConfig(programs=40, chunk_size=8, profile="quick")  # 5 chunks
     counter = mp.get_context("spawn").Value("i", 0)

@@ -113,7 +113,7 @@ def test_exit_statuses_and_junit(tmp_path):
 
 
 def test_same_seed_same_programs(tmp_path):
-    from harness.engine import chunk_seed, generate
+    from harness.fuzzing.engine import chunk_seed, generate
 
     a = [p.key() for p in generate(16, chunk_seed(99, 3), "quick")]
     b = [p.key() for p in generate(16, chunk_seed(99, 3), "quick")]
@@ -132,7 +132,7 @@ def test_same_seed_same_programs(tmp_path):
 
 
 def test_junit_known_and_new(tmp_path):
-    from harness.junit import write_junit
+    from harness.reporting.junit import write_junit
 
     path = write_junit([{"signature": "a|b", "status": "new", "kind": "device", "sentence": "x & <y>", "case": "c.toml"},
                         {"signature": "c|d", "status": "known", "baseline": "K1", "kind": "framework", "sentence": "z"},

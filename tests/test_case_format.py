@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.ir import CaseError, dump_case, load_case, parse_case, snapshot_shape
+from harness.case.ir import CaseError, dump_case, load_case, parse_case, snapshot_shape
 from tests.conftest import CASES, run_cli
 
 ALL_CASES = sorted(CASES.glob("*.toml"))
 
 
 def test_bundled_cases_cover_every_op_and_method():
-    from harness.ir import METHODS, OP_KINDS
+    from harness.case.ir import METHODS, OP_KINDS
 
     ops, methods = set(), set()
     for path in ALL_CASES:

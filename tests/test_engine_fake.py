@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from harness.baseline import Baseline
-from harness.engine import Engine, generate
-from harness.ir import Program, TensorDecl, check_program
-from harness.minimize import canonical_names, is_one_minimal
-from harness.oracle import compare
-from harness.runner import Runner
+from harness.fuzzing.baseline import Baseline
+from harness.fuzzing.engine import Engine, generate
+from harness.case.ir import Program, TensorDecl, check_program
+from harness.shrinking.minimize import canonical_names, is_one_minimal
+from harness.judging.oracle import compare
+from harness.targets.runner import Runner
 from tests.fakes.targets import fake_target
 
 
@@ -116,7 +116,7 @@ def test_generation_is_deterministic():
 def test_pipeline_results_equal_check_even_when_the_consumer_runs_programs(fake_runner):
     # pipeline() submits chunk k+1 before yielding chunk k; a consumer that runs programs while
     # holding chunk k (as shrinking does) must neither disturb chunk k+1's traces nor see them
-    from harness.engine import pipeline
+    from harness.fuzzing.engine import pipeline
 
     chunks = [generate(12, seed=s, profile="quick") for s in (7, 8, 9)]
     engine = Engine(fake_runner, Baseline([]))
@@ -132,8 +132,8 @@ def test_pipeline_results_equal_check_even_when_the_consumer_runs_programs(fake_
 
 
 def test_the_engine_runs_a_program_once(fake_runner, monkeypatch):
-    from harness import engine as engine_module
-    from harness.engine import pipeline
+    from harness.fuzzing import engine as engine_module
+    from harness.fuzzing.engine import pipeline
 
     engine = Engine(fake_runner, Baseline([]))
     first = engine.generate(12, seed=7)
@@ -149,7 +149,7 @@ def test_the_engine_runs_a_program_once(fake_runner, monkeypatch):
 
 
 def test_pipeline_stopped_early_leaves_no_batch_running(fake_runner):
-    from harness.engine import pipeline
+    from harness.fuzzing.engine import pipeline
 
     engine = Engine(fake_runner, Baseline([]))
     chunks = iter([generate(6, seed=s, profile="quick") for s in (1, 2, 3)])
@@ -203,8 +203,8 @@ def test_a_variant_runs_only_the_programs_with_an_op_it_differs_on():
 def test_a_whole_program_failure_is_shrunk_against_another_framework():
     # The partner must run the program cleanly: another framework's plain target first (the same
     # framework's devices and variants likely fail alike; a variant skips programs without a step).
-    from harness.engine import _targets_for
-    from harness.oracle import Finding
+    from harness.fuzzing.engine import _targets_for
+    from harness.judging.oracle import Finding
 
     def partner(failing, ids):
         f = Finding("crash", "status", (failing, "-"), "program", None, ("crash", "ok"))
@@ -220,7 +220,7 @@ def test_a_whole_program_failure_is_shrunk_against_another_framework():
 
 
 def test_known_findings_come_after_new_ones_and_are_left_unshrunk_unless_asked(fake_runner):
-    from harness.baseline import KnownDivergence
+    from harness.fuzzing.baseline import KnownDivergence
 
     # The oracle lists the planted clone's verdict finding before its identity finding; with the
     # verdict one known, the new identity finding must be shrunk (and reported) first.

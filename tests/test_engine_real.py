@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from harness.baseline import load_baseline
-from harness.engine import Engine
-from harness.ir import load_case
-from harness.minimize import is_one_minimal
+from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.engine import Engine
+from harness.case.ir import load_case
+from harness.shrinking.minimize import is_one_minimal
 from tests.conftest import CASES, run_cli
 
 
@@ -77,8 +77,8 @@ def test_minimize_cli_shrinks_a_padded_20_op_case(tmp_path):
 def test_the_seed_11_crash_case_is_judged_on_every_real_target(runner):
     # The program that ended `fuzz --budget 240s --seed 11` with an IndexError in the oracle,
     # as the campaign's containment shrank it: now it shows only the known candle clone identity.
-    from harness.baseline import load_baseline
-    from harness.harness_errors import safe_compare
+    from harness.fuzzing.baseline import load_baseline
+    from harness.judging.harness_errors import safe_compare
 
     program = load_case(CASES / "adamw_tiny_step_on_a_uniform_lazy.toml")
     findings = safe_compare(program, runner.run_one(program))

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import Baseline
-from harness.engine import Engine
-from harness.harness_errors import HARNESS_ERROR, safe_compare
-from harness.ir import Program, TensorDecl, check_program, load_case
-from harness.oracle import FAULT_ENV
-from harness.runner import Runner
+from harness.fuzzing.baseline import Baseline
+from harness.fuzzing.engine import Engine
+from harness.judging.harness_errors import HARNESS_ERROR, safe_compare
+from harness.case.ir import Program, TensorDecl, check_program, load_case
+from harness.judging.oracle import FAULT_ENV
+from harness.targets.runner import Runner
 from tests.conftest import run_cli
 from tests.fakes.targets import fake_target
 from tests.test_reliability import _probe_dir
@@ -54,7 +54,7 @@ def fake_runner():
 def test_an_oracle_exception_is_a_harness_error_finding_with_its_traceback(fake_runner, monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "fill")
     (f,) = safe_compare(WITH_FILL, fake_runner.run_one(WITH_FILL))
-    assert f.kind == HARNESS_ERROR and f.sides == ("InjectedFault", "harness/oracle.py:injected_fault")
+    assert f.kind == HARNESS_ERROR and f.sides == ("InjectedFault", "harness/judging/oracle.py:injected_fault")
     assert "Traceback" in f.detail and "injected_fault" in f.detail
     assert "a bug of aliasfuzz" in f.sentence() and "\n" not in f.sentence()
     # The signature names the place, not the targets that ran the program.

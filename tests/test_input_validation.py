@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import InputError
-from harness.ir import (FORMAT, LAZY_INITS, METHODS, OP_KINDS, OPTIMIZERS, TENSOR_KINDS, CaseError, TensorDecl,
+from harness.case.ir import (FORMAT, LAZY_INITS, METHODS, OP_KINDS, OPTIMIZERS, TENSOR_KINDS, CaseError, TensorDecl,
                         check_program, dump_case, load_case, parse_case)
 from tests.conftest import CASES, PY, ROOT, run_cli
 
@@ -134,7 +134,7 @@ def test_check_program_applies_the_same_checks_to_programs_built_in_code(tensors
 
 
 def test_a_corpus_entry_with_nan_is_refused_when_read_back():
-    from harness.run_folder import program_from_bytes, program_to_bytes
+    from harness.fuzzing.run_folder import program_from_bytes, program_to_bytes
 
     good = load_case(GOOD_CASE)
     doc = json.loads(program_to_bytes(good))
@@ -192,7 +192,7 @@ BASELINE_FILE_FAULTS = {"absent": "cannot read", "directory": "not a regular fil
 
 @pytest.mark.parametrize("name", sorted(BAD_BASELINES) + sorted(BASELINE_FILE_FAULTS))
 def test_bad_baseline_is_a_one_line_baseline_error(tmp_path: Path, name: str):
-    from harness.baseline import BaselineError, load_baseline
+    from harness.fuzzing.baseline import BaselineError, load_baseline
 
     path = _bad_baseline(tmp_path, name)
     with pytest.raises(BaselineError) as info:
@@ -221,7 +221,7 @@ def test_fuzz_with_an_absent_baseline_is_one_line_exit_2(tmp_path: Path):
 
 
 def test_the_bundled_baseline_and_a_well_formed_file_still_load(tmp_path: Path):
-    from harness.baseline import load_baseline
+    from harness.fuzzing.baseline import load_baseline
 
     assert len(load_baseline().entries) >= 8
     path = tmp_path / "b.toml"
@@ -263,7 +263,7 @@ def test_dev_zero_is_refused_without_reading_it(command: str):
 
 
 def test_a_case_file_over_1_mib_is_refused_and_one_at_1_mib_loads(tmp_path: Path):
-    from harness.case_values import MAX_FILE_BYTES
+    from harness.case.values import MAX_FILE_BYTES
 
     text = GOOD_CASE.read_text()
     path = tmp_path / "padded.toml"
@@ -413,7 +413,7 @@ def _tensor(kind: str) -> st.SearchStrategy:
 
 
 def _op(kind: str) -> st.SearchStrategy:
-    from harness.ir import OP_FIELDS as IR_OP_FIELDS
+    from harness.case.ir import OP_FIELDS as IR_OP_FIELDS
 
     required, optional = IR_OP_FIELDS[kind]
     return _table({"op": st.just(kind), **{k: FIELD_VALUES[k] for k in required}},
@@ -485,7 +485,7 @@ def test_check_program_refuses_a_name_ending_in_a_newline():
 
 
 def test_name_pattern_is_matched_whole():
-    from harness.ir import NAME_RE, is_identifier
+    from harness.case.ir import NAME_RE, is_identifier
 
     assert is_identifier("p0") and not is_identifier("p0\n") and not is_identifier("m.p0")
     assert NAME_RE.fullmatch("m0.p0") and not NAME_RE.fullmatch("m0.p0\n")

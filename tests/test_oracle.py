@@ -7,9 +7,9 @@ stand for two frameworks.
 
 from __future__ import annotations
 
-from harness.ir import FORMAT, parse_case
-from harness.oracle import compare
-from harness.trace import Trace
+from harness.case.ir import FORMAT, parse_case
+from harness.judging.oracle import compare
+from harness.judging.trace import Trace
 
 A, B = "alpha:cpu", "beta:cpu"
 
@@ -207,7 +207,7 @@ def test_a_lazy_parameter_initialised_by_an_op_on_one_side_only_is_not_a_finding
 def test_adam_tolerance_is_relative_to_the_tensors_scale_or_the_step_size():
     import numpy as np
 
-    from harness.oracle import values_close
+    from harness.judging.oracle import values_close
 
     def close(x, y, lr=0.5):
         return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), lr)

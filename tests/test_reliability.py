@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.baseline import Baseline
-from harness.campaign import CampaignError, RunFolder
-from harness.engine import Engine
-from harness.ir import Program, TensorDecl, check_program
-from harness.oracle import fingerprint
-from harness.runner import Runner
+from harness.fuzzing.baseline import Baseline
+from harness.fuzzing.campaign import CampaignError, RunFolder
+from harness.fuzzing.engine import Engine
+from harness.case.ir import Program, TensorDecl, check_program
+from harness.judging.oracle import fingerprint
+from harness.targets.runner import Runner
 from harness.targets.base import ProbeProcess, SetupError
 from tests.conftest import CASES, run_cli
 from tests.fakes.targets import FAKE, fake_target

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.ir import load_case
-from harness.junit import write_junit
-from harness.repro import ReproResult, table_rows
-from harness.report import ReportError, write_reports
-from harness.trace import Trace, verdicts
+from harness.case.ir import load_case
+from harness.reporting.junit import write_junit
+from harness.reporting.repro import ReproResult, table_rows
+from harness.reporting.report import ReportError, write_reports
+from harness.judging.trace import Trace, verdicts
 from tests.conftest import CASES, run_cli
 
 CASE = CASES / "candle_detach_returns_itself.toml"  # one buffer b, one snapshot s = b.detach()
 TARGETS = ("torch:cpu", "candle:cpu")
-TRACEBACK = ('Traceback (most recent call last):\n  File "harness/oracle.py", line 310, in _value_finding\n'
+TRACEBACK = ('Traceback (most recent call last):\n  File "harness/judging/oracle.py", line 310, in _value_finding\n'
              '    return values[k] < ```limit```\nIndexError: list index out of range <&>')
 
 
@@ -65,8 +65,8 @@ def record(n: int, **over) -> dict:
 
 def harness_record(n: int) -> dict:
     return record(n, kind="harness-error", aspect="harness", op="oracle", method=None, targets=list(TARGETS),
-                  signature="harness-error|oracle|IndexError|harness/oracle.py:_value_finding",
-                  sentence="aliasfuzz itself raised IndexError at harness/oracle.py:_value_finding while at stage "
+                  signature="harness-error|oracle|IndexError|harness/judging/oracle.py:_value_finding",
+                  sentence="aliasfuzz itself raised IndexError at harness/judging/oracle.py:_value_finding while at stage "
                            "`oracle` (list index out of range): a bug of aliasfuzz, not of a framework.",
                   detail=TRACEBACK, shrink_seconds=None, shrink_complete=None, shrink_runs=None)
 
@@ -375,7 +375,7 @@ def test_harness_errors_are_counted_apart_and_shown_first(tmp_path):
 
 
 def test_junit_has_one_failing_case_per_harness_error(tmp_path):
-    second = {**harness_record(4), "signature": "harness-error|shrink|KeyError|harness/minimize.py:_drop",
+    second = {**harness_record(4), "signature": "harness-error|shrink|KeyError|harness/shrinking/minimize.py:_drop",
               "detail": "Traceback ...\nKeyError: 'x\x00\x1b'"}
     path = write_junit([record(1), record(2, status="known", baseline="K1"), harness_record(3), second],
                        tmp_path / "junit.xml")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.ir import load_case
+from harness.case.ir import load_case
 from harness.paths import cargo_target_dir, probe_binary
-from harness.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
+from harness.reporting.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
 from tests.conftest import CASES, run_cli
 from tests.test_campaign import fake_probe_dir
 

@@ -1,7 +1,7 @@
 """The run folder and the corpus under misuse and damage: real files, real processes, a real
 ``redis-server``.
 
-Each defect gets a test at the level of ``harness.run_folder`` / ``harness.corpus`` (what these
+Each defect gets a test at the level of ``harness.fuzzing.run_folder`` / ``harness.fuzzing.corpus`` (what these
 modules promise), and, where ``aliasfuzz fuzz`` already goes through them, through the real
 command line: exit status 2, one line ``aliasfuzz: <file>: <what is wrong>``, no traceback,
 nothing already written changed.
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.campaign import CampaignConfig
-import harness.corpus as corpus_mod
-import harness.run_folder as run_folder_mod
-from harness.corpus import load_corpus, open_database, store_corpus
+from harness.fuzzing.campaign import CampaignConfig
+import harness.fuzzing.corpus as corpus_mod
+import harness.fuzzing.run_folder as run_folder_mod
+from harness.fuzzing.corpus import load_corpus, open_database, store_corpus
 from harness.errors import CampaignError, InputError
-from harness.run_folder import RunFolder
+from harness.fuzzing.run_folder import RunFolder
 from tests.conftest import CASES, PY, ROOT, run_cli
 from tests.test_campaign import fake_probe_dir
 
@@ -75,7 +75,7 @@ def run_folder_with(tmp_path: Path, n: int, name: str = "run") -> RunFolder:
 
 def holder(path: Path, how: str = "lock") -> subprocess.Popen:
     """Another process that holds ``path``'s lock until killed; returns once it holds it."""
-    code = ("import sys; from harness.run_folder import RunFolder\n"
+    code = ("import sys; from harness.fuzzing.run_folder import RunFolder\n"
             f"f = RunFolder.create_new(sys.argv[1]) if {how == 'create_new'!r} else RunFolder(sys.argv[1])\n"
             "f.acquire(); print('locked', flush=True); sys.stdin.read()\n")
     proc = subprocess.Popen([PY, "-c", code, str(path)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

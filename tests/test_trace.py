@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from harness.oracle import values_close
-from harness.trace import MalformedTrace, Observation, Trace, same_values
+from harness.judging.oracle import values_close
+from harness.judging.trace import MalformedTrace, Observation, Trace, same_values
 
 
 def f32(*xs) -> np.ndarray:
@@ -65,8 +65,8 @@ def test_a_snapshot_that_did_not_move_keeps_even_when_its_source_lands_on_its_va
     # s0 = p0 * 1, s0 filled with 0, then a step brings p0 to exactly 0: s0 holds what p0 now
     # holds, but it did not move with it (it held 0 while p0 held 0.5): that is keeps, not follows.
     # A snapshot sharing p0's storage would have moved at the step.
-    from harness.ir import FORMAT, parse_case
-    from harness.trace import verdicts
+    from harness.case.ir import FORMAT, parse_case
+    from harness.judging.trace import verdicts
 
     prog = parse_case({"format": FORMAT, "tensors": {"p0": {"kind": "param", "value": [0.5]}},
                        "ops": [{"op": "snapshot", "name": "s0", "of": "p0", "method": "mul1"},
@@ -91,8 +91,8 @@ def test_a_lazy_snapshot_first_given_its_sources_value_is_no_event_yet():
     # burn: a clone of an uninitialised lazy parameter gets its value when the step initialises
     # and trains the parameter. Equal to the trained value: one shared initialisation, or the
     # step left the init value in place; nothing tells which yet. Another value: it keeps.
-    from harness.ir import FORMAT, parse_case
-    from harness.trace import verdicts
+    from harness.case.ir import FORMAT, parse_case
+    from harness.judging.trace import verdicts
 
     prog = parse_case({"format": FORMAT,
                        "tensors": {"l0": {"kind": "lazy", "shape": [1], "init": "const", "fill": -2.0}},

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..errors import InputError
+from harness.errors import InputError
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
@@ -23,7 +23,7 @@ def _err(message: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, fuzz, minimize, repro, report, targets
+    from harness.cli import bench, fuzz, minimize, repro, report, targets
 
     parser = argparse.ArgumentParser(prog="aliasfuzz", description="Differential fuzzing of tensor aliasing "
                                      "across PyTorch, candle and burn.")
@@ -66,7 +66,7 @@ def _harness_crash(args: argparse.Namespace, exc: Exception) -> int:
     command's case files attached, exit status 3."""
     import traceback
 
-    from ..harness_errors import line_of, write_bug_report
+    from harness.judging.harness_errors import line_of, write_bug_report
 
     cases = {}
     for c in list(getattr(args, "cases", None) or []) + [getattr(args, "case", None)]:

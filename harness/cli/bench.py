@@ -1,5 +1,5 @@
 """``aliasfuzz bench``: throughput of the engine against its ceiling and a naive baseline, per-target
-cost, cost by program length, two workers, and memory over a long run (see ``harness/bench.py``)."""
+cost, cost by program length, two workers, and memory over a long run (see ``harness/fuzzing/bench.py``)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ def register(sub) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from ..bench import BenchConfig, run_bench
-    from ..targets.registry import parse_target_list
+    from harness.fuzzing.bench import BenchConfig, run_bench
+    from harness.targets.registry import parse_target_list
 
     for name in ("programs", "chunk_size", "spawn_programs", "length_programs", "repeat"):
         if getattr(args, name) < 1:

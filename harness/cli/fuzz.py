@@ -11,8 +11,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from ..campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
-from ..errors import InputError
+from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
+from harness.errors import InputError
 
 
 def register(sub) -> None:
@@ -42,8 +42,8 @@ def register(sub) -> None:
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from ..baseline import load_baseline
-    from ..targets.registry import parse_target_list
+    from harness.fuzzing.baseline import load_baseline
+    from harness.targets.registry import parse_target_list
 
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
@@ -123,8 +123,8 @@ def _check_options(args: argparse.Namespace) -> float | None:
 def _check_resume(args: argparse.Namespace) -> None:
     """A resume continues the same campaign: an option that would make it another one (its seed,
     targets, profile, corpus or baseline) is refused rather than ignored."""
-    from ..run_folder import RunFolder
-    from ..targets.registry import parse_target_list
+    from harness.fuzzing.run_folder import RunFolder
+    from harness.targets.registry import parse_target_list
 
     saved = RunFolder(args.resume).load_state().get("config", {})
     given = {"seed": args.seed, "targets": parse_target_list(args.targets), "profile": args.profile,
@@ -163,8 +163,8 @@ def _summary(result) -> None:
 def _write_reports(args: argparse.Namespace, result) -> bool:
     """report.md / report.html and the JUnit file; False (after one line) when one cannot be
     written. The journal is never touched here."""
-    from ..junit import write_junit
-    from ..report import write_reports
+    from harness.reporting.junit import write_junit
+    from harness.reporting.report import write_reports
 
     try:
         if not args.no_report:

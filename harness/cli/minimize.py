@@ -9,8 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import InputError
-from ..ir import CaseError, load_case, write_case
+from harness.errors import InputError
+from harness.case.ir import CaseError, load_case, write_case
 
 
 def register(sub) -> None:
@@ -26,10 +26,10 @@ def register(sub) -> None:
 def cmd_minimize(args: argparse.Namespace) -> int:
     """Exit status as every command's: 1 a divergence was kept (and the minimized case written),
     0 none shows, 2 bad input, 3 the divergence kept is a harness error (a bug of aliasfuzz)."""
-    from ..baseline import load_baseline
-    from ..engine import Engine
-    from ..harness_errors import is_harness_error, safe_compare
-    from ..targets.registry import open_runner, parse_target_list
+    from harness.fuzzing.baseline import load_baseline
+    from harness.fuzzing.engine import Engine
+    from harness.judging.harness_errors import is_harness_error, safe_compare
+    from harness.targets.registry import open_runner, parse_target_list
 
     if not (math.isfinite(args.time) and args.time > 0):
         raise InputError(f"minimize: --time {args.time}: must be a finite number of seconds, more than 0")

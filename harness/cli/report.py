@@ -23,8 +23,8 @@ def _warn(line: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..report import ReportError, load_run, summary_line, write_run_reports
-    from ..report_history import render_history
+    from harness.reporting.report import ReportError, load_run, summary_line, write_run_reports
+    from harness.reporting.history import render_history
 
     if bool(args.run_dir) == bool(args.history):
         print("aliasfuzz: report: give a run folder or --history DIR (one of them)", file=sys.stderr)

@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..ir import load_case
-from . import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
+from harness.case.ir import load_case
+from harness.cli import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 
 
 def register(sub) -> None:
@@ -21,9 +21,9 @@ def register(sub) -> None:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from ..baseline import load_baseline
-    from ..repro import render, run_case
-    from ..targets.registry import open_runner, parse_target_list
+    from harness.fuzzing.baseline import load_baseline
+    from harness.reporting.repro import render, run_case
+    from harness.targets.registry import open_runner, parse_target_list
 
     programs = [(Path(c), load_case(c)) for c in args.cases]  # validate every case before starting
     baseline = load_baseline(args.baseline)
@@ -60,8 +60,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def _report_harness_errors(command: str, path: Path, program, errors) -> None:
     """One line per harness error on stderr, naming the bug report that holds its traceback and
     the case."""
-    from ..harness_errors import write_bug_report
-    from ..ir import dump_case
+    from harness.judging.harness_errors import write_bug_report
+    from harness.case.ir import dump_case
 
     for f in errors:
         report = write_bug_report(f.sentence(), f.detail, {str(path): dump_case(program)})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import EXIT_OK
+from harness.cli import EXIT_OK
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from ..targets.registry import discover
+    from harness.targets.registry import discover
 
     with discover() as found:
         if args.json:

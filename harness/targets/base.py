@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from ..errors import InputError
-from ..ir import Program
-from ..trace import CRASH, TIMEOUT, MalformedTrace, Trace
+from harness.errors import InputError
+from harness.case.ir import Program
+from harness.judging.trace import CRASH, TIMEOUT, MalformedTrace, Trace
 
 PROTOCOL_VERSION = 1
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..paths import ROOT, probe_binary
+from harness.paths import ROOT, probe_binary
 
 FRAMEWORK = "candle"
 BUILD_HINT = "build it with `make probes`"

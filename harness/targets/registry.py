@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Iterable
 
-from . import burn, candle, torch
-from .base import ProbeProcess, SetupError, Target, TargetInfo
+from harness.targets import burn, candle, torch
+from harness.targets.base import ProbeProcess, SetupError, Target, TargetInfo
 
 PLUGINS: tuple[ModuleType, ...] = (torch, candle, burn)
 
@@ -79,7 +79,7 @@ def open_runner(wanted: Iterable[str] | None = None):
     what was unavailable). ``SetupError`` when no target is left, and, when ``wanted`` is None
     (every framework), when any framework is unavailable (``Discovery.missing_error``): a
     missing probe must not narrow a default run silently."""
-    from ..runner import Runner
+    from harness.targets.runner import Runner
 
     found = discover(wanted)
     if wanted is None:

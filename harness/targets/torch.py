@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from ..paths import ROOT
+from harness.paths import ROOT
 
 FRAMEWORK = "torch"
 BUILD_HINT = "install the Python dependencies with `make venv`"

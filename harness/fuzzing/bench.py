@@ -38,12 +38,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from .engine import Engine, chunk_seed, generate, pipeline
-from .ir import Program
-from .oracle import compare
-from .runner import Runner
-from .targets.base import ProbeProcess, Target
-from .trace import Trace
+from harness.fuzzing.engine import Engine, chunk_seed, generate, pipeline
+from harness.case.ir import Program
+from harness.judging.oracle import compare
+from harness.targets.runner import Runner
+from harness.targets.base import ProbeProcess, Target
+from harness.judging.trace import Trace
 
 LENGTHS = (8, 16, 32, 64)
 
@@ -87,7 +87,7 @@ def rss_kib(pid: int | None) -> int | None:
 
 def open_cpu_targets(wanted: list[str] | None):
     """Every CPU target (or those wanted); non-CPU devices are closed again."""
-    from .targets.registry import discover
+    from harness.targets.registry import discover
 
     found = discover(wanted)
     if wanted is None:  # as every command: only an explicit list may leave a framework out
@@ -360,7 +360,7 @@ def _spread(xs: Sequence[float]) -> str:
 
 
 def _no_baseline():
-    from .baseline import Baseline
+    from harness.fuzzing.baseline import Baseline
 
     return Baseline([])
 
@@ -374,7 +374,7 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
     found = open_cpu_targets(config.targets)
     if not found.targets:
         found.close()
-        from .targets.base import SetupError
+        from harness.targets.base import SetupError
 
         raise SetupError("no CPU target is available (run `aliasfuzz targets`)")
     fig["targets"] = [t.id for t in found.targets]

@@ -13,10 +13,10 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import case_values as cv
-from .ir import CaseError
-from .oracle import Finding
-from .paths import BASELINE
+from harness.case import values as cv
+from harness.case.ir import CaseError
+from harness.judging.oracle import Finding
+from harness.paths import BASELINE
 
 MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides")
 

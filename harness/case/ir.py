@@ -22,8 +22,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import tomli_w
 
-from . import case_values as cv
-from .errors import InputError
+from harness.case import values as cv
+from harness.errors import InputError
 
 FORMAT = "aliasfuzz-case/1"
 
@@ -552,7 +552,7 @@ def dump_case(program: Program) -> str:
 
 def write_case(program: Program, path: str | Path) -> Path:
     """Writes a case file atomically (a crash never leaves half a case behind)."""
-    from .files import atomic_write
+    from harness.files import atomic_write
 
     return atomic_write(path, dump_case(program))
 

@@ -16,9 +16,9 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import CampaignError
-from .ir import Program
-from .run_folder import RunFolder, program_from_bytes, program_to_bytes
+from harness.errors import CampaignError
+from harness.case.ir import Program
+from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
 
 CORPUS_KEY = b"aliasfuzz/corpus/v1"
 REDIS_PREFIX = b"aliasfuzz:"
@@ -92,7 +92,7 @@ class Corpus:
     def _store_one(self, text: str) -> str | None:
         import tomllib
 
-        from .ir import parse_case
+        from harness.case.ir import parse_case
 
         try:
             raw = program_to_bytes(parse_case(tomllib.loads(text)))

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Iterable
 
-from .files import atomic_write
-from .harness_errors import HARNESS_ERROR
-from .report import cannot_write
+from harness.files import atomic_write
+from harness.judging.harness_errors import HARNESS_ERROR
+from harness.reporting.report import cannot_write
 
 # Characters XML 1.0 cannot hold at all (an exception message may carry any of them).
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")

@@ -1,5 +1,5 @@
 """Reports of a run folder: ``report.md`` and a single-file ``report.html`` (inline CSS, no
-network, no JavaScript). The history page over many run folders is ``harness.report_history``.
+network, no JavaScript). The history page over many run folders is ``harness.reporting.history``.
 
 Everything is rendered from the run folder alone (campaign.json, findings.json or the journal,
 the case files and their repro JSON), so ``aliasfuzz report DIR`` can re-render at any time.
@@ -37,13 +37,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 from urllib.parse import quote
 
-from .errors import InputError
-from .files import atomic_write
-from .harness_errors import HARNESS_ERROR
-from .ir import Program, load_case
-from .repro import ReproResult, table_rows
-from .run_folder import RunFolder
-from .trace import Trace, verdicts
+from harness.errors import InputError
+from harness.files import atomic_write
+from harness.judging.harness_errors import HARNESS_ERROR
+from harness.case.ir import Program, load_case
+from harness.reporting.repro import ReproResult, table_rows
+from harness.fuzzing.run_folder import RunFolder
+from harness.judging.trace import Trace, verdicts
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -400,7 +400,7 @@ def _href(rel: str) -> str:
 
 
 def _write_reproducers(run: Run, view: View) -> None:
-    from . import reproducers
+    from harness.reporting import reproducers
 
     f = view.f
     if f["kind"] == HARNESS_ERROR or _blocked(f) or view.program is None or view.case_text is None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import InputError
-from .files import atomic_write
-from .report import (_CSS, HISTORY_HTML, REPORT_HTML, ReportError, Run, Warn, _e, _href, _when,
+from harness.errors import InputError
+from harness.files import atomic_write
+from harness.reporting.report import (_CSS, HISTORY_HTML, REPORT_HTML, ReportError, Run, Warn, _e, _href, _when,
                      _versions_text, load_run)
 
 #: How deep below the directory a run folder may be (``reports/shard-1/run/``: 3).

@@ -21,15 +21,15 @@ from hypothesis.database import ExampleDatabase, choices_to_bytes
 
 from generators.programs import Profile, get_profile, programs as program_strategy
 
-from .baseline import Baseline, KnownDivergence
-from .errors import InputError
-from .harness_errors import harness_error, is_harness_error, safe_compare
-from .ir import Program
-from .minimize import MinimizeResult, cost, minimize
-from .oracle import Finding, split_target_id
-from .runner import Runner
-from .targets.base import CANCELLED
-from .trace import Trace
+from harness.fuzzing.baseline import Baseline, KnownDivergence
+from harness.errors import InputError
+from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
+from harness.case.ir import Program
+from harness.shrinking.minimize import MinimizeResult, cost, minimize
+from harness.judging.oracle import Finding, split_target_id
+from harness.targets.runner import Runner
+from harness.targets.base import CANCELLED
+from harness.judging.trace import Trace
 
 
 def chunk_seed(campaign_seed: int, chunk: int) -> int:

@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .baseline import load_baseline
-from .corpus import open_database
-from .engine import Engine, Recorded, cancelled, chunk_seed, pipeline
-from .errors import CampaignError, InputError
-from .harness_errors import HARNESS_ERROR, line_of
-from .files import atomic_write
-from .ir import Program, dump_case
-from .run_folder import RunFolder, program_from_bytes, program_to_bytes
+from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.corpus import open_database
+from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, pipeline
+from harness.errors import CampaignError, InputError
+from harness.judging.harness_errors import HARNESS_ERROR, line_of
+from harness.files import atomic_write
+from harness.case.ir import Program, dump_case
+from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -98,19 +98,25 @@ def _titled(program: Program, title: str, meta: dict[str, Any]) -> Program:
     return replace(program, title=title, meta=meta)
 
 
+#: How long the chunks under way when the budget and the shrink grace end may still take before
+#: the runner cuts its waits: long enough for responsive targets to finish a chunk, short enough
+#: that a hung probe cannot hold a campaign past its budget for long.
+DRAIN_S = 10.0
+
+
 def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | None],
                 emit: Callable[[tuple], None], known: Callable[[str], bool], elapsed_before: float,
                 replay_programs: list[Program], deadline: float | None = None) -> None:
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
     returns None. Everything it learns goes out through ``emit``. ``deadline`` (``time.time()``)
     bounds shrinking: the budget's end plus the shrink grace."""
-    from .repro import run_case
-    from .targets.registry import open_runner
+    from harness.reporting.repro import run_case
+    from harness.targets.registry import open_runner
 
     baseline = load_baseline(config.baseline)
     runner, found = open_runner(config.targets)
-    if deadline is not None:  # past it, whatever a target is doing (a hung probe) is cut off
-        runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()))
+    if deadline is not None:  # past it (and a drain), whatever a target is doing (a hung probe) is cut off
+        runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S)
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,

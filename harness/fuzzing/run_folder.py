@@ -1,4 +1,4 @@
-"""The run folder: the one place that knows its layout (see ``harness.campaign`` for what each
+"""The run folder: the one place that knows its layout (see ``harness.fuzzing.campaign`` for what each
 file holds) and how a program is stored as bytes.
 
 Beside the layout it keeps the folder's guarantees:
@@ -31,9 +31,9 @@ import typing
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import CampaignError
-from .files import atomic_write
-from .ir import Program, TensorDecl, check_program
+from harness.errors import CampaignError
+from harness.files import atomic_write
+from harness.case.ir import Program, TensorDecl, check_program
 
 
 def program_to_bytes(p: Program) -> bytes:

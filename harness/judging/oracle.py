@@ -41,8 +41,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .ir import Program, names_bound
-from .trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values, snapshots,
+from harness.case.ir import Program, names_bound
+from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values, snapshots,
                     verdicts, writes_into)
 
 ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6

@@ -1,6 +1,6 @@
 """Checks of raw input: the files aliasfuzz reads (cases, baselines) and the values a case
-carries, shared by case files (``harness.ir.parse_case``) and by programs built in code
-(``harness.ir.check_program``), so both refuse the same inputs.
+carries, shared by case files (``harness.case.ir.parse_case``) and by programs built in code
+(``harness.case.ir.check_program``), so both refuse the same inputs.
 
 Every number a case gives ends up as a float32 in each framework, and is sent to the targets as
 JSON, which has no NaN or infinity: a value that is not a finite float32 would make every target
@@ -25,7 +25,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - the project runs on 3.11, tomli keeps 3.10 working
     import tomli as tomllib
 
-from .errors import InputError
+from harness.errors import InputError
 
 #: The largest finite float32 (``numpy.finfo(numpy.float32).max``). A larger magnitude rounds to
 #: infinity, and torch refuses such a scalar ("cannot be converted to type float without

@@ -4,7 +4,7 @@ never end a campaign or crash a command.
 
 A harness error becomes a ``Finding`` of kind ``harness-error``. Its signature is the stage, the
 exception type and the innermost frame of aliasfuzz's own code that raised it
-(``harness-error|oracle|IndexError|harness/oracle.py:_value_finding``), with no line number so
+(``harness-error|oracle|IndexError|harness/judging/oracle.py:_value_finding``), with no line number so
 that an edit elsewhere in the file does not make it a new finding. The same signature is what
 the shrinker keeps: a smaller program "still shows" the finding when it raises the same
 exception at the same place (``safe_compare`` turns the exception into that finding, so the
@@ -23,10 +23,10 @@ import traceback
 from pathlib import Path
 from typing import Mapping
 
-from .ir import Program
-from .paths import ROOT
-from .oracle import Finding, compare
-from .trace import Trace
+from harness.case.ir import Program
+from harness.paths import ROOT
+from harness.judging.oracle import Finding, compare
+from harness.judging.trace import Trace
 
 HARNESS_ERROR = "harness-error"
 
@@ -36,7 +36,7 @@ _ROOT = ROOT
 
 def location(exc: BaseException) -> str:
     """The innermost frame of aliasfuzz's own code in ``exc``'s traceback, as
-    ``harness/oracle.py:_value_finding`` (the last frame of all when none is aliasfuzz's)."""
+    ``harness/judging/oracle.py:_value_finding`` (the last frame of all when none is aliasfuzz's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     own = [f for f in frames if f.filename.startswith(_OWN)] or frames
     if not own:
@@ -94,7 +94,7 @@ def write_bug_report(summary: str, traceback_text: str, cases: Mapping[str, str]
     """A Markdown bug report of aliasfuzz itself: the command, the summary, the traceback and the
     case files it ran (``cases``: name -> text), ready to attach to an issue. Returns its path, or
     None when it cannot be written (the caller's one-line message then says so)."""
-    from .files import atomic_write
+    from harness.files import atomic_write
 
     parts = [f"# aliasfuzz harness error\n\n{summary}\n\n", f"Command: `{' '.join(sys.argv)}`\n\n",
              f"Python {sys.version.split()[0]}\n\n## Traceback\n\n```\n{traceback_text.rstrip()}\n```\n"]

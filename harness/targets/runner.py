@@ -14,9 +14,9 @@ import weakref
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
-from .ir import Program
-from .targets.base import CANCELLED, Cancellation, Target
-from .trace import Trace
+from harness.case.ir import Program
+from harness.targets.base import CANCELLED, Cancellation, Target
+from harness.judging.trace import Trace
 
 #: How long ``close`` waits for the batches in flight to see its cancellation.
 CLOSE_WAIT_S = 5.0

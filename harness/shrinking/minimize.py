@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from .ir import CaseError, Program, TensorDecl, check_program, snapshot_shape
+from harness.case.ir import CaseError, Program, TensorDecl, check_program, snapshot_shape
 
 #: Given candidate programs, which of them still show the signature (same order).
 Predicate = Callable[[Sequence[Program]], list[bool]]

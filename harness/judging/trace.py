@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .ir import Program, apply_view
+from harness.case.ir import Program, apply_view
 
 #: Trace statuses set by the harness rather than the target.
 CRASH, TIMEOUT = "crash", "timeout"

@@ -7,13 +7,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .baseline import Baseline, KnownDivergence
-from .ir import Program
-from .harness_errors import harness_error, is_harness_error, safe_compare
-from .oracle import Finding, adam_lr, values_close
-from .runner import Runner
-from .targets.base import TargetInfo
-from .trace import Trace, Verdict, verdicts
+from harness.fuzzing.baseline import Baseline, KnownDivergence
+from harness.case.ir import Program
+from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
+from harness.judging.oracle import Finding, adam_lr, values_close
+from harness.targets.runner import Runner
+from harness.targets.base import TargetInfo
+from harness.judging.trace import Trace, Verdict, verdicts
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Fuzzing: the engine, campaigns, their run folders, the corpus and the baseline."""

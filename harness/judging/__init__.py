@@ -1,0 +1,1 @@
+"""Judging: traces and verdicts, value comparison, the oracle and its findings."""

@@ -1,0 +1,1 @@
+"""Reporting: replayed cases, run reports, history, JUnit and reproducers."""
