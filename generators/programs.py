@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from harness.ir import METHODS, Program, TensorDecl, check_program, snapshot_shape
+from harness.case.ir import METHODS, Program, TensorDecl, check_program, snapshot_shape
 
 EXACT_VALUES = (0.0, 1.0, -1.0, 0.5, 2.0, -0.5, 0.25, 3.0, -2.0, 4.0)
 LEARNING_RATES = (0.5, 0.25, 1.0, 0.125)
