@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +50,47 @@ def runner(all_targets):
 
     r = Runner(all_targets.targets)
     yield r
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A real ``redis-server`` on a free loopback port: ``(url, process)``. Fails (never skips)
+    under CI when it is not installed (.ci/run installs it)."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        msg = "redis-server is not installed (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    import redis
+
+    port = free_port()
+    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = redis.Redis(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail(f"redis-server did not come up on port {port}")
+                time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}/0", proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def redis_url(redis_server):
+    return redis_server[0]

@@ -5,52 +5,9 @@ TEST DOUBLE fake probe (see tests/test_campaign.py) for fast findings."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import time
 
-import pytest
-
-from tests.conftest import run_cli
+from tests.conftest import free_port, run_cli
 from tests.test_campaign import fake_probe_dir
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    exe = shutil.which("redis-server")
-    if exe is None:
-        msg = "redis-server is not installed (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    port = _free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        import redis
-
-        client = redis.Redis(host="127.0.0.1", port=port)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                break
-            except Exception:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"redis-server did not come up on port {port}")
-                time.sleep(0.1)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def test_second_campaign_replays_the_first(tmp_path, redis_url):
@@ -72,7 +29,7 @@ def test_second_campaign_replays_the_first(tmp_path, redis_url):
 
 
 def test_unreachable_redis_is_a_one_line_error(tmp_path):
-    port = _free_port()
+    port = free_port()
     r = run_cli("fuzz", "--targets", "candle", "--max-programs", "1", "--db", f"redis://127.0.0.1:{port}/0",
                 "--out", str(tmp_path / "x"), env=fake_probe_dir(tmp_path))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

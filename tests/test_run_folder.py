@@ -12,9 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
-import socket
 import subprocess
 import time
 import typing
@@ -28,7 +26,7 @@ import harness.fuzzing.run_folder as run_folder_mod
 from harness.fuzzing.corpus import load_corpus, open_database, store_corpus
 from harness.errors import CampaignError, InputError
 from harness.fuzzing.run_folder import RunFolder
-from tests.conftest import CASES, PY, ROOT, run_cli
+from tests.conftest import CASES, PY, ROOT, free_port, run_cli
 from tests.test_campaign import fake_probe_dir
 
 CASE = (CASES / "example_sgd_snapshots.toml").read_text()
@@ -140,7 +138,6 @@ def test_two_campaigns_on_one_out_the_second_is_refused(tmp_path):
         assert first.poll() is None and (out / "campaign.json").exists()
         for args in (["--out", str(out), "--max-programs", "8", "--seed", "8", "--targets", "candle"],
                      ["--resume", str(out), "--max-programs", "8"]):
-            before = (out / "campaign.json").read_bytes()
             r = run_cli("fuzz", *args, "--no-report", env=fake_probe_dir(tmp_path))
             one_line_error(r, f"{out}: in use by another campaign (pid {first.pid})")
             assert first.poll() is None
@@ -474,43 +471,6 @@ def test_resume_after_the_journal_was_deleted_keeps_every_finding(tmp_path):
 # == 5. corpus saves that fail ===================================================================
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    exe = shutil.which("redis-server")
-    if exe is None:
-        msg = "redis-server is not installed (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
-    import redis
-
-    port = _free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        client = redis.Redis(host="127.0.0.1", port=port)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                break
-            except Exception:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail(f"redis-server did not come up on port {port}")
-                time.sleep(0.1)
-        yield f"redis://127.0.0.1:{port}/0", proc
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.wait(timeout=10)
-
-
 def test_a_redis_server_killed_mid_campaign_is_counted_never_silent(tmp_path, redis_server):
     url, proc = redis_server
     corpus = open_database(url, RunFolder(tmp_path / "run"))
@@ -634,7 +594,7 @@ def test_a_malformed_db_url_on_the_command_line(tmp_path):
 
 
 def test_a_redis_password_is_not_printed(tmp_path):
-    port = _free_port()
+    port = free_port()
     with pytest.raises(CampaignError) as info:
         open_database(f"redis://user:s3cret@127.0.0.1:{port}/0", RunFolder(tmp_path / "run"))
     assert "s3cret" not in str(info.value) and f"redis://user:***@127.0.0.1:{port}/0" in str(info.value)
