@@ -189,7 +189,7 @@ def test_the_interpreter_exits_with_a_runner_left_unclosed_mid_batch(tmp_path: P
     # Nobody closes this runner (an exception skipped it): threading's at-exit join of the
     # runner's threads must not wait for the hung program (before: 20 s per program).
     script = tmp_path / "leave.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(textwrap.dedent("""
         import time
         from harness.targets.runner import Runner
         from tests.fakes.targets import fake_target

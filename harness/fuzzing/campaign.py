@@ -25,7 +25,6 @@ import signal
 import time
 import typing
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from harness.fuzzing.baseline import load_baseline
