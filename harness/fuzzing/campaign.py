@@ -322,6 +322,8 @@ def _run_campaign(folder: RunFolder, config: CampaignConfig, resume: bool, log: 
             if first:
                 log(f"warning: {msg[1]} program(s) ran on no target (every target failed them): they are "
                     f"not compared, so they count as no agreement; see the report")
+        elif kind == "log":
+            log(msg[1])
         elif kind == "error":
             errors.append(msg[1])
             harness_failed |= msg[2] == "harness"
