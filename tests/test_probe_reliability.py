@@ -21,26 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import Program, TensorDecl, check_program
 from harness.targets.runner import Runner
 from harness.targets.base import CANCELLED, HUNG_AFTER, SetupError
 from tests.conftest import CASES, ROOT, run_cli
 from tests.fakes.targets import FAKE, fake_target
-
-
-def program(tensors, ops) -> Program:
-    tensors = tuple(tensors)
-    return Program(tensors, check_program(tensors, ops))
-
-
-W = TensorDecl("w", "param", (2,), (1.0, 2.0))
-CLEAN = program([W], [{"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-                      {"op": "write", "target": "w", "index": None, "value": [3.0, 4.0]}])
-FILLS = program([W], [{"op": "fill", "target": "w", "value": 5.0}])
-
-
-def statuses(traces):
-    return [t.status for t in traces]
+from tests.test_reliability import CLEAN, FILLS, statuses
 
 
 def gone(pid: int) -> bool:
