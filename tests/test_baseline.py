@@ -45,7 +45,7 @@ def test_bad_baseline_is_a_one_line_error(tmp_path: Path):
 
 
 def test_an_entry_with_several_side_patterns_matches_any_of_them(tmp_path: Path):
-    from harness.judging.oracle import Finding
+    from harness.judging.finding import Finding
 
     path = tmp_path / "baseline.toml"
     path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = "copy"\n'

@@ -204,7 +204,7 @@ def test_a_whole_program_failure_is_shrunk_against_another_framework():
     # The partner must run the program cleanly: another framework's plain target first (the same
     # framework's devices and variants likely fail alike; a variant skips programs without a step).
     from harness.fuzzing.engine import _targets_for
-    from harness.judging.oracle import Finding
+    from harness.judging.finding import Finding
 
     def partner(failing, ids):
         f = Finding("crash", "status", (failing, "-"), "program", None, ("crash", "ok"))

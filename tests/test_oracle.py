@@ -207,7 +207,7 @@ def test_a_lazy_parameter_initialised_by_an_op_on_one_side_only_is_not_a_finding
 def test_adam_tolerance_is_relative_to_the_tensors_scale_or_the_step_size():
     import numpy as np
 
-    from harness.judging.oracle import values_close
+    from harness.judging.value_compare import values_close
 
     def close(x, y, lr=0.5):
         return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), lr)

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from harness.judging.oracle import values_close
+from harness.judging.value_compare import values_close
 from harness.judging.trace import MalformedTrace, Observation, Trace, same_values
 
 

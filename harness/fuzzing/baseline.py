@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from harness.case import values as cv
 from harness.case.ir import CaseError
-from harness.judging.oracle import Finding
+from harness.judging.finding import Finding
 from harness.paths import BASELINE
 
 MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides")
@@ -129,7 +129,3 @@ def _entry(raw: Any, where: str, err) -> KnownDivergence:
     elif not isinstance(sides, str):
         raise err(f"{where}.sides", f"a pattern or a non-empty list of patterns, got {cv.brief(sides)}")
     return KnownDivergence(**fields)
-
-
-def classify(findings: Sequence[Finding], baseline: Baseline) -> list[tuple[Finding, KnownDivergence | None]]:
-    return [(f, baseline.match(f)) for f in findings]

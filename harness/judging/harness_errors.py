@@ -25,7 +25,8 @@ from typing import Mapping
 
 from harness.case.ir import Program
 from harness.paths import ROOT
-from harness.judging.oracle import Finding, compare
+from harness.judging.finding import Finding
+from harness.judging.oracle import compare
 from harness.judging.trace import Trace
 
 HARNESS_ERROR = "harness-error"

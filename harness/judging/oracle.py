@@ -42,71 +42,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.case.ir import Program, names_bound
+from harness.judging.finding import Finding
 from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values, snapshots,
                     verdicts, writes_into)
+from harness.judging.value_compare import adam_lr, elements_differ, values_close
 
-ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
 #: A value finding on a tensor with more elements names its first differing element.
 SHOWN_ELEMENTS = 4
 REFERENCE_FRAMEWORK = "torch"
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str  # device | variant | framework | value | error | crash | timeout | harness-error
-    aspect: str  # status | verdict | identity | value | harness
-    targets: tuple[str, str]
-    op_label: str  # e.g. "step:sgd", "write:row"; "program" for whole-program failures
-    method: str | None  # snapshot method involved, if any
-    sides: tuple[str, str]  # what each target did, in ``targets`` order
-    op_index: int = -1
-    subject: str | None = None  # the tensor name (not part of the signature)
-    detail: str = ""
-    values: tuple[str, str] | None = None  # a value finding's two values (not part of the signature)
-    at: str = ""  # a value finding on a larger tensor: the first differing element, e.g. "[1, 0]"
-
-    @property
-    def signature(self) -> str:
-        parts = [self.kind, "~".join(self.targets), self.aspect, self.method or "-", self.op_label,
-                 "~".join(self.sides)]
-        return "|".join(parts)
-
-    def sentence(self) -> str:
-        a, b = self.targets
-        sa, sb = self.sides
-        if self.aspect == "verdict":
-            return (f"After op {self.op_index} (`{self.op_label}`), the `{self.method}` snapshot"
-                    f" {self.subject} {_say(sa)} on {a} but {_say(sb)} on {b}.")
-        if self.aspect == "identity":
-            x, _, y = (self.subject or ",").partition(",")
-            return (f"After op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa} objects"
-                    f" on {a} but {sb} objects on {b}.")
-        if self.aspect == "value":
-            va, vb = self.values or ("?", "?")
-            what = f"{self.subject}{self.at}"
-            if {sa, sb} == {"changed", "unchanged"}:
-                (moved, x), (still, y) = ((a, va), (b, vb)) if sa == "changed" else ((b, vb), (a, va))
-                return (f"After op {self.op_index} (`{self.op_label}`), {what} changed to"
-                        f" {x} on {moved} but stayed {y} on {still}.")
-            return f"After op {self.op_index} (`{self.op_label}`), {what} holds {va} on {a} but {vb} on {b}."
-        if self.aspect == "harness":  # harness_errors.harness_error: the detail is a traceback
-            return (f"aliasfuzz itself raised {sa} at {sb} while at stage `{self.op_label}`"
-                    f" ({self.subject}): a bug of aliasfuzz, not of a framework.")
-        return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
-                "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
-                "method": self.method, "sides": list(self.sides), "subject": self.subject,
-                "values": None if self.values is None else list(self.values), "at": self.at,
-                "sentence": self.sentence(), "detail": self.detail}
-
-
-def _say(verdict: str) -> str:
-    return {"follows": "follows its source", "keeps": "keeps its value",
-            "rev follows": "carries a write back into its source",
-            "rev keeps": "takes a write without changing its source",
-            "none": "sees no change", "other": "holds neither value"}.get(verdict, verdict)
 
 
 def op_label(op: Mapping[str, Any]) -> str:
@@ -132,38 +75,6 @@ def op_class(op: Mapping[str, Any]) -> str:
     if kind == "move":
         return f"move:{op['method']}:{op['device']}"
     return kind
-
-
-def adam_lr(program: Program) -> float | None:
-    """The largest learning rate of the program's ``adam``/``adamw`` steps, which sets the
-    tolerance values are compared with across targets; None without such a step (values are
-    then compared exactly)."""
-    lrs = [op["lr"] for op in program.ops if op["op"] == "step" and op["optimizer"] in ("adam", "adamw")]
-    return max(lrs) if lrs else None
-
-
-def values_close(a: np.ndarray, b: np.ndarray, adam: float | None) -> bool:
-    """Whether two targets' values agree: exactly, or within Adam's tolerance when the program
-    has an Adam step (``adam`` is then ``adam_lr``)."""
-    if a.shape != b.shape:
-        return False
-    if a.tobytes() == b.tobytes():  # bitwise equal: the common case, and the cheapest test
-        return True
-    return not _elements_differ(a, b, adam).any()
-
-
-def _elements_differ(a: np.ndarray, b: np.ndarray, adam: float | None) -> np.ndarray:
-    """Which elements of two same-shaped values differ (NaN equals NaN)."""
-    if adam is None:
-        return ~((a == b) | (np.isnan(a) & np.isnan(b)))
-    # An element Adam brings to about zero is a difference of numbers as large as the tensor's
-    # other elements (1 - 0.5 - 0.5), or as the step it took (2 - 1 - 0.99999994 after two steps
-    # of lr 1): its float32 error is relative to them, not to itself. Adam's step is about lr per
-    # element, with the relative error of its bias correction (1 - 0.999^t cancels). So the
-    # absolute tolerance scales with the tensor's largest finite magnitude or the largest lr.
-    finite = np.abs(np.concatenate([a[np.isfinite(a)], b[np.isfinite(b)]]).ravel())
-    scale = max(float(finite.max()) if finite.size else 0.0, adam)
-    return ~np.isclose(a, b, rtol=ADAM_RTOL, atol=max(ADAM_ATOL, ADAM_RTOL * scale), equal_nan=True)
 
 
 def _nondeterministic_names(program: Program) -> set[str]:
@@ -356,7 +267,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                   method=None, sides=sides, op_index=i, subject=name)
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
-    differ = _elements_differ(x, y, adam_lr(ctx.program))
+    differ = elements_differ(x, y, adam_lr(ctx.program))
     if not differ.any():  # the sides differ in effect, not in value: show both whole
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     first = tuple(int(j) for j in np.argwhere(differ)[0])

@@ -264,7 +264,7 @@ def _fmt_values(v: Any) -> str:
 def side_by_side(repro: dict, program: Program, finding: dict | None = None
                  ) -> tuple[list[str], list[dict[str, Any]], list[str]]:
     """(target ids, rows, notes); a row: {label, cells: [text], divergent, subject}. The rows and
-    which of them diverge are ``repro.table_rows``' (the terminal table's: ``oracle.values_close``
+    which of them diverge are ``repro.table_rows``' (the terminal table's: ``value_compare.values_close``
     with the program's Adam tolerance, ok verdicts that differ); a cell also shows a snapshot's
     final value. Notes: the ops a target could not run. Raises (ValueError, TypeError, KeyError,
     ...) on a repro JSON that is not one of ``program``."""

@@ -10,7 +10,8 @@ import numpy as np
 from harness.fuzzing.baseline import Baseline, KnownDivergence
 from harness.case.ir import Program
 from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
-from harness.judging.oracle import Finding, adam_lr, values_close
+from harness.judging.finding import Finding
+from harness.judging.value_compare import adam_lr, values_close
 from harness.targets.runner import Runner
 from harness.targets.base import TargetInfo
 from harness.judging.trace import Trace, Verdict, verdicts
