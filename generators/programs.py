@@ -21,7 +21,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from harness.case.ir import METHODS, Program, TensorDecl, check_program, snapshot_shape
+from harness.case import ops
+from harness.case.ir import Program, TensorDecl, check_program
 
 EXACT_VALUES = (0.0, 1.0, -1.0, 0.5, 2.0, -0.5, 0.25, 3.0, -2.0, 4.0)
 LEARNING_RATES = (0.5, 0.25, 1.0, 0.125)
@@ -70,10 +71,10 @@ learning_rates = st.sampled_from(LEARNING_RATES)
 scale_factors = st.sampled_from(SCALE_FACTORS)
 # sampled_from leans towards its first element: put the method that most often reveals something
 # there rather than ``alias``, which is the same in every framework.
-methods = st.sampled_from(("clone",) + tuple(m for m in METHODS if m != "clone"))
-optimizers = st.sampled_from(("sgd", "sgd_momentum", "adam", "adamw"))
-device_roles = st.sampled_from(("home", "cpu", "alt"))
-move_methods = st.sampled_from(("to", "fork"))
+methods = st.sampled_from(("clone",) + tuple(m for m in ops.METHODS if m != "clone"))
+optimizers = st.sampled_from(ops.OPTIMIZERS)
+device_roles = st.sampled_from(ops.DEVICE_ROLES)
+move_methods = st.sampled_from(ops.MOVE_METHODS)
 momenta = st.sampled_from((0.5, 0.9))
 weight_decays = st.sampled_from((0.0, 0.5, 0.01))
 
@@ -136,6 +137,87 @@ def _pick(draw, names: list[str]) -> str:
     return names[draw(_index(len(names)))]
 
 
+class _Drawn:
+    """The names a program being drawn has bound so far, and its ops."""
+
+    def __init__(self, decls: tuple[TensorDecl, ...]):
+        self.shape_of: dict[str, tuple[int, ...]] = {t.name: t.shape for t in decls}
+        self.base = [t.name for t in decls]
+        self.params = [t.name for t in decls if t.trainable]
+        self.names = list(self.base)
+        self.ops: list[dict[str, Any]] = []
+        self.n_snap = self.n_module = 0
+
+
+def _draw_snapshot(draw, p: _Drawn) -> None:
+    method = draw(methods)
+    of = _pick(draw, p.base if method == "state_dict" else p.names)
+    if len(p.shape_of[of]) < ops.METHODS_BY_NAME[method].min_rank:
+        method = "clone"
+    name = f"s{p.n_snap}"
+    p.n_snap += 1
+    p.ops.append({"op": "snapshot", "name": name, "of": of, "method": method})
+    p.shape_of[name] = ops.snapshot_shape(method, p.shape_of[of])
+    p.names.append(name)
+
+
+def _draw_write(draw, p: _Drawn) -> None:
+    target = _pick(draw, p.names)
+    shape = p.shape_of[target]
+    index = draw(_maybe_index(shape[0]))
+    row = shape if index is None else shape[1:]
+    p.ops.append({"op": "write", "target": target, "index": index, "value": list(draw(values(row or (1,))))})
+
+
+def _draw_step(draw, p: _Drawn) -> None:
+    optimizer = draw(optimizers)
+    op = {"op": "step", "optimizer": optimizer, "lr": draw(learning_rates)}
+    if optimizer == "sgd_momentum":
+        op["momentum"] = draw(momenta)
+    if optimizer == "adamw":
+        op["weight_decay"] = draw(weight_decays)
+    p.ops.append(op)
+
+
+def _draw_move(draw, p: _Drawn) -> None:
+    if p.params:
+        p.ops.append({"op": "move", "target": _pick(draw, p.params),
+                      "device": draw(device_roles), "method": draw(move_methods)})
+
+
+def _draw_module_clone(draw, p: _Drawn) -> None:
+    name = f"m{p.n_module}"
+    p.n_module += 1
+    p.ops.append({"op": "module_clone", "name": name})
+    for param in p.params:
+        p.shape_of[f"{name}.{param}"] = p.shape_of[param]
+        p.names.append(f"{name}.{param}")
+
+
+#: How each op kind of the op table is drawn; an op with no fields is drawn as itself.
+#: ``tests/test_generators.py`` checks that every op of the table can be drawn.
+DRAWERS = {
+    "snapshot": _draw_snapshot,
+    "write": _draw_write,
+    "fill": lambda draw, p: p.ops.append({"op": "fill", "target": _pick(draw, p.names), "value": draw(exact_values)}),
+    "scale": lambda draw, p: p.ops.append({"op": "scale", "target": _pick(draw, p.names),
+                                           "factor": draw(scale_factors)}),
+    "step": _draw_step,
+    "move": _draw_move,
+    "module_clone": _draw_module_clone,
+    "read": lambda draw, p: p.ops.append({"op": "read", "target": _pick(draw, p.names)}),
+}
+
+
+def draw_op(draw, kind: str, p: _Drawn) -> None:
+    drawer = DRAWERS.get(kind)
+    if drawer is None:
+        assert not ops.OPS[kind].fields, f"op {kind!r} has fields but no drawer"
+        p.ops.append({"op": kind})
+    else:
+        drawer(draw, p)
+
+
 @st.composite
 def programs(draw, profile: str | Profile = "default", max_ops: int | None = None) -> Program:
     """A valid program. ``max_ops`` overrides the profile's length (benchmarks use it)."""
@@ -144,58 +226,8 @@ def programs(draw, profile: str | Profile = "default", max_ops: int | None = Non
     # sampled_from, not integers: integers() leans hard towards its lower bound, and half the
     # programs would have one op.
     n_ops = draw(_lengths(1 if max_ops is None else max_ops, max_ops or prof.max_ops))
-    shape_of: dict[str, tuple[int, ...]] = {t.name: t.shape for t in decls}
-    base = [t.name for t in decls]
-    params = [t.name for t in decls if t.trainable]
-    names = list(base)
+    drawn = _Drawn(decls)
     menu = _menu(prof)
-    ops: list[dict[str, Any]] = []
-    n_snap = n_module = 0
     for _ in range(n_ops):
-        kind = draw(menu)
-        if kind == "snapshot":
-            method = draw(methods)
-            of = _pick(draw, base if method == "state_dict" else names)
-            if method == "transpose" and len(shape_of[of]) < 2:
-                method = "clone"
-            name = f"s{n_snap}"
-            n_snap += 1
-            ops.append({"op": "snapshot", "name": name, "of": of, "method": method})
-            shape_of[name] = snapshot_shape(method, shape_of[of])
-            names.append(name)
-        elif kind == "write":
-            target = _pick(draw, names)
-            shape = shape_of[target]
-            index = draw(_maybe_index(shape[0]))
-            row = shape if index is None else shape[1:]
-            ops.append({"op": "write", "target": target, "index": index,
-                        "value": list(draw(values(row or (1,))))})
-        elif kind == "fill":
-            ops.append({"op": "fill", "target": _pick(draw, names), "value": draw(exact_values)})
-        elif kind == "scale":
-            ops.append({"op": "scale", "target": _pick(draw, names), "factor": draw(scale_factors)})
-        elif kind == "step":
-            optimizer = draw(optimizers)
-            op = {"op": "step", "optimizer": optimizer, "lr": draw(learning_rates)}
-            if optimizer == "sgd_momentum":
-                op["momentum"] = draw(momenta)
-            if optimizer == "adamw":
-                op["weight_decay"] = draw(weight_decays)
-            ops.append(op)
-        elif kind == "move":
-            if not params:
-                continue
-            ops.append({"op": "move", "target": _pick(draw, params),
-                        "device": draw(device_roles), "method": draw(move_methods)})
-        elif kind == "module_clone":
-            name = f"m{n_module}"
-            n_module += 1
-            ops.append({"op": "module_clone", "name": name})
-            for p in params:
-                shape_of[f"{name}.{p}"] = shape_of[p]
-                names.append(f"{name}.{p}")
-        elif kind == "read":
-            ops.append({"op": "read", "target": _pick(draw, names)})
-        else:
-            ops.append({"op": kind})
-    return Program(decls, check_program(decls, ops))
+        draw_op(draw, draw(menu), drawn)
+    return Program(decls, check_program(decls, drawn.ops))

@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import CaseError, dump_case, load_case, parse_case, snapshot_shape
+from harness.case.ir import CaseError, dump_case, load_case, parse_case
+from harness.case.ops import snapshot_shape
 from tests.conftest import CASES, run_cli
 
 ALL_CASES = sorted(CASES.glob("*.toml"))
 
 
 def test_bundled_cases_cover_every_op_and_method():
-    from harness.case.ir import METHODS, OP_KINDS
+    from harness.case.ops import METHODS, OP_KINDS
 
     ops, methods = set(), set()
     for path in ALL_CASES:
@@ -80,7 +81,7 @@ BAD_CASES = {
     "bad_optimizer": (HEADER + '[[ops]]\nop = "step"\noptimizer = "lion"\nlr = 0.1\n', "ops[0].optimizer", "unknown optimizer"),
     "negative_lr": (HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd"\nlr = -1.0\n', "ops[0].lr", "positive"),
     "lazy_without_init": ('format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2] }\n', "tensors.l.init", "must be one of"),
-    "bad_device": (HEADER + '[[ops]]\nop = "move"\ntarget = "w"\ndevice = "tpu"\n', "ops[0].device", "must be one of"),
+    "bad_device": (HEADER + '[[ops]]\nop = "move"\ntarget = "w"\ndevice = "tpu"\n', "ops[0].device", "unknown device"),
 }
 
 

@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import InputError
-from harness.case.ir import (FORMAT, LAZY_INITS, METHODS, OP_KINDS, OPTIMIZERS, TENSOR_KINDS, CaseError, TensorDecl,
+from harness.case.ops import LAZY_INITS, METHODS, OP_KINDS, OPS, OPTIMIZERS, TENSOR_KINDS
+from harness.case.ir import (FORMAT, CaseError, TensorDecl,
                         check_program, dump_case, load_case, parse_case)
 from tests.conftest import CASES, PY, ROOT, run_cli
 
@@ -413,9 +414,8 @@ def _tensor(kind: str) -> st.SearchStrategy:
 
 
 def _op(kind: str) -> st.SearchStrategy:
-    from harness.case.ir import OP_FIELDS as IR_OP_FIELDS
-
-    required, optional = IR_OP_FIELDS[kind]
+    required = [f.name for f in OPS[kind].fields if f.required]
+    optional = [f.name for f in OPS[kind].fields if not f.required]
     return _table({"op": st.just(kind), **{k: FIELD_VALUES[k] for k in required}},
                   tuple(k for k in optional if k in FIELD_VALUES))
 

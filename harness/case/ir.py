@@ -22,41 +22,13 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import tomli_w
 
+from harness.case import ops
 from harness.case import values as cv
 from harness.errors import InputError
 
 FORMAT = "aliasfuzz-case/1"
 
-TENSOR_KINDS = ("param", "buffer", "lazy")
-LAZY_INITS = ("const", "uniform")
-METHODS = (
-    "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
-    "view_row", "transpose", "state_dict", "deepcopy", "to_host", "save_load",
-)
-OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
-DEVICE_ROLES = ("home", "cpu", "alt")
-MOVE_METHODS = ("to", "fork")
-MODULE_MODE_OPS = ("valid", "train", "no_grad", "freeze")
-WRITE_OPS = ("write", "fill", "scale")
-
-#: Every op kind with its fields: name -> (required, optional defaults). ``None`` as a default
-#: means "computed from other fields" (see ``_step_defaults``).
-OP_FIELDS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "snapshot": (("name", "of", "method"), {}),
-    "write": (("target", "value"), {"index": None}),
-    "fill": (("target", "value"), {}),
-    "scale": (("target", "factor"), {}),
-    "step": (("optimizer", "lr"), {"momentum": None, "betas": [0.9, 0.999], "eps": 1e-8,
-                                   "weight_decay": None}),
-    "move": (("target", "device"), {"method": "to"}),
-    "module_clone": (("name",), {}),
-    "valid": ((), {}),
-    "train": ((), {}),
-    "no_grad": ((), {}),
-    "freeze": ((), {}),
-    "read": (("target",), {}),
-}
-OP_KINDS = tuple(OP_FIELDS)
+from harness.case.ops import LAZY_INITS, OP_KINDS, TENSOR_KINDS
 
 #: Largest tensor a case may declare: aliasing needs a few elements, and a huge lazy shape would
 #: make a probe's allocation abort the process rather than fail one op.
@@ -153,39 +125,6 @@ class Program:
             key = json.dumps(self.to_wire(), sort_keys=True, separators=(",", ":"))
             object.__setattr__(self, "_key", key)  # frozen: a cache, not a field
         return key
-
-
-# ------------------------------------------------------------------------------------------------
-# Shapes and views: the harness needs them to validate cases and to decide whether a snapshot
-# "follows" its source (equals the source under the same view).
-
-
-def snapshot_shape(method: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    if method == "reshape":
-        return (math.prod(shape),)
-    if method == "view_row":
-        return (1,) + shape[1:]
-    if method == "transpose":
-        return shape[:-2] + (shape[-1], shape[-2])
-    return shape
-
-
-def apply_view(method: str, array):
-    """The value a snapshot made with ``method`` shows of ``array`` if it shares its storage."""
-    if method == "reshape":
-        return array.reshape(-1)
-    if method == "view_row":
-        return array[0:1]
-    if method == "transpose":
-        return array.swapaxes(-1, -2)
-    return array
-
-
-def _step_defaults(op: dict[str, Any]) -> None:
-    if op["momentum"] is None:
-        op["momentum"] = 0.9 if op["optimizer"] == "sgd_momentum" else 0.0
-    if op["weight_decay"] is None:
-        op["weight_decay"] = 0.01 if op["optimizer"] == "adamw" else 0.0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -309,111 +248,130 @@ def _check_decl(t: Any, seen: set[str], err) -> None:
 
 
 def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, Any]:
-    """Validates one op against the names bound so far and returns its canonical form; updates
-    ``scope`` with the names it binds."""
+    """Validates one op against the op table and the names bound so far and returns its canonical
+    form (every field of the table, in its order); updates ``scope`` with the names it binds."""
     where = f"ops[{i}]"
     if not isinstance(raw, Mapping):
         raise err(where, "expected a table")
     kind = raw.get("op")
-    if not isinstance(kind, str) or kind not in OP_FIELDS:  # a list is unhashable: test str first
+    if not isinstance(kind, str) or kind not in ops.OPS:  # a list is unhashable: test str first
         raise err(f"{where}.op", f"unknown op {cv.brief(kind)} (known: {', '.join(OP_KINDS)})")
-    required, optional = OP_FIELDS[kind]
+    spec = ops.OPS[kind]
+    known = {f.name for f in spec.fields}
     for key in raw:
-        if key != "op" and key not in required and key not in optional:
+        if key != "op" and key not in known:
             raise err(f"{where}.{key}", f"unknown field for op {kind!r}")
+    required = [f.name for f in spec.fields if f.required]
     for key in required:
         if key not in raw:
             raise err(f"{where}.{key}", f"missing (op {kind!r} needs {', '.join(required)})")
     op: dict[str, Any] = {"op": kind}
-    for key in required:
-        op[key] = raw[key]
-    for key, default in optional.items():
-        op[key] = raw.get(key, default)
+    for f in spec.fields:
+        op[f.name] = raw[f.name] if f.name in raw else None if isinstance(f.default, ops.Derived) else f.default
+    for f in spec.fields:  # derived defaults need their field checked first: a second pass
+        if isinstance(f.default, ops.Derived) and op[f.name] is None:
+            op[f.name] = f.default.compute(op)
+    check = _FieldCheck(op, where, scope, err)
+    # Reads before binds: a snapshot of itself is "no tensor named", never "already bound".
+    for f in sorted(spec.fields, key=lambda f: f.kind in ("new", "prefix")):
+        op[f.name] = getattr(check, f.kind)(f)
+    return op
 
-    def name_of(key: str) -> tuple[tuple[int, ...], str]:
-        name = op[key]
-        if not isinstance(name, str) or name not in scope.bound:
-            raise err(f"{where}.{key}", f"no tensor named {cv.brief(name)} at this point")
-        return scope.bound[name]
 
-    def new_name(key: str) -> str:
-        name = op[key]
-        if not is_identifier(name):
-            raise err(f"{where}.{key}", f"{cv.brief(name)} is not a valid name (letters, digits, '_')")
-        if name in scope.bound:
-            raise err(f"{where}.{key}", f"name {name!r} is already bound")
+class _FieldCheck:
+    """One method per field kind of the op table: checks ``op[field]`` and returns its canonical
+    value. ``values`` and ``row`` fields are checked against the op's ``name`` field."""
+
+    def __init__(self, op: dict[str, Any], where: str, scope: _Scope, err):
+        self.op, self.where, self.scope, self.err = op, where, scope, err
+        self.kind = op["op"]
+
+    def _fail(self, f: ops.Field, message: str) -> CaseError:
+        return self.err(f"{self.where}.{f.name}", message)
+
+    def _target_shape(self) -> tuple[int, ...]:
+        target = ops.OPS[self.kind].of_kind("name")[0]
+        return self.scope.bound[self.op[target.name]][0]
+
+    def name(self, f: ops.Field) -> str:
+        name = self.op[f.name]
+        if not isinstance(name, str) or name not in self.scope.bound:
+            raise self._fail(f, f"no tensor named {cv.brief(name)} at this point")
+        role = self.scope.bound[name][1]
+        if f.roles and role not in f.roles:
+            raise self._fail(f, f"{self.kind} takes a {f.roles[0]}, {name!r} is a {role}")
         return name
 
-    def number(key: str, positive: bool = False) -> float:
-        x = cv.f32(op[key], f"{where}.{key}", err)
-        if positive and x <= 0:
-            raise err(f"{where}.{key}", f"must be positive, got {x!r}")
+    def _new(self, f: ops.Field, name: Any) -> str:
+        if not is_identifier(name):
+            raise self._fail(f, f"{cv.brief(name)} is not a valid name (letters, digits, '_')")
+        if name in self.scope.bound:
+            raise self._fail(f, f"name {name!r} is already bound")
+        return name
+
+    def new(self, f: ops.Field) -> str:
+        name = self._new(f, self.op[f.name])
+        for b in ops.bindings(self.op, self.scope.params):
+            self.scope.bound[b.name] = (ops.bound_shape(b, self.shapes()), "snapshot")
+        return name
+
+    def prefix(self, f: ops.Field) -> str:
+        prefix = self._new(f, self.op[f.name])
+        for b in ops.bindings(self.op, self.scope.params):
+            if b.name in self.scope.bound:
+                raise self._fail(f, f"name {b.name!r} is already bound")
+            self.scope.bound[b.name] = (self.scope.bound[b.source][0], "snapshot")
+        return prefix
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: shape for name, (shape, _) in self.scope.bound.items()}
+
+    def number(self, f: ops.Field) -> float:
+        x = cv.f32(self.op[f.name], f"{self.where}.{f.name}", self.err)
+        if f.positive and x <= 0:
+            raise self._fail(f, f"must be positive, got {x!r}")
         return x
 
-    if kind == "snapshot":
-        shape, role = name_of("of")
-        method = op["method"]
-        if method not in METHODS:
-            raise err(f"{where}.method", f"unknown method {cv.brief(method)} (known: {', '.join(METHODS)})")
-        if method == "transpose" and len(shape) < 2:
-            raise err(f"{where}.method", "transpose needs a tensor of rank 2 or more")
-        if method == "state_dict" and role == "snapshot":
-            raise err(f"{where}.method", "state_dict reads a param or buffer, not a snapshot")
-        name = new_name("name")
-        scope.bound[name] = (snapshot_shape(method, shape), "snapshot")
-    elif kind == "write":
-        shape, _ = name_of("target")
-        index = op["index"]
-        if index is None:
-            want = shape
-        else:
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < shape[0]:
-                raise err(f"{where}.index", f"must be an integer in 0..{shape[0] - 1}, got {cv.brief(index)}")
-            want = shape[1:]
-        got, flat = cv.flatten(op["value"], f"{where}.value", err)
+    def choice(self, f: ops.Field) -> str:
+        value = self.op[f.name]
+        if not isinstance(value, str) or value not in f.choices:
+            raise self._fail(f, f"unknown {f.name} {cv.brief(value)} (known: {', '.join(f.choices)})")
+        method = ops.snapshot_method(self.op) if f.choices is ops.METHODS else None
+        if method is not None:
+            source = ops.OPS[self.kind].of_kind("name")[0]
+            shape, role = self.scope.bound[self.op[source.name]]
+            if len(shape) < method.min_rank:
+                raise self._fail(f, f"{value} needs a tensor of rank {method.min_rank} or more")
+            if role not in method.sources:
+                raise self._fail(f, f"{value} reads a {' or '.join(method.sources)}, not a {role}")
+        return value
+
+    def row(self, f: ops.Field) -> int | None:
+        index, rows = self.op[f.name], self._target_shape()[0]
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < rows):
+            raise self._fail(f, f"must be an integer in 0..{rows - 1}, got {cv.brief(index)}")
+        return index
+
+    def values(self, f: ops.Field) -> list[float]:
+        shape = self._target_shape()
+        rows = ops.OPS[self.kind].of_kind("row")
+        if rows and self.row(rows[0]) is not None:
+            shape = shape[1:]
+        got, flat = cv.flatten(self.op[f.name], f"{self.where}.{f.name}", self.err)
         # Canonical form is flat (row-major), so a flat list of the right length is accepted too.
-        flat_ok = len(got) == 1 and got[0] == math.prod(want)
-        if got != want and not flat_ok:
-            raise err(f"{where}.value", f"shape {list(got)} does not match the target's {list(want) or 'scalar'}")
-        op["value"] = list(flat)
-    elif kind == "fill":
-        name_of("target")
-        op["value"] = number("value")
-    elif kind == "scale":
-        name_of("target")
-        op["factor"] = number("factor")
-    elif kind == "step":
-        if op["optimizer"] not in OPTIMIZERS:
-            raise err(f"{where}.optimizer", f"unknown optimizer {cv.brief(op['optimizer'])} (known: {', '.join(OPTIMIZERS)})")
-        op["lr"] = number("lr", positive=True)
-        _step_defaults(op)
-        op["momentum"] = number("momentum")
-        op["eps"] = number("eps", positive=True)
-        op["weight_decay"] = number("weight_decay")
-        betas = op["betas"]
+        flat_ok = len(got) == 1 and got[0] == math.prod(shape)
+        if got != shape and not flat_ok:
+            raise self._fail(f, f"shape {list(got)} does not match the target's {list(shape) or 'scalar'}")
+        return list(flat)
+
+    def betas(self, f: ops.Field) -> list[float]:
+        betas = self.op[f.name]
         if not isinstance(betas, list) or len(betas) != 2:
-            raise err(f"{where}.betas", "expected two numbers in [0, 1)")
-        op["betas"] = [cv.f32(b, f"{where}.betas[{j}]", err) for j, b in enumerate(betas)]
-        if not all(0 <= b < 1 for b in op["betas"]):
-            raise err(f"{where}.betas", f"expected two numbers in [0, 1), got {op['betas']}")
-    elif kind == "move":
-        _, role = name_of("target")
-        if role not in ("param", "lazy"):
-            raise err(f"{where}.target", f"move takes a param, {op['target']!r} is a {role}")
-        if op["device"] not in DEVICE_ROLES:
-            raise err(f"{where}.device", f"must be one of {', '.join(DEVICE_ROLES)}, got {cv.brief(op['device'])}")
-        if op["method"] not in MOVE_METHODS:
-            raise err(f"{where}.method", f"must be one of {', '.join(MOVE_METHODS)}, got {cv.brief(op['method'])}")
-    elif kind == "module_clone":
-        prefix = new_name("name")
-        for p in scope.params:
-            full = f"{prefix}.{p}"
-            if full in scope.bound:
-                raise err(f"{where}.name", f"name {full!r} is already bound")
-            scope.bound[full] = (scope.bound[p][0], "snapshot")
-    elif kind == "read":
-        name_of("target")
-    return op
+            raise self._fail(f, "expected two numbers in [0, 1)")
+        out = [cv.f32(b, f"{self.where}.{f.name}[{j}]", self.err) for j, b in enumerate(betas)]
+        if not all(0 <= b < 1 for b in out):
+            raise self._fail(f, f"expected two numbers in [0, 1), got {out}")
+        return out
 
 
 def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err) -> tuple[dict[str, Any], ...]:
@@ -487,12 +445,25 @@ def load_case(path: str | Path) -> Program:
 
 def _canonical_defaults(op: Mapping[str, Any]) -> dict[str, Any]:
     """The optional fields of ``op`` with the values loading would fill in."""
-    _, optional = OP_FIELDS[op["op"]]
-    out = {k: v for k, v in optional.items() if v is not None}
-    if op["op"] == "step":
-        probe = {"optimizer": op["optimizer"], "momentum": None, "weight_decay": None}
-        _step_defaults(probe)
-        out.update(momentum=probe["momentum"], weight_decay=probe["weight_decay"])
+    return {k: v for k, v in ops.defaults(op["op"], op).items() if v is not None}
+
+
+def _op_document(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """One op as a case file writes it: defaults left out, ``values`` nested like its target."""
+    out = {"op": op["op"]}
+    defaults = _canonical_defaults(op)
+    spec = ops.spec(op)
+    for f in spec.fields:
+        value = op[f.name]
+        if f.kind == "row" and value is None:
+            continue  # TOML has no null: an absent index means "whole tensor"
+        if f.name in defaults and defaults[f.name] == value:
+            continue  # keep written cases short: defaults are filled in again on load
+        if f.kind == "values":
+            shape = shapes[op[spec.of_kind("name")[0].name]]
+            rows = spec.of_kind("row")
+            value = _nest(value, shape if not rows or op[rows[0].name] is None else shape[1:])
+        out[f.name] = value
     return out
 
 
@@ -516,30 +487,7 @@ def case_document(program: Program) -> dict[str, Any]:
             entry["grad"] = _nest(t.grad, t.shape)
         tensors[t.name] = entry
     doc["tensors"] = tensors
-    ops = []
-    shapes = {t.name: t.shape for t in program.tensors}
-    params = [t.name for t in program.tensors if t.trainable]
-    for op in program.ops:
-        out = {"op": op["op"]}
-        defaults = _canonical_defaults(op)
-        for key, value in op.items():
-            if key == "op":
-                continue
-            if key == "index" and value is None:
-                continue  # TOML has no null: an absent index means "whole tensor"
-            if key in defaults and defaults[key] == value:
-                continue  # keep written cases short: defaults are filled in again on load
-            if key == "value" and op["op"] == "write":
-                shape = shapes[op["target"]]
-                value = _nest(value, shape if op["index"] is None else shape[1:])
-            out[key] = value
-        if op["op"] == "snapshot":
-            shapes[op["name"]] = snapshot_shape(op["method"], shapes[op["of"]])
-        elif op["op"] == "module_clone":
-            for p in params:
-                shapes[f"{op['name']}.{p}"] = shapes[p]
-        ops.append(out)
-    doc["ops"] = ops
+    doc["ops"] = [_op_document(op, shapes) for _, op, shapes in ops.walk(program.tensors, program.ops)]
     if program.meta:
         doc["meta"] = dict(program.meta)
     return doc
@@ -559,11 +507,5 @@ def write_case(program: Program, path: str | Path) -> Path:
 
 def names_bound(program: Program) -> list[str]:
     """Every name the program binds, in binding order (tensors, then snapshots)."""
-    names = [t.name for t in program.tensors]
     params = [t.name for t in program.tensors if t.trainable]
-    for op in program.ops:
-        if op["op"] == "snapshot":
-            names.append(op["name"])
-        elif op["op"] == "module_clone":
-            names.extend(f"{op['name']}.{p}" for p in params)
-    return names
+    return [t.name for t in program.tensors] + [b.name for op in program.ops for b in ops.bindings(op, params)]

@@ -41,6 +41,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from harness.case import ops
 from harness.case.ir import Program, names_bound
 from harness.judging.finding import Finding
 from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values, snapshots,
@@ -52,41 +53,14 @@ SHOWN_ELEMENTS = 4
 REFERENCE_FRAMEWORK = "torch"
 
 
-def op_label(op: Mapping[str, Any]) -> str:
-    kind = op["op"]
-    if kind == "step":
-        return f"step:{op['optimizer']}"
-    if kind == "write":
-        return "write:whole" if op.get("index") is None else "write:row"
-    if kind == "move":
-        return f"move:{op['method']}:{op['device']}"
-    return kind
-
-
-def op_class(op: Mapping[str, Any]) -> str:
-    """The coarse op kind used in verdict and identity signatures: which write or which
-    optimizer changed the source rarely changes *whether* a snapshot follows it, so those are
-    one root cause (the sentence and the case still name the exact op)."""
-    kind = op["op"]
-    if kind in ("write", "fill", "scale"):
-        return "write"
-    if kind == "step":
-        return "step"
-    if kind == "move":
-        return f"move:{op['method']}:{op['device']}"
-    return kind
-
-
 def _nondeterministic_names(program: Program) -> set[str]:
     """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
     from them: their values differ between frameworks by design."""
     roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
     out = set(roots)
+    params = [t.name for t in program.tensors if t.trainable]
     for op in program.ops:
-        if op["op"] == "snapshot" and op["of"] in out:
-            out.add(op["name"])
-        elif op["op"] == "module_clone":
-            out.update(f"{op['name']}.{r}" for r in roots)
+        out.update(b.name for b in ops.bindings(op, params) if b.source in out)
     return out
 
 
@@ -119,7 +93,7 @@ def _compare_status(ctx: PairContext) -> bool:
         statuses = {x.status, y.status}
         if "error" in statuses and "ok" in statuses:
             bad = x if x.status == "error" else y
-            ctx.add(kind="error", aspect="status", op_label=op_label(ctx.program.ops[i]),
+            ctx.add(kind="error", aspect="status", op_label=ops.label(ctx.program.ops[i]),
                     method=ctx.program.ops[i].get("method") if ctx.program.ops[i]["op"] == "snapshot" else None,
                     sides=(x.status, y.status), op_index=i, detail=bad.message or "")
             break
@@ -150,7 +124,7 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
             sa, sb = ea.get(k, "none"), eb.get(k, "none")
             if sa != sb:
                 f = Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
-                            op_label=op_class(ctx.program.ops[k]), method=a.snapshot.method,
+                            op_label=ops.signature_class(ctx.program.ops[k]), method=a.snapshot.method,
                             sides=(sa, sb), op_index=k, subject=name)
                 if "none" in (sa, sb):
                     effect = _one_sided(ctx, a.snapshot, k, hidden)
@@ -198,11 +172,11 @@ def _write_path(program: Program, k: int) -> list[str]:
     When a write moves the sources of several snapshots on one side only, a snapshot on this
     path is the link that carried the write (candle's ``clone`` of p0 sharing its storage); a
     snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link."""
-    op = program.ops[k]
-    if op["op"] not in ("write", "fill", "scale"):
+    name = ops.written(program.ops[k])
+    if name is None:
         return []
     source = {s.name: s.source for s in snapshots(program) if s.op < k}
-    path, name = [], op["target"]
+    path = []
     while name is not None and name not in path:
         path.append(name)
         name = source.get(name)
@@ -263,7 +237,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     x, y = values
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
-    common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=op_label(ctx.program.ops[i]),
+    common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
                   method=None, sides=sides, op_index=i, subject=name)
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
@@ -300,7 +274,7 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
                 same_a = sa[x].identity == sa[y].identity
                 same_b = sb[x].identity == sb[y].identity
                 if same_a != same_b:
-                    ctx.add(aspect="identity", op_label=op_class(ctx.program.ops[i]),
+                    ctx.add(aspect="identity", op_label=ops.signature_class(ctx.program.ops[i]),
                             method=_relating_method(ctx.program, x, y),
                             sides=("same" if same_a else "distinct", "same" if same_b else "distinct"),
                             op_index=i, subject=f"{x},{y}",

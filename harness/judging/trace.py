@@ -26,7 +26,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from harness.case.ir import Program, apply_view
+from harness.case import ops
+from harness.case.ir import Program
 
 #: Trace statuses set by the harness rather than the target.
 CRASH, TIMEOUT = "crash", "timeout"
@@ -206,14 +207,9 @@ class Verdict:
 
 
 def snapshots(program: Program) -> list[SnapshotInfo]:
-    out = []
     params = [t.name for t in program.tensors if t.trainable]
-    for i, op in enumerate(program.ops):
-        if op["op"] == "snapshot":
-            out.append(SnapshotInfo(op["name"], i, op["of"], op["method"]))
-        elif op["op"] == "module_clone":
-            out.extend(SnapshotInfo(f"{op['name']}.{p}", i, p, "module_clone") for p in params)
-    return out
+    return [SnapshotInfo(b.name, i, b.source, b.method)
+            for i, op in enumerate(program.ops) for b in ops.bindings(op, params)]
 
 
 def same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -234,13 +230,13 @@ def _view(method: str, obs: Observation | None) -> np.ndarray | None:
     if obs is None or obs.value is None:
         return None
     try:
-        return apply_view(method, obs.value)
+        return ops.apply_view(method, obs.value)
     except (ValueError, IndexError):
         return None
 
 
 def writes_into(op: Mapping[str, Any], name: str) -> bool:
-    return op["op"] in ("write", "fill", "scale") and op["target"] == name
+    return ops.written(op) == name
 
 
 def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verdict:

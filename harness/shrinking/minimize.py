@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from harness.case.ir import CaseError, Program, TensorDecl, check_program, snapshot_shape
+from harness.case import ops
+from harness.case.ir import CaseError, Program, TensorDecl, check_program
 
 #: Given candidate programs, which of them still show the signature (same order).
 Predicate = Callable[[Sequence[Program]], list[bool]]
@@ -50,15 +51,11 @@ def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]]) -> P
 
 
 def _bound_by(op: Mapping[str, Any], params: Sequence[str]) -> set[str]:
-    if op["op"] == "snapshot":
-        return {op["name"]}
-    if op["op"] == "module_clone":
-        return {f"{op['name']}.{p}" for p in params}
-    return set()
+    return {b.name for b in ops.bindings(op, params)}
 
 
 def _uses(op: Mapping[str, Any]) -> set[str]:
-    return {op[k] for k in ("of", "target") if k in op}
+    return set(ops.reads(op))
 
 
 def without_ops(program: Program, drop: set[int]) -> Program | None:
@@ -88,23 +85,11 @@ def without_tensor(program: Program, name: str) -> Program | None:
         if _uses(op) & gone:
             gone |= _bound_by(op, params)
             continue
-        if op["op"] == "module_clone":
-            gone.add(f"{op['name']}.{name}")  # the clone no longer holds the removed param
+        # a module clone no longer holds the removed param
+        gone.update(f"{op[f.name]}.{name}" for f in ops.spec(op).of_kind("prefix"))
         kept.append(op)
     p = _valid(tensors, kept)
     return replace(p, title=program.title, meta=program.meta) if p else None
-
-
-def _shape_after(program: Program) -> Iterator[tuple[int, Mapping[str, Any], dict[str, tuple[int, ...]]]]:
-    shapes = {t.name: t.shape for t in program.tensors}
-    params = [t.name for t in program.tensors if t.trainable]
-    for i, op in enumerate(program.ops):
-        yield i, op, shapes
-        if op["op"] == "snapshot":
-            shapes[op["name"]] = snapshot_shape(op["method"], shapes[op["of"]])
-        elif op["op"] == "module_clone":
-            for p in params:
-                shapes[f"{op['name']}.{p}"] = shapes[p]
 
 
 def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program | None:
@@ -116,22 +101,35 @@ def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program |
     tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t
                     for t in program.tensors)
     new = replace(program, tensors=tensors)
-    ops = []
-    for i, op, shapes in _shape_after(new):
-        if op["op"] == "write":
-            tshape = shapes[op["target"]]
-            op = dict(op)
-            if op["index"] is not None:
-                op["index"] = min(op["index"], tshape[0] - 1)
-                want = math.prod(tshape[1:])
-            else:
-                want = math.prod(tshape)
-            op["value"] = (list(op["value"]) * want)[:want]
-        elif op["op"] == "snapshot" and op["method"] == "transpose" and len(shapes[op["of"]]) < 2:
+    out = []
+    for i, op, shapes in ops.walk(new.tensors, new.ops):
+        op = _reshaped_op(op, shapes)
+        if op is None:
             return None
-        ops.append(op)
-    p = _valid(tensors, ops)
+        out.append(op)
+    p = _valid(tensors, out)
     return replace(p, title=program.title, meta=program.meta) if p else None
+
+
+def _reshaped_op(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Mapping[str, Any] | None:
+    """``op`` adapted to the shapes its names now have: a written row index clamped, written
+    values cut or repeated to fit; None when a snapshot method no longer applies."""
+    spec = ops.spec(op)
+    method = ops.snapshot_method(op)
+    if method is not None and len(shapes[op[spec.of_kind("name")[0].name]]) < method.min_rank:
+        return None
+    values = spec.of_kind("values")
+    if not values:
+        return op
+    tshape = shapes[op[spec.of_kind("name")[0].name]]
+    out = dict(op)
+    rows = spec.of_kind("row")
+    want = math.prod(tshape)
+    if rows and out[rows[0].name] is not None:
+        out[rows[0].name] = min(out[rows[0].name], tshape[0] - 1)
+        want = math.prod(tshape[1:])
+    out[values[0].name] = (list(out[values[0].name]) * want)[:want]
+    return out
 
 
 def _smaller_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -181,8 +179,8 @@ def simplifications(program: Program) -> Iterator[Program]:
     # ``s1 = detach(s0); s2 = clone(s1)`` collapse, and the op removals can then drop the links.
     source = _snapshot_sources(program)
     for i, op in enumerate(program.ops):
-        for key in ("of", "target"):
-            if key in op and op[key] in source:
+        for key in (f.name for f in ops.spec(op).of_kind("name")):
+            if op[key] in source:
                 p = _valid(program.tensors, program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1:])
                 if p is not None:
                     yield replace(p, title=program.title, meta=program.meta)
@@ -193,35 +191,23 @@ def simplifications(program: Program) -> Iterator[Program]:
                 yield replace(p, title=program.title, meta=program.meta)
 
 
-_OPTIMIZER_ORDER = ("sgd", "sgd_momentum", "adam", "adamw")
-_DEVICE_ORDER = ("home", "cpu", "alt")
-
-
 def _simpler_op(op: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    kind = op["op"]
-    if kind == "step":
-        rank = _OPTIMIZER_ORDER.index(op["optimizer"])
-        for simpler in _OPTIMIZER_ORDER[:rank]:
-            yield {**op, "optimizer": simpler, "momentum": 0.9 if simpler == "sgd_momentum" else 0.0,
-                   "weight_decay": 0.01 if simpler == "adamw" else 0.0}
-        if op["lr"] != 1.0 and op["lr"] > 0.5:
-            yield {**op, "lr": 1.0}
-    elif kind == "write":
-        for vals in _simpler_values(tuple(op["value"])):
-            yield {**op, "value": list(vals)}
-        if op["index"] is not None and op["index"] > 0:
-            yield {**op, "index": 0}
-    elif kind == "fill" and op["value"] not in (0.0, 1.0):
-        yield {**op, "value": 1.0}
-        yield {**op, "value": 0.0}
-    elif kind == "scale" and op["factor"] not in (0.0, 2.0):
-        yield {**op, "factor": 2.0}
-    elif kind == "move":
-        rank = _DEVICE_ORDER.index(op["device"])
-        for simpler in _DEVICE_ORDER[:rank]:
-            yield {**op, "device": simpler}
-        if op["method"] == "fork":
-            yield {**op, "method": "to"}
+    """The op with one field simplified, field by field in the op table's order (see the table
+    in ``harness.case.ops`` for what each field kind allows)."""
+    for f in ops.spec(op).fields:
+        value = op[f.name]
+        if f.kind == "choice" and f.ordered:
+            candidates = f.choices[:f.choices.index(value)]
+        elif f.kind == "number":
+            candidates = f.shrink(value)
+        elif f.kind == "values":
+            candidates = [list(v) for v in _simpler_values(tuple(value))]
+        elif f.kind == "row":
+            candidates = [0] if value is not None and value > 0 else []
+        else:
+            candidates = []
+        for simpler in candidates:
+            yield ops.with_field(op, f.name, simpler)
 
 
 def canonical_names(program: Program) -> Program:
@@ -238,33 +224,27 @@ def canonical_names(program: Program) -> Program:
     for t in program.tensors:
         mapping[t.name] = fresh(prefix_of[t.kind])
     params = [t.name for t in program.tensors if t.trainable]
-    ops = []
+    renamed = []
     for op in program.ops:
+        spec = ops.spec(op)
         op = dict(op)
-        for key in ("of", "target"):
-            if key in op:
-                op[key] = mapping[op[key]]
-        if op["op"] == "snapshot":
-            mapping[op["name"]] = op["name"] = fresh("s")
-        elif op["op"] == "module_clone":
-            old = op["name"]
-            op["name"] = fresh("m")
+        for f in spec.of_kind("name"):
+            op[f.name] = mapping[op[f.name]]
+        for f in spec.of_kind("new"):
+            mapping[op[f.name]] = op[f.name] = fresh("s")
+        for f in spec.of_kind("prefix"):
+            old = op[f.name]
+            op[f.name] = fresh("m")
             for p in params:
-                mapping[f"{old}.{p}"] = f"{op['name']}.{mapping[p]}"
-        ops.append(op)
+                mapping[f"{old}.{p}"] = f"{op[f.name]}.{mapping[p]}"
+        renamed.append(op)
     tensors = tuple(replace(t, name=mapping[t.name]) for t in program.tensors)
-    return Program(tensors, check_program(tensors, ops), program.title, program.meta)
+    return Program(tensors, check_program(tensors, renamed), program.title, program.meta)
 
 
 def _snapshot_sources(program: Program) -> dict[str, str]:
     params = [t.name for t in program.tensors if t.trainable]
-    out = {}
-    for op in program.ops:
-        if op["op"] == "snapshot":
-            out[op["name"]] = op["of"]
-        elif op["op"] == "module_clone":
-            out.update({f"{op['name']}.{p}": p for p in params})
-    return out
+    return {b.name: b.source for op in program.ops for b in ops.bindings(op, params)}
 
 
 def _reference_depth(program: Program) -> int:
@@ -277,26 +257,7 @@ def _reference_depth(program: Program) -> int:
             name, n = source[name], n + 1
         return n
 
-    return sum(depth(op[k]) for op in program.ops for k in ("of", "target") if k in op)
-
-
-def _value_cost(xs: Iterable[float]) -> float:
-    return sum(0.0 if x == 0 else 1.0 if x == 1 else 2.0 + abs(x) for x in xs)
-
-
-def _op_cost(op: Mapping[str, Any]) -> float:
-    kind = op["op"]
-    if kind == "step":
-        return _OPTIMIZER_ORDER.index(op["optimizer"]) + (op["lr"] != 1.0)
-    if kind == "write":
-        return _value_cost(op["value"]) + (op["index"] or 0)
-    if kind == "fill":
-        return _value_cost([op["value"]])
-    if kind == "scale":
-        return float(op["factor"] != 2.0)
-    if kind == "move":
-        return _DEVICE_ORDER.index(op["device"]) + (op["method"] == "fork")
-    return 0.0
+    return sum(depth(name) for op in program.ops for name in ops.reads(op))
 
 
 def cost(program: Program) -> tuple:
@@ -306,9 +267,9 @@ def cost(program: Program) -> tuple:
         len(program.ops),
         len(program.tensors),
         sum(t.numel for t in program.tensors),
-        sum(_value_cost(t.value or ()) + (0 if t.grad is None else 1 + _value_cost(t.grad))
+        sum(ops.value_cost(t.value or ()) + (0 if t.grad is None else 1 + ops.value_cost(t.grad))
             + (t.kind == "lazy" and t.init == "uniform") for t in program.tensors),
-        sum(_op_cost(op) for op in program.ops) + _reference_depth(program),
+        sum(ops.op_cost(op) for op in program.ops) + _reference_depth(program),
     )
 
 

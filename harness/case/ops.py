@@ -1,0 +1,323 @@
+"""The op table: every op and snapshot method of the case format, declared once.
+
+An op is a kind and an ordered list of fields. A field's ``kind`` says what the field is, and so
+how a case file's value is checked (``harness.case.ir``), how it travels on the wire (the protocol
+schema, ``harness.case.schema``; the Python driver, ``harness.targets.driver``), which names the
+op reads, binds or writes (traces, the oracle, the minimizer), and how the minimizer may simplify
+it (``harness.shrinking.minimize``):
+
+========  ===========================================================  ===========================
+kind      value                                                        the minimizer
+========  ===========================================================  ===========================
+name      a name bound earlier; ``writes``: the op changes its values  renames only
+new       a new identifier the op binds (a snapshot)                   renames only
+prefix    binds ``<prefix>.<p>`` for every trainable tensor ``p``      renames only
+number    a finite float32 (``positive``: > 0)                         tries ``shrink(x)``
+choice    one of ``choices`` (``ordered``: simplest first)            tries the earlier choices
+row       ``None`` (the whole tensor) or a first-dimension index       tries row 0
+values    row-major floats shaped like the ``name`` field's row/whole  smaller, rounder values
+betas     two numbers in [0, 1)                                        leaves them
+========  ===========================================================  ===========================
+
+Invariants, which ``tests/test_op_table.py`` checks:
+
+- an op's fields are listed in canonical order (the order of its canonical dict and of the
+  fields a written case file shows); ``op`` itself is not a field;
+- a field with a ``Derived`` default is computed from the op's other fields when absent, and
+  recomputed when the minimizer simplifies a field it depends on;
+- every op has at most one ``name`` field with ``writes``, one ``row`` and one ``values`` field;
+- the schema file, the Rust protocol's enums and every probe's handshake name exactly these ops
+  and methods.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+FIELD_KINDS = ("name", "new", "prefix", "number", "choice", "row", "values", "betas")
+
+#: The marker of a field without a default: a case must give it.
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A default computed from another field of the op (``step``'s momentum from its optimizer):
+    filled in when absent, and recomputed when the minimizer changes ``depends_on``."""
+
+    depends_on: str
+    compute: Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()  # ``choice``: the values, simplest first when ``ordered``
+    ordered: bool = True  # ``choice``: the minimizer may replace a choice by an earlier one
+    writes: bool = False  # ``name``: the op changes the named tensor's values
+    roles: tuple[str, ...] = ()  # ``name``: the roles it accepts (empty: any bound name)
+    positive: bool = False  # ``number``: strictly positive
+    wide: bool = False  # ``number``/``betas``: f64 in the probes (optimizer hyper-parameters), else f32
+    shrink: Callable[[float], tuple[float, ...]] = lambda x: ()  # ``number``: simpler values
+    cost: Callable[[Any], float] = lambda x: 0.0  # ``number``: how far from the simplest
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op kind. ``label`` names the op in findings (``step:adam``); ``signature_class`` is
+    the coarser kind verdict and identity signatures use, because which write or which optimizer
+    moved a source rarely changes *whether* a snapshot follows it."""
+
+    kind: str
+    fields: tuple[Field, ...]
+    doc: str
+    label: Callable[[Mapping[str, Any]], str] | None = None
+    signature_class: Callable[[Mapping[str, Any]], str] | None = None
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def of_kind(self, kind: str) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if f.kind == kind)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One snapshot method. ``shape`` and ``view`` say what the snapshot shows of its source if
+    it shares the source's storage (``view`` acts on a numpy array); ``min_rank`` and
+    ``sources`` restrict what it may be taken of (roles: param, buffer, lazy, snapshot)."""
+
+    name: str
+    doc: str
+    shape: Callable[[tuple[int, ...]], tuple[int, ...]] = lambda s: s
+    view: Callable[[Any], Any] = lambda a: a
+    min_rank: int = 1
+    sources: tuple[str, ...] = ("param", "buffer", "lazy", "snapshot")
+
+
+TENSOR_KINDS = ("param", "buffer", "lazy")
+LAZY_INITS = ("const", "uniform")
+OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
+DEVICE_ROLES = ("home", "cpu", "alt")
+MOVE_METHODS = ("to", "fork")
+
+METHOD_TABLE: tuple[MethodSpec, ...] = (
+    MethodSpec("alias", "the same tensor under a second name"),
+    MethodSpec("clone", "the framework's clone()"),
+    MethodSpec("detach", "detach(): no autograd history"),
+    MethodSpec("copy", "an explicit copy (candle copy(), torch clone().detach())"),
+    MethodSpec("mul1", "the tensor times 1: a new result"),
+    MethodSpec("to_home", "to() the device it is already on"),
+    MethodSpec("to_cpu", "to() the CPU"),
+    MethodSpec("contiguous", "contiguous()"),
+    MethodSpec("reshape", "reshape to one dimension", shape=lambda s: (math.prod(s),),
+               view=lambda a: a.reshape(-1)),
+    MethodSpec("view_row", "the first row as a view", shape=lambda s: (1,) + s[1:], view=lambda a: a[0:1]),
+    MethodSpec("transpose", "the last two dimensions swapped", shape=lambda s: s[:-2] + (s[-1], s[-2]),
+               view=lambda a: a.swapaxes(-1, -2), min_rank=2),
+    MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy")),
+    MethodSpec("deepcopy", "a deep copy of the tensor"),
+    MethodSpec("to_host", "read to the host and made a tensor again"),
+    MethodSpec("save_load", "saved to a file and loaded back"),
+)
+METHODS_BY_NAME: dict[str, MethodSpec] = {m.name: m for m in METHOD_TABLE}
+METHODS = tuple(METHODS_BY_NAME)
+
+
+def snapshot_shape(method: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of a snapshot made with ``method`` of a tensor of ``shape`` (``method`` may
+    also be an op that binds a whole copy, ``module_clone``: the same shape)."""
+    m = METHODS_BY_NAME.get(method)
+    return m.shape(shape) if m else shape
+
+
+def apply_view(method: str, array):
+    """The value a snapshot made with ``method`` shows of ``array`` if it shares its storage."""
+    m = METHODS_BY_NAME.get(method)
+    return m.view(array) if m else array
+
+
+def value_cost(xs: Sequence[float]) -> float:
+    """How far values are from the simplest ones: 0 costs nothing, 1 little, others more."""
+    return sum(0.0 if x == 0 else 1.0 if x == 1 else 2.0 + abs(x) for x in xs)
+
+
+def _write_label(op: Mapping[str, Any]) -> str:
+    return "write:whole" if op.get("index") is None else "write:row"
+
+
+def _move_label(op: Mapping[str, Any]) -> str:
+    return f"move:{op['method']}:{op['device']}"
+
+
+def _write_class(op: Mapping[str, Any]) -> str:
+    return "write"
+
+
+OP_TABLE: tuple[OpSpec, ...] = (
+    OpSpec("snapshot", (Field("name", "new"), Field("of", "name"), Field("method", "choice", choices=METHODS, ordered=False)),
+           "binds `name` to a snapshot of `of` made with `method`"),
+    OpSpec("write", (Field("target", "name", writes=True), Field("value", "values"), Field("index", "row", default=None)),
+           "writes `value` in place into row `index` of `target`, or into all of it",
+           label=_write_label, signature_class=_write_class),
+    OpSpec("fill", (Field("target", "name", writes=True),
+                    Field("value", "number", shrink=lambda x: () if x in (0.0, 1.0) else (1.0, 0.0),
+                          cost=lambda x: value_cost([x]))),
+           "fills `target` in place with `value`", signature_class=_write_class),
+    OpSpec("scale", (Field("target", "name", writes=True),
+                     Field("factor", "number", shrink=lambda x: () if x in (0.0, 2.0) else (2.0,),
+                           cost=lambda x: float(x != 2.0))),
+           "multiplies `target` in place by `factor`", signature_class=_write_class),
+    OpSpec("step", (
+        Field("optimizer", "choice", choices=OPTIMIZERS),
+        Field("lr", "number", positive=True, wide=True, shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
+              cost=lambda x: float(x != 1.0)),
+        Field("momentum", "number", wide=True, default=Derived("optimizer", lambda op: 0.9 if op["optimizer"] == "sgd_momentum" else 0.0)),
+        Field("betas", "betas", default=[0.9, 0.999], wide=True),
+        Field("eps", "number", default=1e-8, positive=True, wide=True),
+        Field("weight_decay", "number", wide=True, default=Derived("optimizer", lambda op: 0.01 if op["optimizer"] == "adamw" else 0.0)),
+    ), "one optimizer step over every trainable tensor, with each tensor's `grad`",
+        label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step"),
+    OpSpec("move", (Field("target", "name", roles=("param", "lazy")), Field("device", "choice", choices=DEVICE_ROLES),
+                    Field("method", "choice", default="to", choices=MOVE_METHODS)),
+           "moves the model's param `target` to `device` (`to`: to_device; `fork`: burn's fork)",
+           label=_move_label, signature_class=_move_label),
+    OpSpec("module_clone", (Field("name", "prefix"),),
+           "clones the whole model: binds `<name>.<p>` for every trainable tensor p"),
+    OpSpec("valid", (), "puts the model in evaluation mode (burn: valid())"),
+    OpSpec("train", (), "puts the model back in training mode"),
+    OpSpec("no_grad", (), "marks the model's params as not requiring grad"),
+    OpSpec("freeze", (), "freezes the model (burn: no_grad on the module)"),
+    OpSpec("read", (Field("target", "name"),), "reads `target` (forces a lazy param's initialisation)"),
+)
+OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
+OP_KINDS = tuple(OPS)
+#: Ops that change a named tensor's values in place (``write``-class in signatures).
+WRITE_OPS = tuple(spec.kind for spec in OP_TABLE if any(f.writes for f in spec.fields))
+
+
+# ------------------------------------------------------------------------------------------------
+# What an op does with names. ``op`` is in canonical form (every field present).
+
+
+def spec(op: Mapping[str, Any]) -> OpSpec:
+    return OPS[op["op"]]
+
+
+def reads(op: Mapping[str, Any]) -> tuple[str, ...]:
+    """The names ``op`` needs bound before it runs (what the Rust driver's ``Op::uses`` lists)."""
+    return tuple(op[f.name] for f in spec(op).fields if f.kind == "name")
+
+
+def written(op: Mapping[str, Any]) -> str | None:
+    """The name whose values ``op`` changes in place, if it is a write-like op."""
+    for f in spec(op).fields:
+        if f.writes:
+            return op[f.name]
+    return None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A name an op binds, the name it was made from, and how (a snapshot method or the op)."""
+
+    name: str
+    source: str
+    method: str
+
+
+def bindings(op: Mapping[str, Any], params: Sequence[str]) -> tuple[Binding, ...]:
+    """The names ``op`` binds, in binding order; ``params`` are the program's trainable tensors."""
+    out: list[Binding] = []
+    s = spec(op)
+    for f in s.fields:
+        if f.kind == "new":
+            source = next(op[g.name] for g in s.fields if g.kind == "name")
+            out.append(Binding(op[f.name], source, op.get("method", s.kind)))
+        elif f.kind == "prefix":
+            out.extend(Binding(f"{op[f.name]}.{p}", p, s.kind) for p in params)
+    return tuple(out)
+
+
+def bound_shape(b: Binding, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape of what ``op`` binds as ``b``, given the shapes bound so far."""
+    return snapshot_shape(b.method, shapes[b.source])
+
+
+def walk(tensors, ops: Sequence[Mapping[str, Any]]):
+    """Yields ``(i, op, shapes)`` for every op, ``shapes`` being every name bound before op ``i``
+    and its shape (one dict, updated in place after each yield)."""
+    shapes = {t.name: t.shape for t in tensors}
+    params = [t.name for t in tensors if t.trainable]
+    for i, op in enumerate(ops):
+        yield i, op, shapes
+        for b in bindings(op, params):
+            shapes[b.name] = bound_shape(b, shapes)
+
+
+def snapshot_method(op: Mapping[str, Any]) -> MethodSpec | None:
+    """The snapshot method ``op`` uses, if it takes one."""
+    for f in spec(op).fields:
+        if f.kind == "choice" and f.choices is METHODS:
+            return METHODS_BY_NAME.get(op[f.name])
+    return None
+
+
+def label(op: Mapping[str, Any]) -> str:
+    """The op as findings name it: its kind with its salient field (``step:adam``, ``write:row``)."""
+    s = spec(op)
+    return s.label(op) if s.label else s.kind
+
+
+def signature_class(op: Mapping[str, Any]) -> str:
+    """The coarse op kind verdict and identity signatures use (see ``OpSpec``)."""
+    s = spec(op)
+    return s.signature_class(op) if s.signature_class else s.kind
+
+
+def defaults(kind: str, op: Mapping[str, Any]) -> dict[str, Any]:
+    """The optional fields of an op of ``kind`` with the values loading fills in, ``Derived``
+    ones computed from ``op`` (which must hold the fields they depend on)."""
+    out = {}
+    for f in OPS[kind].fields:
+        if f.required:
+            continue
+        out[f.name] = f.default.compute(op) if isinstance(f.default, Derived) else f.default
+    return out
+
+
+def with_field(op: Mapping[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``op`` with field ``name`` set to ``value`` and its derived fields recomputed."""
+    out = {**op, name: value}
+    for f in spec(op).fields:
+        if isinstance(f.default, Derived) and f.default.depends_on == name:
+            out[f.name] = f.default.compute(out)
+    return out
+
+
+def field_cost(f: Field, value: Any) -> float:
+    """How far a field's value is from its simplest: the minimizer's ordering of equal cases."""
+    if f.kind == "choice":
+        return float(f.choices.index(value)) if f.ordered else 0.0
+    if f.kind == "row":
+        return float(value or 0)
+    if f.kind == "values":
+        return value_cost(value)
+    if f.kind == "number":
+        return f.cost(value)
+    return 0.0
+
+
+def op_cost(op: Mapping[str, Any]) -> float:
+    return sum(field_cost(f, op[f.name]) for f in spec(op).fields)
