@@ -11,7 +11,7 @@ FULL   ?= 0
 CUDA   ?= 0
 BUDGET ?= 2m
 
-.PHONY: all fuzz latest test probes venv bench clean distclean
+.PHONY: all fuzz latest test probes venv bench schema clean distclean
 
 all: test
 
@@ -58,6 +58,10 @@ latest:
 test: probes
 	$(PY) -m harness.build --cargo-test
 	$(PY) -m pytest -q
+
+# The probe protocol's JSON Schema is generated from the op table (harness/case/ops.py).
+schema: $(STAMP)
+	$(PY) -m harness.case.schema --write
 
 bench: probes
 	$(VENV)/bin/aliasfuzz bench

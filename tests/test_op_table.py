@@ -1,0 +1,102 @@
+"""The op table (``harness/case/ops.py``) is the one definition of every op and snapshot method:
+its invariants hold, and the protocol schema file, the generators and every probe's handshake
+agree with it. (The Rust protocol crate's own test checks its enums against the schema file, so
+schema == table here and enums == schema there close the loop.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import jsonschema
+import pytest
+
+from generators.programs import DRAWERS, PROFILES
+from harness.case import ops, schema
+from harness.case.ir import load_case
+from harness.targets import registry
+from tests.conftest import CASES
+
+
+def test_the_schema_file_is_generated_from_the_table():
+    assert schema.SCHEMA_PATH.read_text() == schema.schema_text(), "stale schema: run `make schema`"
+    jsonschema.Draft202012Validator.check_schema(json.loads(schema.SCHEMA_PATH.read_text()))
+
+
+def test_the_schema_names_every_op_and_method_of_the_table():
+    defs = schema.protocol_schema()["$defs"]
+    assert defs["op_name"]["enum"] == list(ops.OP_KINDS)
+    assert defs["method"]["enum"] == list(ops.METHODS)
+    kinds = [branch["properties"]["op"].get("const") for branch in defs["op"]["oneOf"]]
+    assert kinds[:-1] == list(ops.OP_KINDS) and kinds[-1] is None  # the last: unknown ops
+
+
+@pytest.mark.parametrize("spec", ops.OP_TABLE, ids=lambda s: s.kind)
+def test_op_table_invariants(spec):
+    assert all(f.kind in ops.FIELD_KINDS for f in spec.fields)
+    names = [f.name for f in spec.fields]
+    assert len(set(names)) == len(names) and "op" not in names
+    required = [f.required for f in spec.fields]
+    assert required == sorted(required, reverse=True), "required fields come first (canonical order)"
+    assert sum(f.writes for f in spec.fields) <= 1
+    assert len(spec.of_kind("row")) <= 1 and len(spec.of_kind("values")) <= 1
+    if spec.of_kind("row") or spec.of_kind("values") or spec.of_kind("new"):
+        assert spec.of_kind("name"), "rows, values and snapshots are of a named tensor"
+    for f in spec.fields:
+        if f.kind == "choice":
+            assert f.choices and len(set(f.choices)) == len(f.choices)
+        if isinstance(f.default, ops.Derived):
+            assert f.default.depends_on in names[:names.index(f.name)]
+        if f.writes or f.roles:
+            assert f.kind == "name"
+    assert spec.doc
+
+
+def test_every_op_can_be_drawn_by_every_profile():
+    for kind in ops.OP_KINDS:
+        assert kind in DRAWERS or not ops.OPS[kind].fields, f"no drawer for {kind}"
+    for profile in PROFILES.values():
+        assert {k for k, _ in profile.weights} == set(ops.OP_KINDS), profile.name
+
+
+def test_bundled_cases_are_valid_wire_programs():
+    validator = jsonschema.Draft202012Validator(schema.protocol_schema())
+    for path in sorted(CASES.glob("*.toml")):
+        request = {"type": "run", "id": 1, "device": "cpu", "program": load_case(path).to_wire()}
+        errors = [e.message for e in validator.iter_errors(request)]
+        assert not errors, f"{path.name}: {errors[:1]}"
+
+
+def test_simplified_ops_stay_valid_and_get_cheaper():
+    from harness.shrinking.minimize import _simpler_op
+
+    step = {"op": "step", "optimizer": "adamw", "lr": 2.0, "momentum": 0.0, "betas": [0.9, 0.999],
+            "eps": 1e-8, "weight_decay": 0.01}
+    simpler = list(_simpler_op(step))
+    assert [s["optimizer"] for s in simpler[:3]] == ["sgd", "sgd_momentum", "adam"]
+    assert simpler[1]["momentum"] == 0.9 and simpler[0]["weight_decay"] == 0.0  # derived again
+    assert simpler[3] == {**step, "lr": 1.0}
+    assert all(ops.op_cost(s) < ops.op_cost(step) for s in simpler)
+    move = {"op": "move", "target": "p0", "device": "alt", "method": "fork"}
+    assert list(_simpler_op(move)) == [{**move, "device": "home"}, {**move, "device": "cpu"},
+                                       {**move, "method": "to"}]
+    snap = {"op": "snapshot", "name": "s0", "of": "p0", "method": "save_load"}
+    assert list(_simpler_op(snap)) == []  # methods are not ordered by simplicity
+
+
+def _hello(plugin) -> dict:
+    proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": 1}) + "\n",
+                          capture_output=True, text=True, cwd=plugin.CWD, timeout=120)
+    assert proc.stdout, f"{plugin.FRAMEWORK}: no hello ({proc.stderr[-500:]})"
+    return json.loads(proc.stdout.splitlines()[0])
+
+
+@pytest.mark.parametrize("plugin", registry.PLUGINS, ids=lambda p: p.FRAMEWORK)
+def test_every_probe_handshake_agrees_with_the_table(plugin):
+    hello = _hello(plugin)
+    jsonschema.Draft202012Validator(schema.protocol_schema()).validate(hello)
+    # Each probe lists the ops it interprets, in the table's order; burn and torch interpret all.
+    assert hello["ops"] == [k for k in ops.OP_KINDS if k in hello["ops"]]
+    assert hello["methods"] == [m for m in ops.METHODS if m in hello["methods"]]
+    if plugin.FRAMEWORK in ("torch", "burn"):
+        assert hello["ops"] == list(ops.OP_KINDS)
