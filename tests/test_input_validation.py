@@ -485,7 +485,7 @@ def test_check_program_refuses_a_name_ending_in_a_newline():
 
 
 def test_name_pattern_is_matched_whole():
-    from harness.case.ir import NAME_RE, is_identifier
+    from harness.case.op_checks import NAME_RE, is_identifier
 
     assert is_identifier("p0") and not is_identifier("p0\n") and not is_identifier("m.p0")
     assert NAME_RE.fullmatch("m0.p0") and not NAME_RE.fullmatch("m0.p0\n")

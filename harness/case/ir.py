@@ -15,7 +15,6 @@ case. Every refusal is a ``CaseError``, one line naming the file and the field.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -24,25 +23,16 @@ import tomli_w
 
 from harness.case import ops
 from harness.case import values as cv
+from harness.case.op_checks import Scope, check_op, is_identifier
 from harness.errors import InputError
 
 FORMAT = "aliasfuzz-case/1"
 
-from harness.case.ops import LAZY_INITS, OP_KINDS, TENSOR_KINDS
+from harness.case.ops import LAZY_INITS, TENSOR_KINDS
 
 #: Largest tensor a case may declare: aliasing needs a few elements, and a huge lazy shape would
 #: make a probe's allocation abort the process rather than fail one op.
 MAX_NUMEL = 4096
-
-#: A name: an identifier, or ``<prefix>.<param>`` for what ``module_clone`` binds. Always matched
-#: with ``fullmatch``: ``$`` would also match before a final newline, and ``"p0\n"`` would pass.
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
-
-
-def is_identifier(name: Any) -> bool:
-    """A name a case may bind itself (a tensor or snapshot): letters, digits, '_', no dot."""
-    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and "." not in name
-
 
 class CaseError(InputError, ValueError):
     """A malformed case. ``str()`` is the one-line message users see: file, location, field."""
@@ -139,15 +129,6 @@ def _nest(flat: Sequence[float], shape: Sequence[int]) -> Any:
         return list(flat)
     step = math.prod(shape[1:])
     return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
-
-
-class _Scope:
-    """Names bound while walking the ops: name -> (shape, role) with role in TENSOR_KINDS or
-    'snapshot'."""
-
-    def __init__(self, tensors: Sequence[TensorDecl]):
-        self.bound: dict[str, tuple[tuple[int, ...], str]] = {t.name: (t.shape, t.kind) for t in tensors}
-        self.params = [t.name for t in tensors if t.trainable]
 
 
 def _shape_ok(shape: Any) -> bool:
@@ -247,137 +228,10 @@ def _check_decl(t: Any, seen: set[str], err) -> None:
         cv.flat_values(t.grad, t.numel, f"{where}.grad", err)
 
 
-def check_op(raw: Mapping[str, Any], i: int, scope: _Scope, err) -> dict[str, Any]:
-    """Validates one op against the op table and the names bound so far and returns its canonical
-    form (every field of the table, in its order); updates ``scope`` with the names it binds."""
-    where = f"ops[{i}]"
-    if not isinstance(raw, Mapping):
-        raise err(where, "expected a table")
-    kind = raw.get("op")
-    if not isinstance(kind, str) or kind not in ops.OPS:  # a list is unhashable: test str first
-        raise err(f"{where}.op", f"unknown op {cv.brief(kind)} (known: {', '.join(OP_KINDS)})")
-    spec = ops.OPS[kind]
-    known = {f.name for f in spec.fields}
-    for key in raw:
-        if key != "op" and key not in known:
-            raise err(f"{where}.{key}", f"unknown field for op {kind!r}")
-    required = [f.name for f in spec.fields if f.required]
-    for key in required:
-        if key not in raw:
-            raise err(f"{where}.{key}", f"missing (op {kind!r} needs {', '.join(required)})")
-    op: dict[str, Any] = {"op": kind}
-    for f in spec.fields:
-        op[f.name] = raw[f.name] if f.name in raw else None if isinstance(f.default, ops.Derived) else f.default
-    for f in spec.fields:  # derived defaults need their field checked first: a second pass
-        if isinstance(f.default, ops.Derived) and op[f.name] is None:
-            op[f.name] = f.default.compute(op)
-    check = _FieldCheck(op, where, scope, err)
-    # Reads before binds: a snapshot of itself is "no tensor named", never "already bound".
-    for f in sorted(spec.fields, key=lambda f: f.kind in ("new", "prefix")):
-        op[f.name] = getattr(check, f.kind)(f)
-    return op
-
-
-class _FieldCheck:
-    """One method per field kind of the op table: checks ``op[field]`` and returns its canonical
-    value. ``values`` and ``row`` fields are checked against the op's ``name`` field."""
-
-    def __init__(self, op: dict[str, Any], where: str, scope: _Scope, err):
-        self.op, self.where, self.scope, self.err = op, where, scope, err
-        self.kind = op["op"]
-
-    def _fail(self, f: ops.Field, message: str) -> CaseError:
-        return self.err(f"{self.where}.{f.name}", message)
-
-    def _target_shape(self) -> tuple[int, ...]:
-        target = ops.OPS[self.kind].of_kind("name")[0]
-        return self.scope.bound[self.op[target.name]][0]
-
-    def name(self, f: ops.Field) -> str:
-        name = self.op[f.name]
-        if not isinstance(name, str) or name not in self.scope.bound:
-            raise self._fail(f, f"no tensor named {cv.brief(name)} at this point")
-        role = self.scope.bound[name][1]
-        if f.roles and role not in f.roles:
-            raise self._fail(f, f"{self.kind} takes a {f.roles[0]}, {name!r} is a {role}")
-        return name
-
-    def _new(self, f: ops.Field, name: Any) -> str:
-        if not is_identifier(name):
-            raise self._fail(f, f"{cv.brief(name)} is not a valid name (letters, digits, '_')")
-        if name in self.scope.bound:
-            raise self._fail(f, f"name {name!r} is already bound")
-        return name
-
-    def new(self, f: ops.Field) -> str:
-        name = self._new(f, self.op[f.name])
-        for b in ops.bindings(self.op, self.scope.params):
-            self.scope.bound[b.name] = (ops.bound_shape(b, self.shapes()), "snapshot")
-        return name
-
-    def prefix(self, f: ops.Field) -> str:
-        prefix = self._new(f, self.op[f.name])
-        for b in ops.bindings(self.op, self.scope.params):
-            if b.name in self.scope.bound:
-                raise self._fail(f, f"name {b.name!r} is already bound")
-            self.scope.bound[b.name] = (self.scope.bound[b.source][0], "snapshot")
-        return prefix
-
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: shape for name, (shape, _) in self.scope.bound.items()}
-
-    def number(self, f: ops.Field) -> float:
-        x = cv.f32(self.op[f.name], f"{self.where}.{f.name}", self.err)
-        if f.positive and x <= 0:
-            raise self._fail(f, f"must be positive, got {x!r}")
-        return x
-
-    def choice(self, f: ops.Field) -> str:
-        value = self.op[f.name]
-        if not isinstance(value, str) or value not in f.choices:
-            raise self._fail(f, f"unknown {f.name} {cv.brief(value)} (known: {', '.join(f.choices)})")
-        method = ops.snapshot_method(self.op) if f.choices is ops.METHODS else None
-        if method is not None:
-            source = ops.OPS[self.kind].of_kind("name")[0]
-            shape, role = self.scope.bound[self.op[source.name]]
-            if len(shape) < method.min_rank:
-                raise self._fail(f, f"{value} needs a tensor of rank {method.min_rank} or more")
-            if role not in method.sources:
-                raise self._fail(f, f"{value} reads a {' or '.join(method.sources)}, not a {role}")
-        return value
-
-    def row(self, f: ops.Field) -> int | None:
-        index, rows = self.op[f.name], self._target_shape()[0]
-        if index is not None and (not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < rows):
-            raise self._fail(f, f"must be an integer in 0..{rows - 1}, got {cv.brief(index)}")
-        return index
-
-    def values(self, f: ops.Field) -> list[float]:
-        shape = self._target_shape()
-        rows = ops.OPS[self.kind].of_kind("row")
-        if rows and self.row(rows[0]) is not None:
-            shape = shape[1:]
-        got, flat = cv.flatten(self.op[f.name], f"{self.where}.{f.name}", self.err)
-        # Canonical form is flat (row-major), so a flat list of the right length is accepted too.
-        flat_ok = len(got) == 1 and got[0] == math.prod(shape)
-        if got != shape and not flat_ok:
-            raise self._fail(f, f"shape {list(got)} does not match the target's {list(shape) or 'scalar'}")
-        return list(flat)
-
-    def betas(self, f: ops.Field) -> list[float]:
-        betas = self.op[f.name]
-        if not isinstance(betas, list) or len(betas) != 2:
-            raise self._fail(f, "expected two numbers in [0, 1)")
-        out = [cv.f32(b, f"{self.where}.{f.name}[{j}]", self.err) for j, b in enumerate(betas)]
-        if not all(0 <= b < 1 for b in out):
-            raise self._fail(f, f"expected two numbers in [0, 1), got {out}")
-        return out
-
-
 def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err) -> tuple[dict[str, Any], ...]:
     if not isinstance(ops, (list, tuple)):
         raise err("ops", "expected an array of [[ops]] tables")
-    scope = _Scope(tensors)
+    scope = Scope(tensors)
     return tuple(cv.guarded(f"ops[{i}]", err, check_op, raw, i, scope, err) for i, raw in enumerate(ops))
 
 
