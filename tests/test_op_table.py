@@ -84,6 +84,13 @@ def test_simplified_ops_stay_valid_and_get_cheaper():
     assert list(_simpler_op(snap)) == []  # methods are not ordered by simplicity
 
 
+@pytest.mark.parametrize("doc", ["CASE_FORMAT.md", "SEMANTICS.md"])
+def test_the_docs_name_every_op_and_method(doc):
+    text = (schema.ROOT / "docs" / doc).read_text()
+    missing = [k for k in (*ops.OP_KINDS, *ops.METHODS) if f"`{k}`" not in text and f"`{k} {{" not in text]
+    assert not missing, f"docs/{doc} does not describe {missing}"
+
+
 def _hello(plugin) -> dict:
     proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": 1}) + "\n",
                           capture_output=True, text=True, cwd=plugin.CWD, timeout=120)
