@@ -6,10 +6,11 @@ dicts in *canonical form*: every field present, defaults filled in, values flatt
 That one form is what the generator produces, what the minimizer edits, what targets receive
 (``Program.to_wire``) and what ``dump_case`` writes back to TOML, so nothing is converted twice.
 
-Validation happens once, here (reading files and checking numbers in ``case_values``), for case
-files and for programs built in code alike: a case that loads is well-formed for every target, so
-probes only ever report ``unsupported`` or ``error`` for framework reasons, never for a malformed
-case. Every refusal is a ``CaseError``, one line naming the file and the field.
+Which ops exist and what their fields are is the op table's (``harness.case.ops``); one op is
+checked in ``harness.case.op_checks``. Validation happens once, here (reading files and checking
+numbers in ``harness.case.values``), for case files and for programs built in code alike: a case
+that loads is well-formed for every target, so probes only ever report ``unsupported`` or
+``error`` for framework reasons, never for a malformed case. Every refusal is a ``CaseError``, one line naming the file and the field.
 """
 
 from __future__ import annotations
