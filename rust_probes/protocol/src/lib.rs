@@ -13,21 +13,18 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
+use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Op names of the case format, version 1. A probe lists the subset it interprets in its hello.
-pub const ALL_OPS: &[&str] = &[
-    "snapshot", "write", "fill", "scale", "step", "move", "module_clone", "valid", "train",
-    "no_grad", "freeze", "read",
-];
+/// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
+/// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
+/// `enum_names_are_the_schema_names`). A probe lists the subset it interprets in its hello.
+pub const ALL_OPS: &[&str] = Op::VARIANTS;
 
-/// Snapshot methods of the case format, version 1.
-pub const ALL_METHODS: &[&str] = &[
-    "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
-    "view_row", "transpose", "state_dict", "deepcopy", "to_host", "save_load",
-];
+/// Snapshot methods of the case format, version 1: the serde names of [`Method`]'s variants.
+pub const ALL_METHODS: &[&str] = Method::VARIANTS;
 
 // ---------------------------------------------------------------------------------------------
 // Float encoding: JSON has no NaN or infinities, so non-finite values travel as strings.
@@ -85,8 +82,10 @@ fn de_opt_f32s<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<f32>>, D::E
 // ---------------------------------------------------------------------------------------------
 // Programs (the IR as the harness sends it; the TOML case file is the human form of the same).
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum TensorKind {
     /// Trainable: held by the framework's parameter container and updated by `step`.
     Param,
@@ -96,8 +95,10 @@ pub enum TensorKind {
     Lazy,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum LazyInit {
     /// Every element is `fill`.
     Const,
@@ -135,8 +136,10 @@ impl TensorSpec {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Method {
     Alias,
     Clone,
@@ -156,29 +159,16 @@ pub enum Method {
 }
 
 impl Method {
+    /// The method's case-format name (its serde name).
     pub fn as_str(&self) -> &'static str {
-        match self {
-            Method::Alias => "alias",
-            Method::Clone => "clone",
-            Method::Detach => "detach",
-            Method::Copy => "copy",
-            Method::Mul1 => "mul1",
-            Method::ToHome => "to_home",
-            Method::ToCpu => "to_cpu",
-            Method::Contiguous => "contiguous",
-            Method::Reshape => "reshape",
-            Method::ViewRow => "view_row",
-            Method::Transpose => "transpose",
-            Method::StateDict => "state_dict",
-            Method::Deepcopy => "deepcopy",
-            Method::ToHost => "to_host",
-            Method::SaveLoad => "save_load",
-        }
+        self.into()
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum OptimizerKind {
     Sgd,
     SgdMomentum,
@@ -186,8 +176,10 @@ pub enum OptimizerKind {
     Adamw,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum DeviceRole {
     /// The device the target runs on.
     Home,
@@ -197,16 +189,19 @@ pub enum DeviceRole {
     Alt,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum MoveMethod {
     To,
     Fork,
 }
 
 /// One op. The harness always sends every field (defaults already filled in).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, IntoStaticStr, VariantNames)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[strum(serialize_all = "snake_case")]
 pub enum Op {
     Snapshot { name: String, of: String, method: Method },
     /// `index`: first-dimension index (row); `None` writes the whole tensor. `value` is row-major.
@@ -408,7 +403,8 @@ pub trait Probe {
     fn open(&mut self, device: &str, program: &Program) -> Result<Self::S, String>;
 }
 
-fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+/// The message of a caught panic (`panic: <text>`), for an error outcome or observation note.
+pub fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panic: {s}")
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -576,5 +572,78 @@ mod tests {
         .unwrap();
         assert_eq!(program.ops.len(), 2);
         assert!(serde_json::from_value::<Op>(program.ops[1].clone()).is_err());
+    }
+
+    /// The `$defs.<key>.enum` list of the JSON schema.
+    fn schema_names(key: &str) -> Vec<String> {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../schema/protocol.schema.json")).unwrap();
+        let names = schema["$defs"][key]["enum"].as_array();
+        let names = names.unwrap_or_else(|| panic!("schema: no $defs.{key}.enum"));
+        names.iter().map(|n| n.as_str().unwrap().to_string()).collect()
+    }
+
+    /// A unit enum's serde names (each variant serialized with serde_json) are its derived
+    /// strum names (`VariantNames`, `IntoStaticStr`) and the schema's `$defs.<key>.enum`, in order.
+    fn check_unit_enum<E>(key: &str)
+    where
+        E: strum::IntoEnumIterator + VariantNames + Serialize + Copy + std::fmt::Debug,
+        &'static str: From<E>,
+    {
+        let serde_names: Vec<String> = E::iter()
+            .map(|v| {
+                let name = serde_json::to_value(v).unwrap();
+                assert_eq!(name, <&str>::from(v), "{v:?}: serde and strum names differ");
+                name.as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(serde_names, E::VARIANTS, "{key}: VariantNames");
+        assert_eq!(serde_names, schema_names(key), "{key}: the schema's names");
+    }
+
+    #[test]
+    fn enum_names_are_the_schema_names() {
+        check_unit_enum::<Method>("method");
+        check_unit_enum::<OptimizerKind>("optimizer");
+        check_unit_enum::<DeviceRole>("device_role");
+        check_unit_enum::<MoveMethod>("move_method");
+        check_unit_enum::<TensorKind>("tensor_kind");
+        check_unit_enum::<LazyInit>("lazy_init");
+        for m in <Method as strum::IntoEnumIterator>::iter() {
+            assert_eq!(serde_json::to_value(m).unwrap(), m.as_str());
+        }
+        // Op carries data: one value of every variant, in declaration order, and its tag.
+        let t = || "w".to_string();
+        let ops = [
+            Op::Snapshot { name: "s".into(), of: t(), method: Method::Alias },
+            Op::Write { target: t(), index: None, value: vec![1.0] },
+            Op::Fill { target: t(), value: 0.0 },
+            Op::Scale { target: t(), factor: 2.0 },
+            Op::Step {
+                optimizer: OptimizerKind::Sgd,
+                lr: 0.1,
+                momentum: 0.0,
+                betas: [0.9, 0.999],
+                eps: 1e-8,
+                weight_decay: 0.0,
+            },
+            Op::Move { target: t(), device: DeviceRole::Cpu, method: MoveMethod::To },
+            Op::ModuleClone { name: "m".into() },
+            Op::Valid {},
+            Op::Train {},
+            Op::NoGrad {},
+            Op::Freeze {},
+            Op::Read { target: t() },
+        ];
+        let tags: Vec<String> = ops
+            .iter()
+            .map(|op| {
+                let tag = serde_json::to_value(op).unwrap()["op"].clone();
+                assert_eq!(tag, <&str>::from(op), "{op:?}: serde and strum names differ");
+                tag.as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(tags, ALL_OPS, "one sample per Op variant, in order");
+        assert_eq!(tags, schema_names("op_name"));
     }
 }
