@@ -5,6 +5,7 @@
 //! `aliasfuzz_protocol::serve` driver; this crate implements `Probe` and `Session` only.
 
 mod session;
+mod support;
 mod vals;
 
 use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, ALL_OPS};

@@ -2,21 +2,19 @@
 //! the optimizers. Every op is the burn call a user writes; the table is in README.md.
 
 use crate::on_val;
-use crate::vals::{
-    edit_val, move_val, obs_param, observe_val, read_val, Edit, IntoVal, Model, MoveKind, Val,
+use crate::support::{
+    cpu_device, flatten, loss_term, make_optimizer, placeholder, record_round_trip, save_and_load,
+    through_host, to_own_device, uniform_param, Checkpoints, Edit, Model,
 };
+use crate::vals::{edit_val, move_val, obs_param, observe_val, read_val, IntoVal, MoveKind, Val};
 use aliasfuzz_protocol::{
-    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome, Program, Session,
-    TensorKind, TensorSpec,
+    panic_message, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome,
+    Program, Session, TensorKind, TensorSpec,
 };
-use burn::module::{Module, Param, ParamId};
+use burn::module::{Module, Param};
 use burn::nn::Initializer;
-use burn::optim::decay::WeightDecayConfig;
-use burn::optim::momentum::MomentumConfig;
-use burn::optim::{
-    AdamConfig, AdamWConfig, GradientsParams, ModuleOptimizer, SgdConfig,
-};
-use burn::tensor::{Device, Distribution, Shape, Tensor, TensorData};
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::{Device, Tensor, TensorData};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -46,20 +44,9 @@ pub struct BurnSession {
     order: Vec<String>,
     slots: HashMap<String, Slot>,
     optims: Vec<(String, ModuleOptimizer)>,
-    /// Checkpoint files written by `save_load`, kept until the session ends: a tensor loaded by
-    /// `load_file` is backed by the file and reads its bytes on access (observed: deleting the
-    /// file makes `to_data` panic with `host access failed: Read(..No such file..)`).
-    checkpoints: Vec<tempfile::TempDir>,
-}
-
-fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        format!("panic: {s}")
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        format!("panic: {s}")
-    } else {
-        "panic".into()
-    }
+    /// Checkpoint files written by `save_load`, kept until the session ends (a param loaded by
+    /// `load_file` reads the file on access).
+    checkpoints: Checkpoints,
 }
 
 fn make<const D: usize>(spec: &TensorSpec, home: &Device) -> Result<Val, String>
@@ -101,43 +88,11 @@ where
                 let value = spec.fill.ok_or_else(|| format!("{}: const needs fill", spec.name))?;
                 Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
             }
-            // `Param::uninitialized` with burn's uniform sampler seeded at initialisation time,
-            // so the value depends on the seed only, not on what ran before the first read.
-            Some(LazyInit::Uniform) => {
-                let seed = spec.seed.unwrap_or(0);
-                Param::uninitialized(
-                    ParamId::new(),
-                    move |device, require_grad| {
-                        device.seed(seed);
-                        let t = Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), device);
-                        if require_grad {
-                            t.require_grad()
-                        } else {
-                            t
-                        }
-                    },
-                    home.clone(),
-                    true,
-                    Shape::new(dims),
-                )
-                .into_val()
-            }
+            // Seeded when it initialises (support.rs `uniform_param`).
+            Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), home).into_val(),
             None => return Err(format!("{}: lazy tensor without init", spec.name)),
         },
     })
-}
-
-/// One term of the loss, `(p * g).sum()`, on the home device (`to_device` is differentiable,
-/// burn-tensor base.rs `Tensor::to_device`).
-fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32], home: &Device) -> Tensor<1> {
-    let v = p.val();
-    let g = Tensor::<D>::from_data(TensorData::new(grad.to_vec(), v.dims()), &v.device());
-    let term = (v * g).sum();
-    if term.device() != *home {
-        term.to_device(home)
-    } else {
-        term
-    }
 }
 
 fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method) -> Result<Val, Outcome>
@@ -149,59 +104,14 @@ where
         Method::Clone => t.clone().into_val(),
         Method::Detach => t.detach().into_val(),
         Method::Mul1 => t.mul_scalar(1.0).into_val(),
-        Method::ToHome => {
-            let device = t.device();
-            t.to_device(&device).into_val()
-        }
-        Method::ToCpu => t.to_device(&Device::flex().autodiff()).into_val(),
-        Method::Reshape => {
-            let n: usize = t.dims().iter().product();
-            t.reshape([n]).into_val()
-        }
+        Method::ToHome => to_own_device(t).into_val(),
+        Method::ToCpu => t.to_device(&cpu_device()).into_val(),
+        Method::Reshape => flatten(t).into_val(),
         Method::ViewRow => t.slice([0..1]).into_val(),
         Method::Transpose => t.transpose().into_val(),
-        Method::ToHost => {
-            let device = t.device();
-            Tensor::<D>::from_data(t.to_data(), &device).into_val()
-        }
+        Method::ToHost => through_host(t).into_val(),
         other => return Err(Outcome::Error(format!("internal: {} is not a tensor method", other.as_str()))),
     })
-}
-
-fn make_optimizer(
-    kind: OptimizerKind,
-    momentum: f64,
-    betas: [f64; 2],
-    eps: f64,
-    weight_decay: f64,
-) -> ModuleOptimizer {
-    // L2 weight decay, added to the gradient (burn-optim decay.rs `WeightDecay::transform`).
-    let decay = (weight_decay != 0.0).then(|| WeightDecayConfig::new(weight_decay as f32));
-    match kind {
-        OptimizerKind::Sgd => SgdConfig::new().with_weight_decay(decay).init(),
-        // MomentumConfig defaults to dampening 0.1 (burn-optim momentum.rs): set 0 explicitly.
-        OptimizerKind::SgdMomentum => SgdConfig::new()
-            .with_weight_decay(decay)
-            .with_momentum(Some(
-                MomentumConfig::new()
-                    .with_momentum(momentum)
-                    .with_dampening(0.0)
-                    .with_nesterov(false),
-            ))
-            .init(),
-        OptimizerKind::Adam => AdamConfig::new()
-            .with_beta_1(betas[0] as f32)
-            .with_beta_2(betas[1] as f32)
-            .with_epsilon(eps as f32)
-            .with_weight_decay(decay)
-            .init(),
-        OptimizerKind::Adamw => AdamWConfig::new()
-            .with_beta_1(betas[0] as f32)
-            .with_beta_2(betas[1] as f32)
-            .with_epsilon(eps as f32)
-            .with_weight_decay(weight_decay as f32)
-            .init(),
-    }
 }
 
 impl BurnSession {
@@ -215,7 +125,7 @@ impl BurnSession {
             order: vec![],
             slots: HashMap::new(),
             optims: vec![],
-            checkpoints: vec![],
+            checkpoints: Checkpoints::default(),
         };
         for spec in &program.tensors {
             if s.slots.contains_key(&spec.name) {
@@ -299,7 +209,7 @@ impl BurnSession {
             },
             (Ok(v), None) => (Slot::Own(v), Outcome::Ok),
             (Err(p), holder) => {
-                let msg = panic_text(p);
+                let msg = panic_message(p);
                 if let Some(ri) = holder {
                     self.lost.insert(ri);
                 }
@@ -320,7 +230,7 @@ impl BurnSession {
                 Outcome::Ok
             }
             Err(p) => {
-                let msg = panic_text(p);
+                let msg = panic_message(p);
                 self.lose_model(lens, &msg);
                 Outcome::Error(msg)
             }
@@ -398,32 +308,16 @@ impl BurnSession {
                  Module clones share lazy state (burn-core module/param/base.rs)"
                     .into(),
             )),
-            // The model's record: `model.clone().into_record()`, applied back with
-            // `load_record` onto the model (a ModuleRecord has no public per-tensor reader in
-            // 0.22.1: burn-core store/mod.rs), then the param read out of the loaded model.
+            // The model's record applied back onto it, then the param read out of the loaded
+            // model (support.rs `record_round_trip`).
             Method::StateDict => self.module_of(of, src).and_then(|(model, r, i)| {
-                let record = model.clone().into_record();
-                let loaded = model.try_load_record(record).map_err(|e| {
-                    Outcome::Error(format!("load_record: {e}"))
-                })?;
-                Ok(loaded.get(r, i))
+                Ok(record_round_trip(model).map_err(Outcome::Error)?.get(r, i))
             }),
-            // `save_file` to a temporary burnpack file, `load_file` into a fresh model of the
-            // same layout on the home device (new ParamIds, lazy zeros): what a user restoring a
-            // checkpoint writes. The loaded param carries the ParamId stored in the file.
+            // A checkpoint file restored into a fresh model on the home device (support.rs
+            // `save_and_load`); the loaded param carries the ParamId stored in the file.
             Method::SaveLoad => self.module_of(of, src).and_then(|(model, r, i)| {
-                let dir = tempfile::tempdir()
-                    .map_err(|e| Outcome::Error(format!("tempdir: {e}")))?;
-                let path = dir.path().join("model.bpk");
-                self.checkpoints.push(dir);
-                let skeleton = model.skeleton(&self.home);
-                model
-                    .save_file(&path)
-                    .map_err(|e| Outcome::Error(format!("save_file: {e}")))?;
-                let loaded = skeleton
-                    .try_load_file(&path)
-                    .map_err(|e| Outcome::Error(format!("load_file: {e}")))?;
-                Ok(loaded.get(r, i))
+                let path = self.checkpoints.next().map_err(Outcome::Error)?;
+                Ok(save_and_load(model, &path, &self.home).map_err(Outcome::Error)?.get(r, i))
             }),
             // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
             m => on_val!(src, param p => snap_tensor(p.val(), m), tensor t => snap_tensor(t, m)),
@@ -482,7 +376,7 @@ impl BurnSession {
         let at = match self.optims.iter().position(|(k, _)| *k == key) {
             Some(at) => at,
             None => {
-                let opt = make_optimizer(kind, momentum, betas, eps, weight_decay);
+                let opt = make_optimizer(kind.into(), momentum, betas, eps, weight_decay);
                 self.optims.push((key, opt));
                 self.optims.len() - 1
             }
@@ -514,9 +408,9 @@ impl BurnSession {
 impl Model {
     fn placeholder_val(rank: usize) -> Val {
         match rank {
-            1 => Val::P1(crate::vals::placeholder::<1>()),
-            2 => Val::P2(crate::vals::placeholder::<2>()),
-            _ => Val::P3(crate::vals::placeholder::<3>()),
+            1 => Val::P1(placeholder::<1>()),
+            2 => Val::P2(placeholder::<2>()),
+            _ => Val::P3(placeholder::<3>()),
         }
     }
 }
@@ -536,7 +430,7 @@ impl Session for BurnSession {
             Op::Move { target, device, method } => {
                 let dev = match device {
                     DeviceRole::Home => self.home.clone(),
-                    DeviceRole::Cpu => Device::flex().autodiff(),
+                    DeviceRole::Cpu => cpu_device(),
                     DeviceRole::Alt => match &self.alt {
                         Some(d) => d.clone(),
                         None => {

@@ -1,12 +1,13 @@
-//! Rank-erased values bound to names, the `#[derive(Module)]` model that owns the program's
-//! parameters, and the rank-generic helpers every op goes through.
+//! Rank-erased values bound to names, the model's slots, and the rank dispatch every op goes
+//! through onto the rank-generic burn calls of `support.rs`.
 //!
 //! burn tensors carry their rank in the type (`Tensor<D>`); programs use ranks 1 to 3, so a bound
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
+use crate::support::{edit_param, edit_tensor, placeholder, read_values, Edit, Model};
 use aliasfuzz_protocol::Obs;
-use burn::module::{Module, Param, ParamId};
-use burn::tensor::{Device, Shape, Tensor, TensorData};
+use burn::module::{Module, Param};
+use burn::tensor::{Device, Tensor};
 
 /// A name's value: a burn `Param` (has a `ParamId`, may be lazy) or a plain tensor.
 pub enum Val {
@@ -75,32 +76,8 @@ impl Val {
     }
 }
 
-/// The program's trainable parameters, by rank, in program order within each rank. Buffers are
-/// not in the model: they are plain tensors bound outside it (see README: a plain `Tensor` field
-/// would be a module *constant*, which burn neither records nor trains).
-#[derive(Module, Debug)]
-pub struct Model {
-    pub p1: Vec<Param<Tensor<1>>>,
-    pub p2: Vec<Param<Tensor<2>>>,
-    pub p3: Vec<Param<Tensor<3>>>,
-}
-
-/// An uninitialised stand-in put in a model slot while its param is moved out for an op.
-pub fn placeholder<const D: usize>() -> Param<Tensor<D>> {
-    Param::uninitialized(
-        ParamId::new(),
-        |device, _| Tensor::<D>::zeros([0; D], device),
-        Device::flex(),
-        false,
-        Shape::new([0; D]),
-    )
-}
-
+/// The model's slots: a param is addressed by (rank, index) (`support::Model`).
 impl Model {
-    pub fn empty() -> Model {
-        Model { p1: vec![], p2: vec![], p3: vec![] }
-    }
-
     /// Appends a param; returns its (rank, index) slot.
     pub fn push(&mut self, v: Val) -> Result<(usize, usize), String> {
         Ok(match v {
@@ -151,34 +128,6 @@ impl Model {
             }
         }
         Ok(())
-    }
-
-    /// The same layout with fresh, lazily zero-initialised params (new ParamIds) on `device`:
-    /// what a user builds from the model's config before `load_file`.
-    pub fn skeleton(&self, device: &Device) -> Model {
-        fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device) -> Param<Tensor<D>> {
-            let shape = p.lazy_shape();
-            let s2 = shape.clone();
-            Param::uninitialized(
-                ParamId::new(),
-                move |device, require_grad| {
-                    let t = Tensor::<D>::zeros(s2, device);
-                    if require_grad {
-                        t.require_grad()
-                    } else {
-                        t
-                    }
-                },
-                device.clone(),
-                true,
-                shape,
-            )
-        }
-        Model {
-            p1: self.p1.iter().map(|p| fresh(p, device)).collect(),
-            p2: self.p2.iter().map(|p| fresh(p, device)).collect(),
-            p3: self.p3.iter().map(|p| fresh(p, device)).collect(),
-        }
     }
 }
 
@@ -236,9 +185,9 @@ pub fn device_name(d: &Device) -> String {
 // read the shared lazy state without running the initializer (burn-core module/param/base.rs).
 
 pub fn obs_tensor<const D: usize>(t: &Tensor<D>, identity: Option<String>) -> Obs {
-    let (value, note) = match t.to_data().try_to_vec_as::<f32>() {
+    let (value, note) = match read_values(t) {
         Ok(v) => (Some(v), None),
-        Err(e) => (None, Some(format!("to_data: {e:?}"))),
+        Err(e) => (None, Some(e)),
     };
     Obs {
         shape: t.dims().to_vec(),
@@ -274,16 +223,8 @@ pub fn observe_val(v: &Val) -> Obs {
 // ---------------------------------------------------------------------------------------------
 // Value ops: a burn tensor is a value, so each "in-place" op rebinds the name to the result.
 
-#[derive(Clone, Debug)]
-pub enum Edit {
-    /// `slice_assign` of row `index`, or whole-tensor replacement (`Tensor::from_data`).
-    Write { index: Option<usize>, value: Vec<f32> },
-    /// `slice_fill` over every row.
-    Fill(f32),
-    /// `mul_scalar`.
-    Scale(f32),
-}
-
+// `Edit` and the burn calls behind it are in `support.rs`; checking one is the probe's own job
+// (a reproducer replays a case that was valid).
 impl Edit {
     /// Checks the edit against the target's shape before any value is moved into burn, so that
     /// a bad index or length is an error for the op and the name keeps its value.
@@ -307,46 +248,6 @@ impl Edit {
         }
         Ok(())
     }
-}
-
-pub fn edit_tensor<const D: usize>(t: Tensor<D>, edit: &Edit) -> Tensor<D> {
-    match edit {
-        Edit::Write { index: Some(i), value } => {
-            let mut row = t.dims();
-            row[0] = 1;
-            let v = Tensor::<D>::from_data(TensorData::new(value.clone(), row), &t.device());
-            t.slice_assign([*i..*i + 1], v)
-        }
-        Edit::Write { index: None, value } => {
-            let dims = t.dims();
-            let device = t.device();
-            drop(t);
-            Tensor::<D>::from_data(TensorData::new(value.clone(), dims), &device)
-        }
-        Edit::Fill(x) => {
-            let rows = t.dims()[0];
-            t.slice_fill([0..rows], *x)
-        }
-        Edit::Scale(f) => t.mul_scalar(*f),
-    }
-}
-
-/// An edit of a parameter, the way burn's own optimizer updates one (burn-optim
-/// module_optimizer.rs `ModuleOptimizerMapper::map_float` + parameter_context.rs): `Param::map`
-/// (keeps the ParamId), the op on `tensor.inner()` (outside the graph), then `from_inner` and
-/// `require_grad` restored.
-pub fn edit_param<const D: usize>(p: Param<Tensor<D>>, edit: &Edit) -> Param<Tensor<D>> {
-    p.map(|t| {
-        let require_grad = t.is_require_grad();
-        let autodiff = t.is_autodiff();
-        let out = edit_tensor(t.inner(), edit);
-        let out = if autodiff { Tensor::from_inner(out) } else { out };
-        if require_grad {
-            out.require_grad()
-        } else {
-            out
-        }
-    })
 }
 
 pub fn edit_val(v: Val, edit: &Edit) -> Val {

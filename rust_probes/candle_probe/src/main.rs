@@ -3,6 +3,8 @@
 //! The protocol driver (`aliasfuzz_protocol::serve`) does the handshake, parsing, skipped ops,
 //! panics and delta encoding; this crate only maps each op onto the candle call a user writes.
 //! See `session.rs` for the op-by-op mapping and `docs/SEMANTICS.md` for the contract.
+//! The candle calls behind the ops that take more than one are in `support.rs`, which the candle
+//! reproducers copy verbatim (`harness/targets/candle/reproducer.py`).
 //!
 //! The code is device generic: the only device-specific lines are the ones constructing a
 //! `Device` in [`CandleProbe::new`]. Without the `cuda`/`metal` cargo feature,
@@ -10,6 +12,7 @@
 //! "device not available", so no `cfg` is needed anywhere.
 
 mod session;
+mod support;
 
 use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, PROTOCOL_VERSION};
 use candle_core::Device;

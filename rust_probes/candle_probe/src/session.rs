@@ -40,8 +40,11 @@ use aliasfuzz_protocol::{
     DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome, Program, Session,
     TensorKind,
 };
-use candle_core::{DType, Device, DeviceLocation, Tensor, Var};
-use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarMap, SGD};
+use crate::support::{
+    insert_var, lazy_var, loss, save_and_load, through_host, values, var_of, write_row, Opt,
+};
+use candle_core::{Device, DeviceLocation, Tensor, Var};
+use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
 
 /// Ops this probe interprets (some answer `unsupported` for some inputs: `scale` on a plain
@@ -68,20 +71,6 @@ impl Handle {
         match self {
             Handle::Var(v) => v.as_tensor(),
             Handle::Tensor(t) => t,
-        }
-    }
-}
-
-enum Opt {
-    Sgd(SGD),
-    AdamW(AdamW),
-}
-
-impl Opt {
-    fn backward_step(&mut self, loss: &Tensor) -> candle_core::Result<()> {
-        match self {
-            Opt::Sgd(o) => o.backward_step(loss),
-            Opt::AdamW(o) => o.backward_step(loss),
         }
     }
 }
@@ -148,8 +137,7 @@ impl CandleSession {
                     let value =
                         spec.value.clone().ok_or_else(|| format!("param {name:?} has no value"))?;
                     let var = Var::from_vec(value, shape, &s.home).map_err(ctx)?;
-                    // As a user registers a variable in a model's VarMap.
-                    s.varmap.data().lock().unwrap().insert(name.clone(), var.clone());
+                    insert_var(&s.varmap, &name, &var);
                     Handle::Var(var)
                 }
                 TensorKind::Buffer => {
@@ -158,8 +146,7 @@ impl CandleSession {
                     Handle::Tensor(Tensor::from_vec(value, shape, &s.home).map_err(ctx)?)
                 }
                 TensorKind::Lazy => {
-                    // candle has no lazy parameters: created now through the VarMap, as
-                    // `VarBuilder::get_with_hints` does, and reported initialised.
+                    // Created now (candle has no lazy parameters) and reported initialised.
                     let init = match spec.init.unwrap_or(LazyInit::Const) {
                         LazyInit::Const => Init::Const(spec.fill.unwrap_or(0.0) as f64),
                         LazyInit::Uniform => {
@@ -173,9 +160,7 @@ impl CandleSession {
                             Init::Uniform { lo: -1.0, up: 1.0 }
                         }
                     };
-                    s.varmap.get(shape, &name, init, DType::F32, &s.home).map_err(ctx)?;
-                    let var = s.varmap.data().lock().unwrap()[&name].clone();
-                    Handle::Var(var)
+                    Handle::Var(lazy_var(&s.varmap, shape, &name, init, &s.home).map_err(ctx)?)
                 }
             };
             if spec.kind != TensorKind::Buffer {
@@ -207,7 +192,7 @@ impl CandleSession {
     }
 
     fn model_var(&self, name: &str, method: &str) -> R<Var> {
-        self.varmap.data().lock().unwrap().get(name).cloned().ok_or_else(|| {
+        var_of(&self.varmap, name).ok_or_else(|| {
             Outcome::Unsupported(format!(
                 "{method}: {name:?} is not in the VarMap (only params are; buffers and snapshots \
                  are plain tensors a candle model does not hold)"
@@ -245,37 +230,19 @@ impl CandleSession {
                         .into(),
                 ))
             }
-            Method::ToHost => {
-                let host: Vec<f32> = ce(t.flatten_all().and_then(|f| f.to_vec1::<f32>()))?;
-                Handle::Tensor(ce(Tensor::new(host, t.device()).and_then(|n| n.reshape(t.shape())))?)
-            }
+            Method::ToHost => Handle::Tensor(ce(through_host(t))?),
             Method::SaveLoad => Handle::Var(self.save_load(of)?),
         })
     }
 
-    /// `VarMap::save` of the model to a temporary safetensors file, then `VarMap::load` into a
-    /// fresh VarMap. `load` only fills variables already in the map (var_map.rs: "values for
-    /// variables that are currently not in the map are not kept"), so the fresh map is first
-    /// given the model's structure with `VarMap::get(.., Init::Const(0.), ..)`, as a user
-    /// rebuilding the model through a `VarBuilder` would. Returns the fresh map's `Var` for `of`:
-    /// a new Var (new id, its own storage) holding the saved values.
-    /// The model's `Var`s by name, as the `VarMap` holds them (a snapshot of the map, not copies).
-    fn model_vars(&self) -> Vec<(String, Var)> {
-        self.varmap.data().lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
-    }
-
+    /// `VarMap::save` + `VarMap::load` into a fresh VarMap through a temporary safetensors file
+    /// (support.rs `save_and_load`): the fresh map's Var for `of`, a new Var holding the saved
+    /// values.
     fn save_load(&self, of: &str) -> R<Var> {
         self.model_var(of, "save_load")?;
         let dir = tempfile::tempdir().map_err(|e| Outcome::Error(format!("tempdir: {e}")))?;
-        let path = dir.path().join("model.safetensors");
-        ce(self.varmap.save(&path))?;
-        let mut fresh = VarMap::new();
-        let structure = self.model_vars();
-        for (k, v) in &structure {
-            ce(fresh.get(v.shape(), k, Init::Const(0.0), v.dtype(), v.device()))?;
-        }
-        ce(fresh.load(&path))?;
-        let var = fresh.data().lock().unwrap()[of].clone();
+        let fresh = ce(save_and_load(&self.varmap, &dir.path().join("model.safetensors")))?;
+        let var = var_of(&fresh, of).expect("the fresh VarMap has the model's structure");
         Ok(var)
     }
 
@@ -283,15 +250,7 @@ impl CandleSession {
         let h = self.get(target)?;
         let t = h.tensor();
         match index {
-            Some(i) => {
-                let mut row_shape = t.dims().to_vec();
-                if row_shape.is_empty() {
-                    return Err(Outcome::Error("write: a rank-0 tensor has no rows".into()));
-                }
-                row_shape[0] = 1;
-                let row = ce(Tensor::from_vec(value.to_vec(), row_shape, t.device()))?;
-                ce(t.slice_set(&row, 0, i))
-            }
+            Some(i) => ce(write_row(t, i, value)),
             None => {
                 let whole = ce(Tensor::from_vec(value.to_vec(), t.shape(), t.device()))?;
                 match &h {
@@ -322,32 +281,11 @@ impl CandleSession {
                             .into(),
                     ))
                 }
-                OptimizerKind::Sgd => Opt::Sgd(ce(SGD::new(self.varmap.all_vars(), lr))?),
-                OptimizerKind::Adam | OptimizerKind::Adamw => {
-                    let params = ParamsAdamW {
-                        lr,
-                        beta1: betas[0],
-                        beta2: betas[1],
-                        eps,
-                        weight_decay: if kind == OptimizerKind::Adam { 0.0 } else { wd },
-                    };
-                    Opt::AdamW(ce(AdamW::new(self.varmap.all_vars(), params))?)
-                }
+                _ => ce(Opt::new(kind.into(), &self.varmap, lr, betas, eps, wd))?,
             };
             self.optimizers.insert(key.clone(), opt);
         }
-        // loss = sum over the model's Vars of sum(var * g).
-        let vars = self.model_vars();
-        let mut loss: Option<Tensor> = None;
-        for (name, var) in &vars {
-            let g = ce(Tensor::from_vec(self.grads[name].clone(), var.shape(), var.device()))?;
-            let term = ce((var.as_tensor() * &g).and_then(|p| p.sum_all()))?;
-            loss = Some(match loss {
-                None => term,
-                Some(l) => ce(l + term)?,
-            });
-        }
-        match loss {
+        match ce(loss(&self.varmap, &self.grads))? {
             None => Ok(()), // a model without params: nothing to train
             Some(loss) => ce(self.optimizers.get_mut(&key).unwrap().backward_step(&loss)),
         }
@@ -419,8 +357,7 @@ impl CandleSession {
                     .into(),
             )),
             Op::Read { target } => {
-                let t = self.get(target)?.tensor().clone();
-                ce(t.flatten_all().and_then(|f| f.to_vec1::<f32>())).map(|_| ())
+                ce(values(self.get(target)?.tensor())).map(|_| ())
             }
         }
     }
@@ -443,7 +380,7 @@ impl Session for CandleSession {
             return Obs::unreadable(format!("no tensor {name:?}"));
         };
         let t = h.tensor();
-        let (value, note) = match t.flatten_all().and_then(|f| f.to_vec1::<f32>()) {
+        let (value, note) = match values(t) {
             Ok(v) => (Some(v), None),
             Err(e) => (None, Some(format!("read failed: {}", msg(e)))),
         };

@@ -1,0 +1,217 @@
+"""The burn reproducer of a finding: ``src/main.rs`` of a cargo project that depends only on burn,
+replays the program on the CPU (flex with autodiff) with the calls the burn probe makes and prints
+every bound name after every op. The helpers it calls (``Model``, ``edit_param``, ``loss_term``,
+``make_optimizer``, ``record_round_trip``, ``save_and_load``, ``Checkpoints``, ``show_p``, ...)
+are the probe's own ``support.rs``, copied into the project (``harness/targets/rust_project.py``);
+this module writes only the program-specific part.
+
+As in the probe (``rust_probes/burn_probe/src/session.rs``), params live in the model's slots
+(``model.p<rank>[<index>]``) and every other name is a Rust variable holding a ``Param`` or a
+``Tensor``; a burn call consumes its argument, so an edit rebinds the name to a fresh variable (or
+puts the result back in the model's slot). Each op kind has an emitter method
+(``_Writer.EMITTERS``). An op burn did not run in the finding's repro result, or whose input was not
+translated, is a comment.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from harness.case.ir import Program
+from harness.targets.reproducer_base import step_fields
+from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
+
+_USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "use burn::optim::GradientsParams;",
+         "use burn::tensor::{Device, Tensor, TensorData};", ""]
+_MAIN = ["fn main() {", "    let mut checkpoints = Checkpoints::default();  // declared first, so dropped last",
+         "    let dev = Device::flex().autodiff();", "    let mut model = Model::empty();"]
+
+# Snapshot methods that are one call on the source's tensor (``{t}``), and the rank they give
+# (None: the source's).
+_TENSOR_METHODS = {
+    "clone": ("{t}.clone()", None), "detach": ("{t}.detach()", None), "mul1": ("{t}.mul_scalar(1.0)", None),
+    "to_home": ("to_own_device({t})", None), "to_cpu": ("{t}.to_device(&cpu_device())", None),
+    "reshape": ("flatten({t})", 1), "view_row": ("{t}.slice([0..1])", None), "transpose": ("{t}.transpose()", None),
+    "to_host": ("through_host({t})", None),
+}
+_DEVICES = {"home": "cpu_device()", "cpu": "cpu_device()", "alt": "Device::ndarray().autodiff()"}
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _edit(op: dict) -> str:
+    """The ``support::Edit`` of a write, fill or scale."""
+    if op["op"] == "write":
+        index = f"Some({op['index']})" if op.get("index") is not None else "None"
+        return f"Edit::Write {{ index: {index}, value: {rust_f32_list(op['value'])} }}"
+    if op["op"] == "fill":
+        return f"Edit::Fill({rust_float(op['value'])})"
+    return f"Edit::Scale({rust_float(op['factor'])})"
+
+
+class _Writer(MainWriter):
+    """The body of ``main`` for one program, op by op."""
+
+    framework = "burn"
+
+    def __init__(self) -> None:
+        super().__init__()
+        # name -> ("model", rank, idx) | ("param", rank) | ("tensor", rank) | None (not translated)
+        self.slots: dict[str, tuple | None] = {}
+        self.order: list[str] = []
+        self.cur: dict[str, str] = {}  # name -> its current Rust variable (names outside the model)
+        self.params: list[tuple[str, int, int, list[float]]] = []  # (name, rank, idx, grad)
+        self.counts = {1: 0, 2: 0, 3: 0}
+        self.fresh = 0
+
+    def bind(self, name: str, slot: tuple) -> None:
+        self.slots[name] = slot
+        if name not in self.order:
+            self.order.append(name)
+
+    def new_var(self, name: str) -> str:
+        self.fresh += 1
+        return f"{ident(name)}_{self.fresh}"
+
+    def ref(self, name: str) -> str:
+        s = self.slots[name]
+        return f"model.p{s[1]}[{s[2]}]" if s[0] == "model" else self.cur[name]
+
+    def rebind(self, name: str, call: Callable[[str], str]) -> None:
+        """``name`` becomes ``call(its value)``: a fresh variable, or the model's slot
+        (``placeholder`` holds the slot while burn consumes the param, as the probe's
+        ``Model::take`` does)."""
+        s = self.slots[name]
+        if s[0] == "model":
+            where = f"model.p{s[1]}[{s[2]}]"
+            self.body.append(f"    {{ let p = std::mem::replace(&mut {where}, placeholder()); "
+                             f"{where} = {call('p')}; }}")
+            return
+        v = self.new_var(name)
+        self.body.append(f"    let {v} = {call(self.cur[name])};")
+        self.cur[name] = v
+
+    def show(self, label: str) -> None:
+        for n in self.order:
+            s = self.slots[n]
+            if s is not None:
+                self.body.append(f'    {"show_t" if s[0] == "tensor" else "show_p"}("{label}", "{n}", &{self.ref(n)});')
+
+    def declare(self, t) -> None:
+        r, dims = len(t.shape), _dims(t.shape)
+        data = f"TensorData::new({rust_f32_list(t.value or [])}, {dims})"
+        if t.kind == "buffer":
+            v = self.new_var(t.name)
+            self.body.append(f"    let {v} = Tensor::<{r}>::from_data({data}, &dev);")
+            self.cur[t.name] = v
+            self.bind(t.name, ("tensor", r))
+            return
+        if t.kind == "param":
+            expr = f"Param::<Tensor<{r}>>::from_data({data}, &dev)"
+        elif t.init == "uniform":
+            expr = f"uniform_param({dims}, {t.seed or 0}, &dev)"
+        else:
+            expr = f"Initializer::Constant {{ value: {rust_f32(rust_float(t.fill or 0.0))} as f64 }}.init::<{r}, _>({dims}, &dev)"
+        self.body.append(f"    model.p{r}.push({expr});")
+        self.params.append((t.name, r, self.counts[r], list(t.grad) if t.grad is not None else [1.0] * t.numel))
+        self.bind(t.name, ("model", r, self.counts[r]))
+        self.counts[r] += 1
+
+    # -- op emitters -----------------------------------------------------------------------------
+
+    def snapshot(self, op: dict) -> None:
+        of, m, name = op["of"], op["method"], op["name"]
+        if m not in _TENSOR_METHODS and m not in ("alias", "state_dict", "save_load"):
+            self.body.append(f"    // {m}: not translated")
+            self.slots.setdefault(name, None)
+            return
+        s, v = self.slots[of], self.new_var(name)
+        if m == "alias":
+            self.body.append(f"    let {v} = {self.ref(of)}.clone();  // a second handle on the same value")
+            self.bind(name, ("param", s[1]) if s[0] in ("model", "param") else ("tensor", s[1]))
+        elif m in ("state_dict", "save_load"):
+            self.body.append(f"    let {v} = {self._record(of, m)};")
+            self.bind(name, ("param", s[1]))
+        else:
+            expr, rank = _TENSOR_METHODS[m]
+            t = f"{self.ref(of)}.val()" if s[0] in ("model", "param") else f"{self.ref(of)}.clone()"
+            self.body.append(f"    let {v} = {expr.format(t=t)};")
+            self.bind(name, ("tensor", rank or s[1]))
+        self.cur[name] = v
+
+    def _record(self, of: str, method: str) -> str:
+        """The param read back from the module ``of`` lives in, through its record or a checkpoint
+        file: the model itself, or a one-param model for a Param bound outside it (as the probe's
+        ``module_of``)."""
+        s = self.slots[of]
+        r = s[1]
+        if s[0] == "model":
+            module, at = "model.clone()", f"p{r}[{s[2]}]"
+        else:
+            fields = {k: f"vec![{self.cur[of]}.clone()]" if k == r else "vec![]" for k in (1, 2, 3)}
+            module, at = f"Model {{ p1: {fields[1]}, p2: {fields[2]}, p3: {fields[3]} }}", f"p{r}[0]"
+        if method == "state_dict":
+            return f'record_round_trip({module}).expect("state_dict").{at}.clone()'
+        return f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev).expect("save_load").{at}.clone()'
+
+    def edit(self, op: dict) -> None:
+        fn = "edit_tensor" if self.slots[op["target"]][0] == "tensor" else "edit_param"
+        self.rebind(op["target"], lambda v: f"{fn}({v}, &{_edit(op)})")
+
+    def step(self, op: dict) -> None:
+        """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
+        var = self.optimizer(op, "make_optimizer", ("kind", "momentum", "betas", "eps", "weight_decay"))
+        terms = [f"loss_term(&model.p{r}[{idx}], &{rust_f32_list(g)}, &dev)" for _, r, idx, g in self.params]
+        self.body += ["    {", f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
+                      "        let grads = loss.backward();",
+                      "        let gp = GradientsParams::from_grads(grads, &model);",
+                      f"        model = {var}.step({rust_float(step_fields(op)[1])}, model, gp);", "    }"]
+
+    def move(self, op: dict) -> None:
+        call = "to_device" if op["method"] == "to" else "fork"
+        self.rebind(op["target"], lambda v: f"Module::{call}({v}, &{_DEVICES[op['device']]})")
+
+    def module_clone(self, op: dict) -> None:
+        mv = self.new_var(op["name"])
+        self.body.append(f"    let {mv} = model.clone();")
+        for pname, r, idx, _ in self.params:
+            n = f"{op['name']}.{pname}"
+            self.cur[n] = v = self.new_var(n)
+            self.body.append(f"    let {v} = {mv}.p{r}[{idx}].clone();")
+            self.bind(n, ("param", r))
+
+    def mode(self, op: dict) -> None:
+        self.body.append(f"    model = model.{op['op']}();")
+
+    def read(self, op: dict) -> None:
+        s = self.slots[op["target"]]
+        self.body.append(f"    let _ = {self.ref(op['target'])}{'.val()' if s[0] != 'tensor' else ''}.to_data();")
+
+    EMITTERS = {"snapshot": snapshot, "write": edit, "fill": edit, "scale": edit, "step": step, "move": move,
+                "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
+                "read": read}
+
+    def bound(self, name: str) -> bool:
+        return self.slots.get(name) is not None
+
+    def untranslatable(self, op: dict) -> tuple[str, str] | None:
+        """Also a record of a plain tensor (which the probe answers ``unsupported``)."""
+        if (why := super().untranslatable(op)) is not None:
+            return why
+        if (op["op"] == "snapshot" and op["method"] in ("state_dict", "save_load")
+                and self.slots[op["of"]][0] == "tensor"):
+            return "unsupported", "burn records hold module params only, not a plain tensor"
+        return None
+
+    def not_run(self, op: dict) -> None:
+        if op["op"] == "snapshot":
+            self.slots.setdefault(op["name"], None)
+
+
+def burn_main(program: Program, repro: dict | None = None) -> str:
+    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops burn ran."""
+    body = _Writer().lines(program, repro)
+    head = main_head("burn", "CPU flex backend with autodiff", program.title or "case")
+    return "\n".join([*head, *_USES, *_MAIN, *body, "}", ""])

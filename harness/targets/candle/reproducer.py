@@ -1,0 +1,153 @@
+"""The candle reproducer of a finding: ``src/main.rs`` of a cargo project that depends only on
+candle, replays the program on the CPU with the calls the candle probe makes and prints every bound
+name after every op. The helpers it calls (``loss``, ``save_and_load``, ``write_row``, ``Opt``,
+``show``, ...) are the probe's own ``support.rs``, copied into the project
+(``harness/targets/rust_project.py``); this module writes only the program-specific part.
+
+A name is bound to a ``Var`` or a ``Tensor``, whichever type the candle call gives (the probe's
+``Handle``, ``rust_probes/candle_probe/src/session.rs``): it decides how a write is spelled. Each op
+kind has an emitter method (``_Writer.EMITTERS``). An op candle did not run in the finding's repro
+result is a comment.
+"""
+
+from __future__ import annotations
+
+from harness.case.ir import Program
+from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
+
+_USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, VarMap};",
+         "use std::collections::HashMap;", ""]
+_MAIN = ["fn main() -> candle_core::Result<()> {", "    let dev = Device::Cpu;", "    let varmap = VarMap::new();",
+         "    let mut grads: HashMap<String, Vec<f32>> = HashMap::new();"]
+
+# Snapshot methods that are one candle call on the source tensor, giving a plain Tensor
+# (``{t}``: the source as a receiver, ``{r}``: as a ``&Tensor``).
+_TENSOR_METHODS = {
+    "detach": "{t}.detach()", "copy": "{t}.copy()?", "mul1": "({r} * 1.0)?",
+    "to_home": "{t}.to_device({t}.device())?", "to_cpu": "{t}.to_device(&Device::Cpu)?",
+    "contiguous": "{t}.contiguous()?", "reshape": "{t}.reshape({t}.elem_count())?",
+    "view_row": "{t}.narrow(0, 0, 1)?", "transpose": "{t}.t()?", "to_host": "through_host({r})?",
+}
+
+
+class _Writer(MainWriter):
+    """The body of ``main`` for one program, op by op."""
+
+    framework = "candle"
+
+    def __init__(self, program: Program):
+        super().__init__()
+        self.kinds: dict[str, str] = {}  # name -> "var" | "tensor"
+        self.order: list[str] = []
+        self.params = [t.name for t in program.tensors if t.kind != "buffer"]
+
+    def bind(self, name: str, kind: str) -> None:
+        self.kinds[name] = kind
+        if name not in self.order:
+            self.order.append(name)
+
+    def bound(self, name: str) -> bool:
+        return name in self.kinds
+
+    def ten(self, name: str) -> str:
+        """The name's tensor as a method receiver (``v.as_tensor()`` for a Var, else ``v``)."""
+        return f"{ident(name)}.as_tensor()" if self.kinds[name] == "var" else ident(name)
+
+    def ten_ref(self, name: str) -> str:
+        """The name's tensor as a ``&Tensor`` argument or operand."""
+        return f"{ident(name)}.as_tensor()" if self.kinds[name] == "var" else f"&{ident(name)}"
+
+    def show(self, label: str) -> None:
+        self.body += [f'    show("{label}", "{n}", {self.ten_ref(n)});' for n in self.order]
+
+    def declare(self, t) -> None:
+        v, shape = ident(t.name), "(" + ", ".join(str(d) for d in t.shape) + ",)"
+        if t.kind == "param":
+            self.body += [f"    let {v} = Var::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?;",
+                          f'    insert_var(&varmap, "{t.name}", &{v});']
+        elif t.kind == "buffer":
+            self.body.append(f"    let {v} = Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?;")
+        else:
+            init = (f"Init::Const({rust_f32(rust_float(t.fill or 0.0))} as f64)" if t.init != "uniform"
+                    else "Init::Uniform { lo: -1.0, up: 1.0 }")
+            dims = "vec![" + ", ".join(str(d) for d in t.shape) + "]"
+            self.body.append(f'    let {v} = lazy_var(&varmap, {dims}, "{t.name}", {init}, &dev)?;')
+        self.bind(t.name, "tensor" if t.kind == "buffer" else "var")
+        if t.kind != "buffer":
+            grad = list(t.grad) if t.grad is not None else [1.0] * t.numel
+            self.body.append(f'    grads.insert("{t.name}".to_string(), {rust_f32_list(grad)});')
+
+    # -- op emitters -----------------------------------------------------------------------------
+
+    def snapshot(self, op: dict) -> None:
+        of, name, m = op["of"], ident(op["name"]), op["method"]
+        if m in ("alias", "clone"):  # a Var stays a Var (Var::clone), a Tensor a Tensor
+            note = "  // `let s = &w`: the same handle" if m == "alias" else ""
+            self.body.append(f"    let {name} = {ident(of)}.clone();{note}")
+            self.bind(op["name"], self.kinds[of])
+        elif m in _TENSOR_METHODS:
+            self.body.append(f"    let {name} = {_TENSOR_METHODS[m].format(t=self.ten(of), r=self.ten_ref(of))};")
+            self.bind(op["name"], "tensor")
+        elif m == "state_dict":
+            self.body.append(f'    let {name} = var_of(&varmap, "{of}").expect("a param is in the VarMap");')
+            self.bind(op["name"], "var")
+        elif m == "save_load":
+            self.body += [f"    let {name} = {{",
+                          '        let path = std::env::temp_dir().join(format!("aliasfuzz-repro-{}.safetensors", '
+                          "std::process::id()));",
+                          "        let fresh = save_and_load(&varmap, &path)?;",
+                          "        let _ = std::fs::remove_file(&path);",
+                          f'        var_of(&fresh, "{of}").expect("the fresh VarMap has the model\'s structure")',
+                          "    };"]
+            self.bind(op["name"], "var")
+        else:
+            self.body.append(f"    // {m}: candle has no such call")
+
+    def write(self, op: dict) -> None:
+        tgt, value = op["target"], rust_f32_list(op["value"])
+        if op.get("index") is not None:
+            self.body.append(f"    write_row({self.ten_ref(tgt)}, {op['index']}, &{value})?;")
+            return
+        t = self.ten(tgt)
+        whole = f"Tensor::from_vec({value}, {t}.shape(), {t}.device())?"
+        if self.kinds[tgt] == "var":
+            self.body.append(f"    {ident(tgt)}.set(&{whole})?;")
+        else:
+            self.body.append(f"    {t}.slice_set(&{whole}, 0, 0)?;")
+
+    def fill(self, op: dict) -> None:
+        self.body.append(f"    {self.ten(op['target'])}.const_set({rust_f32(rust_float(op['value']))}.into())?;")
+
+    def scale(self, op: dict) -> None:
+        v = ident(op["target"])
+        self.body.append(f"    {v}.set(&({v}.as_tensor() * {rust_f32(rust_float(op['factor']))} as f64)?)?;")
+
+    def step(self, op: dict) -> None:
+        var = self.optimizer(op, "Opt::new", ("kind", "&varmap", "lr", "betas", "eps", "weight_decay"), "?")
+        self.body += ["    if let Some(loss) = loss(&varmap, &grads)? {", f"        {var}.backward_step(&loss)?;", "    }"]
+
+    def move(self, op: dict) -> None:
+        tgt = op["target"]
+        self.body.append(f"    let {ident(tgt)} = {self.ten(tgt)}.to_device(&Device::Cpu)?;  "
+                         f"// `{op['device']}` is the CPU here")
+        self.bind(tgt, "tensor")
+
+    def module_clone(self, op: dict) -> None:
+        self.body.append("    let cloned: HashMap<String, Var> = varmap.data().lock().unwrap().clone();")
+        for p in self.params:
+            n = f"{op['name']}.{p}"
+            self.body.append(f'    let {ident(n)} = cloned["{p}"].clone();')
+            self.bind(n, "var")
+
+    def read(self, op: dict) -> None:
+        self.body.append(f"    let _ = values({self.ten_ref(op['target'])})?;")
+
+    EMITTERS = {"snapshot": snapshot, "write": write, "fill": fill, "scale": scale, "step": step, "move": move,
+                "module_clone": module_clone, "read": read}
+
+
+def candle_main(program: Program, repro: dict | None = None) -> str:
+    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops candle ran."""
+    body = _Writer(program).lines(program, repro)
+    head = main_head("candle", "CPU", program.title or "case")
+    return "\n".join([*head, *_USES, *_MAIN, *body, "    Ok(())", "}", ""])

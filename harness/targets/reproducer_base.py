@@ -1,0 +1,41 @@
+"""What every reproducer writer (``harness/targets/<framework>/reproducer.py``) shares: which ops
+the finding's repro result says a framework ran, the comment an op it did not run becomes, and
+the fields of a ``step`` with their defaults."""
+
+from __future__ import annotations
+
+import json
+
+
+def statuses(repro: dict | None, framework: str) -> dict[int, tuple[str, str | None]]:
+    """op index -> (status, message) over the targets of ``framework`` in the repro JSON; an op
+    that one device of the framework ran is ``ok`` (the reproducer emits it)."""
+    out: dict[int, tuple[str, str | None]] = {}
+    for tid, t in ((repro or {}).get("targets") or {}).items():
+        if tid.split(":", 1)[0] != framework:
+            continue
+        for i, s in enumerate(t.get("ops") or []):
+            st = s.get("status", "ok")
+            if st == "ok":
+                out[i] = ("ok", None)
+            elif out.get(i, ("",))[0] != "ok":
+                out[i] = (st, s.get("message"))
+    return out
+
+
+def op_text(op: dict) -> str:
+    """The op as one line of JSON (the comment above its translation)."""
+    return json.dumps(op, separators=(", ", ": "))
+
+
+def comment_lines(prefix: str, i: int, op: dict, status: str, message: str | None) -> list[str]:
+    """The comment that stands for op ``i`` where the framework did not run it."""
+    msg = f": {message}" if message else ""
+    return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{status}`{msg}"]
+
+
+def step_fields(op: dict) -> tuple[str, float, float, list[float], float, float]:
+    """(optimizer, lr, momentum, betas, eps, weight_decay) of a ``step``, defaults filled in."""
+    betas = op.get("betas") or [0.9, 0.999]
+    return (op["optimizer"], float(op.get("lr", 0.1)), float(op.get("momentum") or 0.0), [float(b) for b in betas],
+            float(op.get("eps") if op.get("eps") is not None else 1e-8), float(op.get("weight_decay") or 0.0))

@@ -1,0 +1,310 @@
+"""The cargo project of a candle or burn reproducer: its Cargo.toml, generated from the probe
+workspace, its ``src/support.rs``, copied from the probe, and what the two writers of its
+``src/main.rs`` share (``MainWriter``, the Rust literals).
+
+A project is ``Cargo.toml``, ``src/main.rs`` (the program, written by the framework's writer) and
+``src/support.rs``: the probe's own ``rust_probes/<framework>_probe/src/support.rs``, copied
+verbatim, so that the reproducer runs the very helper code the probe compiled (that file depends
+on the framework's crates and std only).
+
+Crate versions and features come from the probe's Cargo.toml and the profile from the workspace's,
+so a reproducer builds what the probe built. ``unify_with_probes`` (test builds) lists the whole
+probe workspace's dependency set instead: cargo unifies features over everything one build
+resolves, so only that set gives every dependency the workspace's features, and so the compiled
+artifacts of a ``CARGO_TARGET_DIR`` shared with the probes (see ``harness/reporting/reproducers.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable
+
+from harness.case.ir import Program
+from harness.paths import PROBES_WORKSPACE
+from harness.targets.reproducer_base import comment_lines, op_text, statuses, step_fields
+
+# The crates a reproducer of each framework depends on (their version and features are read from
+# the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
+FRAMEWORK_CRATES = {"candle": ("candle-core", "candle-nn"), "burn": ("burn",)}
+
+
+def support_source(framework: str) -> Path:
+    """The probe's helper module that every reproducer of ``framework`` gets as ``src/support.rs``."""
+    return PROBES_WORKSPACE / f"{framework}_probe" / "src" / "support.rs"
+
+
+def write_cargo_project(dest: Path, package: str, framework: str, main_rs: str,
+                        unify_with_probes: bool = False) -> Path:
+    """Writes the project at ``dest`` (created if missing) and returns ``dest``."""
+    (dest / "src").mkdir(parents=True, exist_ok=True)
+    (dest / "Cargo.toml").write_text(cargo_toml(package, framework, unify_with_probes), encoding="utf-8")
+    (dest / "src" / "main.rs").write_text(main_rs, encoding="utf-8")
+    shutil.copyfile(support_source(framework), dest / "src" / "support.rs")
+    return dest
+
+
+def main_head(framework: str, backend: str, title: str) -> list[str]:
+    """The first lines of a generated main.rs: what it is, and the shared helpers in scope."""
+    return [
+        f"//! aliasfuzz reproducer ({framework}, {backend}): {title}",
+        f"//! Generated from the minimized case; depends only on {framework}. Prints every bound name after every op.",
+        f"//! `support.rs` is the {framework} probe's own helper module (rust_probes/{framework}_probe/src/support.rs),",
+        "//! copied verbatim: the framework calls behind the ops that take more than one.",
+        "// A program uses only some of the helpers and names (dead_code, unused_*).",
+        "#![allow(unused_variables, unused_mut, unused_imports, deprecated, dead_code, clippy::all)]",
+        "mod support;",
+        "use support::*;",
+    ]
+
+
+class MainWriter:
+    """The body of a generated ``main``: the program's tensors declared, then each op (or the
+    comment that stands for it) followed by a ``show`` of every bound name. A framework's writer
+    subclasses it with ``declare``, ``show`` and one emitter per op kind (``EMITTERS``)."""
+
+    framework: ClassVar[str]
+    EMITTERS: ClassVar[dict[str, Callable[[Any, dict], None]]] = {}
+
+    def __init__(self) -> None:
+        self.body: list[str] = []
+        self._optimizers: dict[str, str] = {}
+
+    def declare(self, tensor) -> None:
+        raise NotImplementedError
+
+    def show(self, label: str) -> None:
+        raise NotImplementedError
+
+    def bound(self, name: str) -> bool:
+        """Whether ``name`` has a translation (a snapshot by a method without one has none)."""
+        raise NotImplementedError
+
+    def untranslatable(self, op: dict) -> tuple[str, str] | None:
+        """(status, message) where an op the framework ran cannot be written here: one of its
+        inputs has no translation."""
+        if any(not self.bound(op[k]) for k in ("of", "target") if k in op):
+            return "not translated", "its input was not translated"
+        return None
+
+    def not_run(self, op: dict) -> None:
+        """Called for an op that is only a comment (its snapshot, say, binds nothing)."""
+
+    def optimizer(self, op: dict, ctor: str, args: Iterable[str], suffix: str = "") -> str:
+        """The optimizer variable of a ``step``: one per distinct step spec (the whole op), declared
+        at its first step as ``let mut optN = ctor(args)suffix;``, as the probes key theirs.
+        ``args`` names fields of the step (``kind``, ``lr``, ``momentum``, ``betas``, ``eps``,
+        ``weight_decay``) as Rust literals; anything else is passed as written."""
+        key = json.dumps(op, sort_keys=True)
+        if key not in self._optimizers:
+            self._optimizers[key] = var = f"opt{len(self._optimizers)}"
+            kind, lr, momentum, betas, eps, wd = step_fields(op)
+            fields = {"kind": f'"{kind}"', "lr": rust_float(lr), "momentum": rust_float(momentum),
+                      "betas": f"[{rust_float(betas[0])}, {rust_float(betas[1])}]", "eps": rust_float(eps),
+                      "weight_decay": rust_float(wd)}
+            self.body.append(f"    let mut {var} = {ctor}({', '.join(fields.get(a, a) for a in args)}){suffix};")
+        return self._optimizers[key]
+
+    def op(self, i: int, op: dict, status: str, message: str | None) -> None:
+        self.body.append("")
+        if status == "ok":
+            status, message = self.untranslatable(op) or (status, message)
+        if status != "ok":
+            self.body += ["    " + x for x in comment_lines("//", i, op, status, message)]
+            self.not_run(op)
+        elif op["op"] in self.EMITTERS:
+            self.body.append(f"    // op {i}: {op_text(op)}")
+            self.EMITTERS[op["op"]](self, op)
+        else:
+            self.body += [f"    // op {i}: {op_text(op)}", f"    // {op['op']}: {self.framework} has no such call"]
+        self.show(f"after op {i}")
+
+    def lines(self, program: Program, repro: dict | None) -> list[str]:
+        """The body lines for ``program``; ``repro`` (the finding's repro JSON) says which ops the
+        framework ran."""
+        st = statuses(repro, self.framework)
+        for t in program.tensors:
+            self.declare(t)
+        self.show("initial")
+        for i, op in enumerate(program.ops):
+            self.op(i, op, *st.get(i, ("ok", None)))
+        return self.body
+
+
+# ------------------------------------------------------------------------------------------------
+# Rust literals.
+
+
+def rust_float(v: float) -> str:
+    """A float literal (``1.5``, ``2.0``, ``1e-08``) or ``f32::NAN`` / ``f32::INFINITY``."""
+    text = repr(float(v))
+    if text in ("inf", "-inf", "nan"):
+        return {"inf": "f32::INFINITY", "-inf": "f32::NEG_INFINITY", "nan": "f32::NAN"}[text]
+    return text if ("e" in text or "." in text) else text + ".0"
+
+
+def rust_f32(literal: str) -> str:
+    """A float literal typed f32 (``1.5f32``); ``f32::NAN`` and the like are already."""
+    return literal if literal.startswith("f32::") else literal + "f32"
+
+
+def rust_f32_list(values: Iterable[float]) -> str:
+    """A ``Vec<f32>`` literal: the first element carries the type (an unsuffixed literal would make
+    ``Var::from_vec``/``TensorData::new``, generic over the element type, build an F64 tensor)."""
+    items = [rust_float(v) for v in values]
+    if not items:
+        return "Vec::<f32>::new()"
+    return "vec![" + ", ".join([rust_f32(items[0]), *items[1:]]) + "]"
+
+
+def ident(name: str) -> str:
+    """A Rust variable name for a program name (``m.w`` -> ``v_m_w``)."""
+    return "v_" + re.sub(r"\W", "_", name)
+
+
+# ------------------------------------------------------------------------------------------------
+# Cargo.toml from the probe workspace.
+
+
+def _load_toml(path: Path) -> dict:
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _workspace() -> dict:
+    return _load_toml(PROBES_WORKSPACE / "Cargo.toml")
+
+
+def _workspace_members() -> list[Path]:
+    out: list[Path] = []
+    for pattern in _workspace().get("workspace", {}).get("members", []):
+        out += sorted(p for p in PROBES_WORKSPACE.glob(pattern) if (p / "Cargo.toml").exists())
+    return out
+
+
+def _spec(spec: Any) -> dict:
+    return {"version": spec} if isinstance(spec, str) else dict(spec)
+
+
+def _member_deps(member: Path, table: str = "dependencies") -> dict[str, dict]:
+    """A workspace member's registry dependencies (path deps, i.e. other members, left out),
+    ``workspace = true`` entries spelled out, each as a table (``{ version = ... }``)."""
+    wsdeps = _workspace().get("workspace", {}).get("dependencies", {})
+    out: dict[str, dict] = {}
+    for name, spec in _load_toml(member / "Cargo.toml").get(table, {}).items():
+        if isinstance(spec, dict) and spec.get("workspace"):
+            extra = list(spec.get("features", []))
+            spec = _spec(wsdeps[name])
+            if extra:
+                spec["features"] = sorted(set(spec.get("features", [])) | set(extra))
+        spec = _spec(spec)
+        if "path" not in spec:
+            out[name] = spec
+    return out
+
+
+def _merge_spec(name: str, a: dict, b: dict) -> dict:
+    """Two members' requirements on one crate, as cargo unifies them (one version, the union of
+    the features, default features if either wants them)."""
+    if a == b:
+        return a
+    other = {k: v for k, v in {**a, **b}.items() if k not in ("features", "default-features")}
+    if a.get("version") != b.get("version") or any(a.get(k) != b.get(k) for k in other if k != "version"):
+        raise ValueError(f"rust_probes: members require {name} differently: {a} vs {b}")
+    out = dict(other)
+    feats = sorted(set(a.get("features", [])) | set(b.get("features", [])))
+    if feats:
+        out["features"] = feats
+    if a.get("default-features", True) is False and b.get("default-features", True) is False:
+        out["default-features"] = False
+    return out
+
+
+def _workspace_deps(table: str) -> dict[str, dict]:
+    """The union of every probe workspace member's registry dependencies of one kind."""
+    out: dict[str, dict] = {}
+    for member in _workspace_members():
+        for name, spec in _member_deps(member, table).items():
+            out[name] = _merge_spec(name, out[name], spec) if name in out else spec
+    return out
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(v)
+
+
+def _toml_tables(prefix: str, table: dict) -> list[str]:
+    """``table`` as TOML tables under ``prefix`` (nested tables as ``[prefix.key]``)."""
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    lines = [f"[{prefix}]", *(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()), ""] \
+        if scalars or not table else []
+    for k, v in table.items():
+        if isinstance(v, dict):
+            lines += _toml_tables(f"{prefix}.{_toml_key(k)}", v)
+    return lines
+
+
+def _dep_lines(deps: dict[str, dict]) -> list[str]:
+    return [f"{name} = {_toml_value(spec['version'] if list(spec) == ['version'] else spec)}"
+            for name, spec in deps.items()]
+
+
+_UNIFIED_NOTE = [
+    "# Test build: the dependencies below are the whole probe workspace's (rust_probes/*/Cargo.toml),",
+    "# not only what this program uses. cargo unifies features over the dependency graph it resolves;",
+    "# with exactly the workspace's set, every dependency gets the workspace's features and so the same",
+    "# build hash, and a CARGO_TARGET_DIR shared with `cargo build --workspace --bins` in rust_probes",
+    "# reuses every compiled dependency (a candle- or burn-only set rebuilds serde, half, rand,",
+    "# candle-core or burn and everything above them: minutes instead of seconds).",
+]
+
+
+def _dependencies(framework: str, unify_with_probes: bool) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(dependencies, build-dependencies) of a reproducer of ``framework``."""
+    probe_deps = _member_deps(PROBES_WORKSPACE / f"{framework}_probe")
+    deps = {name: probe_deps[name] for name in FRAMEWORK_CRATES[framework]}
+    if not unify_with_probes:
+        return deps, {}
+    workspace = _workspace_deps("dependencies")
+    for name in FRAMEWORK_CRATES[framework]:
+        deps[name] = _merge_spec(name, probe_deps[name], workspace[name])
+    return {**deps, **{k: v for k, v in workspace.items() if k not in deps}}, _workspace_deps("build-dependencies")
+
+
+def cargo_toml(package: str, framework: str, unify_with_probes: bool = False) -> str:
+    """The reproducer's Cargo.toml: its framework's crates, pinned as in the probe, the probe's
+    features and the probe workspace's profiles. ``unify_with_probes`` (test builds only) lists
+    the whole probe workspace's dependency set instead (see the module docstring)."""
+    deps, build_deps = _dependencies(framework, unify_with_probes)
+    feats = _load_toml(PROBES_WORKSPACE / f"{framework}_probe" / "Cargo.toml").get("features", {})
+    feature_lines = [f"{k} = {_toml_value(v)}" for k, v in feats.items()
+                     if all(str(f).split("/", 1)[0].rstrip("?") in deps for f in v)]
+    profiles = _workspace().get("profile", {})
+    return "\n".join([
+        "# Generated by aliasfuzz (harness/targets/rust_project.py): a stand-alone reproducer.",
+        f"# Crate versions and features are pinned as in rust_probes/{framework}_probe/Cargo.toml.",
+        *(_UNIFIED_NOTE if unify_with_probes else []),
+        "[package]", f'name = "{package}"', 'version = "0.1.0"', 'edition = "2021"', "publish = false", "",
+        "[dependencies]", *_dep_lines(deps), "",
+        *(["[build-dependencies]", *_dep_lines(build_deps), ""] if build_deps else []),
+        "[features]", *feature_lines, "",
+        "# The probes' profiles (rust_probes/Cargo.toml): their kernels are built optimised.",
+        *(_toml_tables("profile", profiles) if profiles else []),
+        "# Not part of any enclosing workspace.", "[workspace]", "",
+    ])

@@ -1,0 +1,170 @@
+"""The PyTorch reproducer of a finding: a script that needs only torch, replays the program on the
+CPU with the calls the torch target makes (``harness/targets/torch/``) and prints every
+bound name after every op (``after op 0: s0 = [1.0, 2.0]``). An op torch did not run in the
+finding's repro result is a comment.
+
+Each op kind has an emitter (``EMITTERS``): the op's fields in, the script lines out.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from harness.case.ir import Program
+from harness.targets.reproducer_base import comment_lines, op_text, statuses, step_fields
+
+_PRELUDE = '''#!/usr/bin/env python3
+"""aliasfuzz reproducer (PyTorch, CPU): {title}
+
+Generated from the minimized case; needs only torch. Prints every bound name after every op.
+"""
+import copy
+import io
+
+import torch
+from torch import nn
+
+
+def show(label, names):
+    for n, t in names.items():
+        print(f"{{label}}: {{n}} = {{[float(x) for x in t.detach().cpu().reshape(-1).tolist()]}}")
+
+
+def _save_load(t):
+    buf = io.BytesIO()
+    torch.save(t, buf)
+    buf.seek(0)
+    return torch.load(buf)
+
+
+class Model(nn.Module):
+    pass
+
+
+model = Model()
+names = {{}}
+grads = {{}}
+optimizers = {{}}
+'''
+
+# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
+_METHODS = {
+    "alias": "{t}", "clone": "{t}.clone()", "detach": "{t}.detach()", "copy": "copy.copy({t})",
+    "mul1": "{t} * 1.0", "to_home": "{t}.to({t}.device)", "to_cpu": "{t}.cpu()",
+    "contiguous": "{t}.contiguous()", "reshape": "{t}.reshape(-1)", "view_row": "{t}.narrow(0, 0, 1)",
+    "transpose": "{t}.transpose(-2, -1)", "state_dict": "model.state_dict()[{of!r}]",
+    "deepcopy": "copy.deepcopy({t})",
+    "to_host": "torch.from_numpy({t}.detach().cpu().numpy()).to({t}.device)",
+    "save_load": "_save_load({t})",
+}
+
+
+def _name(n: str) -> str:
+    return f"names[{n!r}]"
+
+
+def _tensor_lines(t) -> list[str]:
+    """The declaration of one tensor: registered on the model as a parameter or a buffer."""
+    shape = list(t.shape)
+    if t.kind != "lazy":
+        out = [f"_t = torch.tensor({[float(x) for x in t.value]!r}, dtype=torch.float32).reshape({shape})"]
+    elif t.init == "uniform":
+        out = [f"_t = torch.empty({shape}).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed({t.seed or 0}))"]
+    else:
+        out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r})"]
+    if t.kind == "buffer":
+        return out + [f'model.register_buffer("{t.name}", _t)', f'names["{t.name}"] = model._buffers["{t.name}"]']
+    return out + [f'model.register_parameter("{t.name}", nn.Parameter(_t))',
+                  f'names["{t.name}"] = model._parameters["{t.name}"]',
+                  f'grads["{t.name}"] = {list(t.grad) if t.grad is not None else None!r}']
+
+
+def _snapshot(op: dict) -> list[str]:
+    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=op["of"])]
+
+
+def _write(op: dict) -> list[str]:
+    t = _name(op["target"])
+    v = f"torch.tensor({[float(x) for x in op['value']]!r}, dtype=torch.float32, device={t}.device)"
+    if op.get("index") is None:
+        return ["with torch.no_grad():", f"    {t}.copy_({v}.reshape({t}.shape))"]
+    return ["with torch.no_grad():", f"    {t}[{op['index']}] = {v}.reshape({t}.shape[1:])"]
+
+
+def _fill(op: dict) -> list[str]:
+    return ["with torch.no_grad():", f"    {_name(op['target'])}.fill_({float(op['value'])!r})"]
+
+
+def _scale(op: dict) -> list[str]:
+    return ["with torch.no_grad():", f"    {_name(op['target'])}.mul_({float(op['factor'])!r})"]
+
+
+def _optimizer(o: str, lr: float, mom: float, betas: list[float], eps: float, wd: float) -> str:
+    params = "list(model.parameters())"
+    adam = f"lr={lr!r}, betas={tuple(betas)!r}, eps={eps!r}, weight_decay={wd!r}, foreach=False"
+    return {"sgd": f"torch.optim.SGD({params}, lr={lr!r}, foreach=False)",
+            "sgd_momentum": f"torch.optim.SGD({params}, lr={lr!r}, momentum={mom!r}, foreach=False)",
+            "adam": f"torch.optim.Adam({params}, {adam})",
+            "adamw": f"torch.optim.AdamW({params}, {adam})"}[o]
+
+
+def _step(op: dict) -> list[str]:
+    """One optimizer per distinct spec, created at its first step; loss = sum of (p * grad)."""
+    o, lr, mom, betas, eps, wd = step_fields(op)
+    key = (o, lr, mom, tuple(betas), eps, wd)
+    return [f"if {key!r} not in optimizers:", f"    optimizers[{key!r}] = {_optimizer(o, lr, mom, betas, eps, wd)}",
+            f"opt = optimizers[{key!r}]", "opt.zero_grad()", "loss = None",
+            "for n, p in model.named_parameters():",
+            "    g = grads.get(n)",
+            "    g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)",
+            "    term = (p * g.to(p.device)).sum()",
+            "    loss = term if loss is None else loss + term",
+            "loss.backward()", "opt.step()"]
+
+
+def _move(op: dict) -> list[str]:
+    """What ``module.to`` does to a param (``.data`` swapped) or a buffer (rebound); else ``.to``."""
+    tgt, t = op["target"], _name(op["target"])
+    return [f"# CPU only: `{op['device']}` is the CPU here. What module.to does to a param/buffer:",
+            f"if {tgt!r} in model._parameters and model._parameters[{tgt!r}] is {t}:",
+            "    with torch.no_grad():",
+            f"        {t}.data = {t}.data.to('cpu')",
+            f"elif {tgt!r} in model._buffers and model._buffers[{tgt!r}] is {t}:",
+            f"    model._buffers[{tgt!r}] = {t} = {t}.to('cpu')",
+            "else:",
+            f"    {t} = {t}.to('cpu')"]
+
+
+def _module_clone(op: dict) -> list[str]:
+    return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters():",
+            f"    names[{op['name']!r} + '.' + _k] = _p"]
+
+
+EMITTERS: dict[str, Callable[[dict], list[str]]] = {
+    "snapshot": _snapshot, "write": _write, "fill": _fill, "scale": _scale, "step": _step, "move": _move,
+    "module_clone": _module_clone,
+    "valid": lambda op: ["model.eval()"],
+    "train": lambda op: ["model.train()"],
+    "no_grad": lambda op: ["model.requires_grad_(False)"],
+    "freeze": lambda op: ["model.requires_grad_(False)"],
+    "read": lambda op: [f"_ = {_name(op['target'])}.tolist()"],
+}
+
+
+def torch_script(program: Program, repro: dict | None = None) -> str:
+    """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran."""
+    st = statuses(repro, "torch")
+    out = [_PRELUDE.format(title=program.title or "case")]
+    for t in program.tensors:
+        out += _tensor_lines(t)
+    out.append('show("initial", names)')
+    for i, op in enumerate(program.ops):
+        out.append("")
+        status, message = st.get(i, ("ok", None))
+        if status != "ok":
+            out += comment_lines("#", i, op, status, message)
+        else:
+            out.append(f"# op {i}: {op_text(op)}")
+            out += EMITTERS.get(op["op"], lambda op: [f"# {op['op']}: no translation"])(op)
+        out.append(f'show("after op {i}", names)')
+    return "\n".join(out) + "\n"

@@ -1,0 +1,292 @@
+//! The burn calls behind the ops, shared by the probe and the generated reproducers.
+//!
+//! This file depends on burn and std only: `harness/targets/burn/reproducer.py` copies it verbatim
+//! into every burn reproducer (as `src/support.rs`), so a reproducer runs exactly the code the
+//! probe ran and this is the one copy of it. Anything the protocol needs (rank-erased values,
+//! observations, error outcomes) stays in `vals.rs` and `session.rs`.
+
+use burn::module::{Module, Param, ParamId};
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
+use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
+use burn::tensor::{Device, Distribution, Shape, Tensor, TensorData};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The program's trainable parameters, by rank, in program order within each rank. Buffers are
+/// not in the model: they are plain tensors bound outside it (a plain `Tensor` field would be a
+/// module *constant*, which burn neither records nor trains).
+#[derive(Module, Debug)]
+pub struct Model {
+    pub p1: Vec<Param<Tensor<1>>>,
+    pub p2: Vec<Param<Tensor<2>>>,
+    pub p3: Vec<Param<Tensor<3>>>,
+}
+
+impl Model {
+    pub fn empty() -> Model {
+        Model { p1: vec![], p2: vec![], p3: vec![] }
+    }
+
+    /// The same layout with fresh, lazily zero-initialised params (new ParamIds) on `device`:
+    /// what a user builds from the model's config before `load_file`.
+    pub fn skeleton(&self, device: &Device) -> Model {
+        fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device) -> Param<Tensor<D>> {
+            let shape = p.lazy_shape();
+            let dims = shape.clone();
+            lazy_param(shape, device, move |device| Tensor::<D>::zeros(dims, device))
+        }
+        Model {
+            p1: self.p1.iter().map(|p| fresh(p, device)).collect(),
+            p2: self.p2.iter().map(|p| fresh(p, device)).collect(),
+            p3: self.p3.iter().map(|p| fresh(p, device)).collect(),
+        }
+    }
+}
+
+/// A lazy param requiring grad: `Param::uninitialized` with a new ParamId, whose `init` runs on
+/// the first `val()` (burn-core module/param/base.rs).
+fn lazy_param<const D: usize>(
+    shape: Shape,
+    device: &Device,
+    init: impl FnOnce(&Device) -> Tensor<D> + Send + Sync + 'static,
+) -> Param<Tensor<D>> {
+    let init = move |device: &Device, require_grad: bool| {
+        let t = init(device);
+        if require_grad {
+            t.require_grad()
+        } else {
+            t
+        }
+    };
+    Param::uninitialized(ParamId::new(), init, device.clone(), true, shape)
+}
+
+/// An uninitialised stand-in put in a model slot while its param is moved out for an op (burn
+/// calls consume their argument).
+pub fn placeholder<const D: usize>() -> Param<Tensor<D>> {
+    Param::uninitialized(
+        ParamId::new(),
+        |device, _| Tensor::<D>::zeros([0; D], device),
+        Device::flex(),
+        false,
+        Shape::new([0; D]),
+    )
+}
+
+/// The framework's CPU device (`move` to `cpu`, the `to_cpu` snapshot): flex, with autodiff.
+pub fn cpu_device() -> Device {
+    Device::flex().autodiff()
+}
+
+/// A lazy param uniform in [-1, 1): `Param::uninitialized` with burn's sampler seeded when it
+/// initialises, so the value depends on the seed only, not on what ran before the first read.
+pub fn uniform_param<const D: usize>(dims: [usize; D], seed: u64, device: &Device) -> Param<Tensor<D>> {
+    lazy_param(Shape::new(dims), device, move |device| {
+        device.seed(seed);
+        Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), device)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshot methods with more than one call.
+
+/// `to_home`: `to_device` onto the tensor's own device.
+pub fn to_own_device<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    let device = t.device();
+    t.to_device(&device)
+}
+
+/// `reshape`: every element in one dimension.
+pub fn flatten<const D: usize>(t: Tensor<D>) -> Tensor<1> {
+    let n: usize = t.dims().iter().product();
+    t.reshape([n])
+}
+
+/// `to_host`: `to_data` to host memory and `from_data` back onto the tensor's device.
+pub fn through_host<const D: usize>(t: Tensor<D>) -> Tensor<D> {
+    let device = t.device();
+    Tensor::<D>::from_data(t.to_data(), &device)
+}
+
+/// `state_dict`: the model's record (`into_record`) applied back onto it with
+/// `try_load_record` (a ModuleRecord has no public per-tensor reader in 0.22.1: burn-core
+/// store/mod.rs), so the caller reads the param out of the loaded model.
+pub fn record_round_trip(model: Model) -> Result<Model, String> {
+    let record = model.clone().into_record();
+    model.try_load_record(record).map_err(|e| format!("load_record: {e}"))
+}
+
+/// `save_load`: `save_file` to `path`, `load_file` into a fresh model of the same layout on
+/// `device` (new ParamIds, lazy zeros), what a user restoring a checkpoint writes. The loaded
+/// params carry the ParamIds stored in the file, and read the file on access: keep it (see
+/// [`Checkpoints`]).
+pub fn save_and_load(model: Model, path: &std::path::Path, device: &Device) -> Result<Model, String> {
+    let fresh = model.skeleton(device);
+    model.save_file(path).map_err(|e| format!("save_file: {e}"))?;
+    fresh.try_load_file(path).map_err(|e| format!("load_file: {e}"))
+}
+
+/// Checkpoint files written by `save_file`, removed when this is dropped: a tensor loaded by
+/// `load_file` is backed by the file and reads it on access (observed: deleting it early makes
+/// `to_data` panic with `host access failed`). They live in a directory of their own, made on
+/// first use with `create_dir`, which fails rather than reuse a path someone else made.
+#[derive(Default)]
+pub struct Checkpoints {
+    dir: Option<PathBuf>,
+    files: usize,
+}
+
+/// Distinguishes the checkpoint directories of one process (one per program it runs).
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+impl Checkpoints {
+    /// A path for the next checkpoint file.
+    pub fn next(&mut self) -> Result<PathBuf, String> {
+        while self.dir.is_none() {
+            let n = DIRS.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!("aliasfuzz-burn-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => self.dir = Some(dir),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("checkpoint directory {}: {e}", dir.display())),
+            }
+        }
+        self.files += 1;
+        Ok(self.dir.as_ref().unwrap().join(format!("{}.bpk", self.files)))
+    }
+}
+
+impl Drop for Checkpoints {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-place ops: a burn tensor is a value, so each edit returns the new value to rebind.
+
+#[derive(Clone, Debug)]
+pub enum Edit {
+    /// `slice_assign` of row `index`, or whole-tensor replacement (`Tensor::from_data`).
+    Write { index: Option<usize>, value: Vec<f32> },
+    /// `slice_fill` over every row.
+    Fill(f32),
+    /// `mul_scalar`.
+    Scale(f32),
+}
+
+pub fn edit_tensor<const D: usize>(t: Tensor<D>, edit: &Edit) -> Tensor<D> {
+    match edit {
+        Edit::Write { index: Some(i), value } => {
+            let mut row = t.dims();
+            row[0] = 1;
+            let v = Tensor::<D>::from_data(TensorData::new(value.clone(), row), &t.device());
+            t.slice_assign([*i..*i + 1], v)
+        }
+        Edit::Write { index: None, value } => {
+            let dims = t.dims();
+            let device = t.device();
+            drop(t);
+            Tensor::<D>::from_data(TensorData::new(value.clone(), dims), &device)
+        }
+        Edit::Fill(x) => {
+            let rows = t.dims()[0];
+            t.slice_fill([0..rows], *x)
+        }
+        Edit::Scale(f) => t.mul_scalar(*f),
+    }
+}
+
+/// An edit of a parameter, the way burn's own optimizer updates one (burn-optim
+/// module_optimizer.rs `ModuleOptimizerMapper::map_float` + parameter_context.rs): `Param::map`
+/// (keeps the ParamId), the op on `tensor.inner()` (outside the graph), then `from_inner` and
+/// `require_grad` restored.
+pub fn edit_param<const D: usize>(p: Param<Tensor<D>>, edit: &Edit) -> Param<Tensor<D>> {
+    p.map(|t| {
+        let require_grad = t.is_require_grad();
+        let autodiff = t.is_autodiff();
+        let out = edit_tensor(t.inner(), edit);
+        let out = if autodiff { Tensor::from_inner(out) } else { out };
+        if require_grad {
+            out.require_grad()
+        } else {
+            out
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steps.
+
+/// One term of the loss, `(p * g).sum()`, on the home device (after a `move` a param may be
+/// elsewhere; `to_device` is differentiable, burn-tensor base.rs `Tensor::to_device`).
+pub fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32], home: &Device) -> Tensor<1> {
+    let v = p.val();
+    let g = Tensor::<D>::from_data(TensorData::new(grad.to_vec(), v.dims()), &v.device());
+    let term = (v * g).sum();
+    if term.device() != *home {
+        term.to_device(home)
+    } else {
+        term
+    }
+}
+
+/// The optimizer of a `step`, by its case-format name (`sgd`, `sgd_momentum`, `adam`, `adamw`).
+pub fn make_optimizer(kind: &str, momentum: f64, betas: [f64; 2], eps: f64, weight_decay: f64) -> ModuleOptimizer {
+    // L2 weight decay, added to the gradient (burn-optim decay.rs `WeightDecay::transform`).
+    let decay = (weight_decay != 0.0).then(|| WeightDecayConfig::new(weight_decay as f32));
+    match kind {
+        "sgd" => SgdConfig::new().with_weight_decay(decay).init(),
+        // MomentumConfig defaults to dampening 0.1 (burn-optim momentum.rs): set 0 explicitly.
+        "sgd_momentum" => SgdConfig::new()
+            .with_weight_decay(decay)
+            .with_momentum(Some(
+                MomentumConfig::new().with_momentum(momentum).with_dampening(0.0).with_nesterov(false),
+            ))
+            .init(),
+        "adam" => AdamConfig::new()
+            .with_beta_1(betas[0] as f32)
+            .with_beta_2(betas[1] as f32)
+            .with_epsilon(eps as f32)
+            .with_weight_decay(decay)
+            .init(),
+        "adamw" => AdamWConfig::new()
+            .with_beta_1(betas[0] as f32)
+            .with_beta_2(betas[1] as f32)
+            .with_epsilon(eps as f32)
+            .with_weight_decay(weight_decay as f32)
+            .init(),
+        other => panic!("unknown optimizer {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading values. Never forces a lazy parameter: `is_initialized` reads the shared lazy state
+// without running the initializer (burn-core module/param/base.rs).
+
+/// The tensor's values, row-major, read to the host.
+pub fn read_values<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>, String> {
+    t.to_data().try_to_vec_as::<f32>().map_err(|e| format!("to_data: {e:?}"))
+}
+
+/// Prints `label: name = [values]` (the reproducers' output; the probe observes instead).
+#[allow(dead_code)]
+pub fn show_t<const D: usize>(label: &str, name: &str, t: &Tensor<D>) {
+    match read_values(t) {
+        Ok(v) => println!("{label}: {name} = {v:?}"),
+        Err(e) => println!("{label}: {name} = unreadable ({e})"),
+    }
+}
+
+/// `show_t` of a param's value, or `uninitialized` for a lazy param not yet created.
+#[allow(dead_code)]
+pub fn show_p<const D: usize>(label: &str, name: &str, p: &Param<Tensor<D>>) {
+    if !p.is_initialized() {
+        println!("{label}: {name} = uninitialized");
+    } else {
+        show_t(label, name, &p.val());
+    }
+}

@@ -1,0 +1,124 @@
+//! The candle calls behind the ops that take more than one call, shared by the probe and the
+//! generated reproducers.
+//!
+//! This file depends on candle and std only: `harness/targets/candle/reproducer.py` copies it
+//! verbatim into every candle reproducer (as `src/support.rs`), so a reproducer runs exactly the
+//! code the probe ran and this is the one copy of it. What the protocol needs (handles, error
+//! outcomes, observations) stays in `session.rs`.
+
+use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarMap, SGD};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Registers a param in the model's VarMap under its name, as a user building a model does.
+pub fn insert_var(varmap: &VarMap, name: &str, var: &Var) {
+    varmap.data().lock().unwrap().insert(name.to_string(), var.clone());
+}
+
+/// The Var the VarMap holds under `name` (the same Var, not a copy).
+pub fn var_of(varmap: &VarMap, name: &str) -> Option<Var> {
+    varmap.data().lock().unwrap().get(name).cloned()
+}
+
+/// A lazy param: candle has none, so it is created now through the VarMap, as
+/// `VarBuilder::get_with_hints` does.
+pub fn lazy_var(varmap: &VarMap, shape: Vec<usize>, name: &str, init: Init, device: &Device) -> Result<Var> {
+    varmap.get(shape, name, init, DType::F32, device)?;
+    Ok(var_of(varmap, name).expect("VarMap::get inserts the var"))
+}
+
+/// The model's Vars by name, as the VarMap holds them (a snapshot of the map, not copies).
+pub fn model_vars(varmap: &VarMap) -> Vec<(String, Var)> {
+    varmap.data().lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// The tensor's values, row-major, read to the host.
+pub fn values(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all()?.to_vec1::<f32>()
+}
+
+/// `to_host`: the values read to host memory and a new tensor made from them on the tensor's
+/// device, in its shape.
+pub fn through_host(t: &Tensor) -> Result<Tensor> {
+    Tensor::new(values(t)?, t.device())?.reshape(t.shape())
+}
+
+/// `write` of row `index`: `slice_set` of a `[1, rest...]` tensor at `index` along dim 0.
+pub fn write_row(t: &Tensor, index: usize, value: &[f32]) -> Result<()> {
+    let mut row_shape = t.dims().to_vec();
+    if row_shape.is_empty() {
+        candle_core::bail!("write: a rank-0 tensor has no rows");
+    }
+    row_shape[0] = 1;
+    let row = Tensor::from_vec(value.to_vec(), row_shape, t.device())?;
+    t.slice_set(&row, 0, index)
+}
+
+/// `save_load`: `VarMap::save` of the model to `path`, then `VarMap::load` into a fresh VarMap.
+/// `load` only fills variables already in the map (var_map.rs: "values for variables that are
+/// currently not in the map are not kept"), so the fresh map is first given the model's
+/// structure with `VarMap::get(.., Init::Const(0.), ..)`, as a user rebuilding the model through
+/// a `VarBuilder` would. The fresh map's Vars are new (new ids, their own storage).
+pub fn save_and_load(varmap: &VarMap, path: &Path) -> Result<VarMap> {
+    varmap.save(path)?;
+    let mut fresh = VarMap::new();
+    for (k, v) in &model_vars(varmap) {
+        fresh.get(v.shape(), k, Init::Const(0.0), v.dtype(), v.device())?;
+    }
+    fresh.load(path)?;
+    Ok(fresh)
+}
+
+/// The loss of a `step`: the sum over the VarMap's vars of `sum(var * grad)` (`None`: no vars,
+/// nothing to train).
+pub fn loss(varmap: &VarMap, grads: &HashMap<String, Vec<f32>>) -> Result<Option<Tensor>> {
+    let mut total: Option<Tensor> = None;
+    for (name, var) in &model_vars(varmap) {
+        let g = Tensor::from_vec(grads[name].clone(), var.shape(), var.device())?;
+        let term = (var.as_tensor() * &g)?.sum_all()?;
+        total = Some(match total {
+            None => term,
+            Some(l) => (l + term)?,
+        });
+    }
+    Ok(total)
+}
+
+/// The optimizers candle-nn has.
+pub enum Opt {
+    Sgd(SGD),
+    AdamW(AdamW),
+}
+
+impl Opt {
+    /// The optimizer of a `step` over the VarMap's vars, by its case-format name: `sgd` is
+    /// `SGD` (no momentum: candle-nn has none), `adam` is `AdamW` with weight_decay 0 (candle's
+    /// AdamW decays decoupled; L2 decay would need another optimizer), `adamw` is `AdamW`.
+    pub fn new(kind: &str, varmap: &VarMap, lr: f64, betas: [f64; 2], eps: f64, weight_decay: f64) -> Result<Opt> {
+        let weight_decay = match kind {
+            "sgd" => return Ok(Opt::Sgd(SGD::new(varmap.all_vars(), lr)?)),
+            "adam" => 0.0,
+            "adamw" => weight_decay,
+            other => candle_core::bail!("candle-nn has no optimizer for {other:?}"),
+        };
+        let params = ParamsAdamW { lr, beta1: betas[0], beta2: betas[1], eps, weight_decay };
+        Ok(Opt::AdamW(AdamW::new(varmap.all_vars(), params)?))
+    }
+
+    pub fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
+        match self {
+            Opt::Sgd(o) => o.backward_step(loss),
+            Opt::AdamW(o) => o.backward_step(loss),
+        }
+    }
+}
+
+/// Prints `label: name = [values]` (the reproducers' output; the probe observes instead).
+#[allow(dead_code)]
+pub fn show(label: &str, name: &str, t: &Tensor) {
+    match values(t) {
+        Ok(v) => println!("{label}: {name} = {v:?}"),
+        Err(e) => println!("{label}: {name} = unreadable ({e})"),
+    }
+}
