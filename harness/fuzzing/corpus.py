@@ -180,7 +180,7 @@ def _open_redis(spec: str):
 def _open_directory(spec: str | None, folder: RunFolder) -> Corpus:
     from hypothesis.database import DirectoryBasedExampleDatabase
 
-    path = Path(spec) if spec else folder.path / "corpus"
+    path = Path(spec) if spec else folder.corpus
     shown = f"--db {spec}" if spec else str(path)
     if path.exists() and not path.is_dir():
         raise CampaignError(f"{shown}: not a folder (give --db a folder or redis://host:port/n)")

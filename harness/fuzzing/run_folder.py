@@ -4,16 +4,20 @@ file holds) and how a program is stored as bytes.
 Beside the layout it keeps the folder's guarantees:
 
 - one campaign at a time: ``campaign.lock`` holds an exclusive ``flock`` for as long as a
-  campaign runs (the kernel drops it when the process dies, however it dies);
+  campaign runs (``folder_lock``; the kernel drops it when the process dies, however it dies);
 - a new campaign never writes into a folder that holds one already, nor into a folder of the
   user's that is not a run folder (``RunFolder.create_new``); a resume only into a run folder
   whose ``campaign.json`` has the shape the campaign reads (``RunFolder.open_existing``,
-  ``load_state``);
+  ``load_state``; the shapes are ``run_state``'s);
+- a reader (the reports, the history page) opens a folder with ``RunFolder.open_read_only``:
+  no lock (a campaign may be running in it), nothing written, and none of the folder's own files
+  read through a link out of it;
 - a set-up that fails leaves nothing behind: what ``create_new`` made is removed again while it
-  holds no finding and no program has run, never a folder (or a file) that was there before;
-- the journal (``findings.jsonl``) is the truth, and a finding is never lost: ``reconcile``
-  restores to the journal what only ``findings.json`` still holds, and refuses when they
-  contradict each other.
+  holds no finding and no program has run, never a folder (or a file) that was there before
+  (``folder_setup``, which also names the folder's files);
+- the journal (``findings.jsonl``; its bytes are ``journal``'s) is the truth, and a finding is never lost:
+  ``reconcile`` restores to the journal what only ``findings.json`` still holds, and refuses when
+  they contradict each other.
 
 Every problem is a one-line ``CampaignError`` naming the file (and the key or line).
 """
@@ -21,19 +25,26 @@ Every problem is a one-line ``CampaignError`` naming the file (and the key or li
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import json
-import math
 import os
-import types
-import typing
+import stat
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from harness.case.ir import Program, TensorDecl, check_program
 from harness.errors import CampaignError
 from harness.files import atomic_write
-from harness.case.ir import Program, TensorDecl, check_program
+from harness.fuzzing import folder_setup, journal
+from harness.fuzzing.folder_lock import FolderLock
+from harness.fuzzing.folder_setup import (CASES_NAME, CORPUS_NAME, FINDINGS_NAME, JOURNAL_NAME, LOCK_NAME, STATE_NAME,
+                                          TORN_NAME)
+from harness.fuzzing.run_state import (RESUME_REQUIRED, check_config_keys, check_state, json_kind, record_problem,
+                                       shown, utf8_text)
+from harness.judging.finding import stored_record
+
+__all__ = ["FINDINGS_NAME", "JOURNAL_NAME", "LOCK_NAME", "STATE_NAME", "TORN_NAME", "RunFolder", "check_config_keys",
+           "check_state", "inside", "program_from_bytes", "program_to_bytes"]
 
 
 def program_to_bytes(p: Program) -> bytes:
@@ -49,165 +60,17 @@ def program_from_bytes(raw: bytes) -> Program:
     return Program(tensors, check_program(tensors, doc["ops"]))
 
 
-# ------------------------------------------------------------------------------------------------
-# What campaign.json and the journal must hold.
-
-LOCK_NAME = "campaign.lock"
-TORN_NAME = "findings.jsonl.torn"  # torn journal tails, moved aside before the next line is written
-
-# The files that make a folder a run folder: a new campaign refuses a folder holding any of them.
-RUN_FILES = ("campaign.json", "findings.jsonl", "findings.json", TORN_NAME)
-# What a new campaign may find in its --out and still take it: its own lock, and empty folders of
-# its layout (a set-up killed before it wrote anything).
-FRESH_FILES = (LOCK_NAME,)
-FRESH_DIRS = ("cases", "corpus")
-# Everything a campaign itself puts in its folder: what a failed set-up removes again.
-OWN_NAMES = (*RUN_FILES, "cases", "corpus", LOCK_NAME)
-
-
-def _nonneg_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _dict_of_dicts(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(x, dict) for x in v.values())
-
-
-def _dict_of_str(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
-
-
-def _list_of_dicts(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, dict) for x in v)
-
-
-# key -> (required, check, what it must be). Every key run_campaign (and the report) reads.
-STATE_FIELDS: dict[str, tuple[bool, Any, str]] = {
-    "config": (True, lambda v: isinstance(v, dict), "must be an object (the campaign's configuration)"),
-    "next_chunk": (True, _nonneg_int, "must be a non-negative integer"),
-    "programs": (True, _nonneg_int, "must be a non-negative integer"),
-    "elapsed_s": (True, lambda v: _number(v) and v >= 0, "must be a non-negative number"),
-    "runs": (True, _list_of_dicts, "must be a list of objects"),
-    "targets": (True, _dict_of_dicts, "must be an object of target -> object"),
-    "unavailable": (True, _dict_of_str, "must be an object of framework -> reason"),
-    "started": (False, _number, "must be a number (seconds since the epoch)"),
-    "replayed": (False, _nonneg_int, "must be a non-negative integer"),
-    "repeats_skipped": (False, _nonneg_int, "must be a non-negative integer"),
-    "ran_nowhere": (False, _nonneg_int, "must be a non-negative integer"),
-    "machine": (False, lambda v: isinstance(v, dict), "must be an object"),
-}
-
-# Fields of a journal record that something reads besides ``signature`` (which every record must
-# have): checked when present.
-_RECORD_FIELDS: dict[str, tuple[Any, str]] = {
-    "status": (lambda v: isinstance(v, str), "must be a string"),
-    "kind": (lambda v: isinstance(v, str), "must be a string"),
-    "case": (lambda v: v is None or isinstance(v, str), "must be a path (a string)"),
-    "original_case": (lambda v: v is None or isinstance(v, str), "must be a path (a string)"),
-    "repro": (lambda v: v is None or isinstance(v, str), "must be a path (a string) or null"),
-    "shrink_seconds": (lambda v: v is None or _number(v), "must be a number or null"),
-}
-
-
-# What a resumed campaign reads of every finding (CampaignResult.new, the report): reconcile
-# requires them, besides the signature every journal line has.
-RESUME_REQUIRED = ("status", "kind")
-
-
-def check_state(state: Any, where: str | Path) -> dict[str, Any]:
-    """Checks the shape of a campaign state (``campaign.json``): every key the campaign reads has
-    the right type, no key is unknown. Raises ``CampaignError`` "WHERE: KEY: what is wrong"."""
-    if not isinstance(state, dict):
-        raise CampaignError(f"{where}: not a campaign state (a JSON object), found {_json_kind(state)}")
-    for key in state:
-        if key not in STATE_FIELDS:
-            raise CampaignError(f"{where}: unknown key {key!r} (known: {', '.join(STATE_FIELDS)})")
-    for key, (required, check, what) in STATE_FIELDS.items():
-        if key not in state:
-            if required:
-                raise CampaignError(f"{where}: {key}: missing")
-            continue
-        if not check(state[key]):
-            raise CampaignError(f"{where}: {key}: {what}, found {_shown(state[key])}")
-    return state
-
-
-def check_config_keys(config: dict[str, Any], fields: dict[str, Any], *, where: str | Path = "campaign.json",
-                      required: Iterable[str] = ()) -> dict[str, Any]:
-    """Checks a saved configuration against the fields of the configuration class, e.g.
-    ``check_config_keys(state["config"], typing.get_type_hints(CampaignConfig),
-    where=folder.state_json, required=("out", "seed"))``: no unknown key, no required key
-    missing, each value of its field's type (``int``, ``float``, ``str``, ``bool``, ``X | None``,
-    ``list[str]``; a type it does not know is not checked). Raises ``CampaignError``
-    "WHERE: config.KEY: ..."; returns ``config``."""
-    if not isinstance(config, dict):
-        raise CampaignError(f"{where}: config: must be an object, found {_json_kind(config)}")
-    for key in config:
-        if key not in fields:
-            raise CampaignError(f"{where}: config.{key}: unknown key (known: {', '.join(fields)})")
-    for key in required:
-        if key not in config:
-            raise CampaignError(f"{where}: config.{key}: missing")
-    for key, value in config.items():
-        tp = fields[key]
-        if not _is_instance(value, tp):
-            raise CampaignError(f"{where}: config.{key}: must be {_type_name(tp)}, found {_shown(value)}")
-    return config
-
-
-def _is_instance(value: Any, tp: Any) -> bool:
-    if tp is Any or isinstance(tp, (str, typing.TypeVar)):
-        return True  # a field whose type is unknown here is not checked
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_is_instance(value, a) for a in typing.get_args(tp))
-    if tp is None or tp is type(None):
-        return value is None
-    if origin is not None:  # list[str], dict[str, int], ...
-        if not isinstance(value, origin if isinstance(origin, type) else object):
-            return False
-        args = typing.get_args(tp)
-        if origin in (list, tuple, set, frozenset) and len(args) == 1:
-            return all(_is_instance(v, args[0]) for v in value)
-        if origin is dict and len(args) == 2:
-            return all(_is_instance(k, args[0]) and _is_instance(v, args[1]) for k, v in value.items())
-        return True
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(tp, type):
-        return isinstance(value, tp)
-    return True
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is None or tp is type(None):
-        return "null"
-    if origin is not None:
-        args = typing.get_args(tp)
-        return f"a list of {_type_name(args[0])}" if origin is list and args else str(tp)
-    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
-    return names.get(tp, getattr(tp, "__name__", str(tp)))
-
-
-def _json_kind(v: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null",
-            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
-
-
-def _shown(v: Any) -> str:
-    text = json.dumps(v) if not isinstance(v, float) or math.isfinite(v) else str(v)
-    return text if len(text) <= 40 else text[:37] + "..."
+def inside(root: Path, rel: Any, root_too: bool = False) -> Path | None:
+    """``root / rel`` resolved (symlinks too) when it is inside ``root`` (resolved; ``root``
+    itself only with ``root_too``), else None: a path that is no non-empty string, holds a NUL,
+    or leads out (a symlink loop counts as leading out)."""
+    if not isinstance(rel, str) or not rel or "\0" in rel:
+        return None
+    try:
+        p = (root / rel).resolve()
+    except (OSError, RuntimeError):  # a symlink loop: refused like a path out
+        return None
+    return p if p.is_relative_to(root) and (root_too or p != root) else None
 
 
 def _why(e: OSError) -> str:
@@ -217,8 +80,6 @@ def _why(e: OSError) -> str:
 def _read_regular(path: Path) -> bytes:
     """The bytes of a regular file (a FIFO or a device would block or never end: IsADirectoryError
     for a folder, OSError "not a regular file" for those)."""
-    import stat
-
     st = os.stat(path)
     if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
@@ -228,9 +89,6 @@ def _read_regular(path: Path) -> bytes:
         return f.read()
 
 
-# ------------------------------------------------------------------------------------------------
-
-
 class RunFolder:
     """The one place that knows the run folder's layout.
 
@@ -238,18 +96,23 @@ class RunFolder:
 
         with RunFolder.create_new(out) as folder:      # or RunFolder.open_existing(out)
             ...
+
+    ``RunFolder(path)`` itself opens nothing: it names the folder's files.
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.cases = self.path / "cases"
-        self.journal = self.path / "findings.jsonl"
-        self.findings_json = self.path / "findings.json"
-        self.state_json = self.path / "campaign.json"
+        self.cases = self.path / CASES_NAME
+        self.corpus = self.path / CORPUS_NAME  # the default corpus (``--db`` may name another)
+        self.journal = self.path / JOURNAL_NAME
+        self.findings_json = self.path / FINDINGS_NAME
+        self.state_json = self.path / STATE_NAME
         self.lock_file = self.path / LOCK_NAME
         self.torn_file = self.path / TORN_NAME
-        self._lock_fd: int | None = None
-        self._lock_depth = 0
+        #: The folder resolved, symlinks included (set by ``open_read_only``).
+        self.root: Path | None = None
+        self._lock = FolderLock(self.path, self.lock_file)
+        self._read_only = False
         # Set by create_new: what it made (so that a failed set-up removes that, and only that).
         self._made: list[Path] | None = None  # the folders it created, deepest first
         self._kept: set[str] = set()  # folders of its layout that were there before: emptied, kept
@@ -262,53 +125,15 @@ class RunFolder:
         Raises ``CampaignError`` "DIR: in use by another campaign (pid N)". Re-entrant on
         this object; released by ``release`` (which removes the lock file) or by the kernel
         when the process ends, however it ends (the file then stays, unlocked)."""
-        if self._lock_fd is not None:
-            self._lock_depth += 1
-            return
-        while True:
-            try:
-                fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except OSError as e:
-                raise CampaignError(f"{self.path}: cannot write the run folder: {_why(e)}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                holder = _holder(fd)
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise CampaignError(f"{self.path}: in use by another campaign (pid {holder})") from None
-                raise CampaignError(f"{self.path}: cannot lock the run folder: {_why(e)}") from None
-            try:  # the file locked must still be the one at the path (a holder may have removed it)
-                if os.fstat(fd).st_ino == os.stat(self.lock_file).st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                os.close(fd)
-                raise CampaignError(f"{self.path}: cannot lock the run folder: {_why(e)}") from None
-            os.close(fd)
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass  # the pid is for the message only; the lock is what counts
-        self._lock_fd, self._lock_depth = fd, 1
+        self._writable()
+        self._lock.acquire()
 
     def release(self) -> None:
-        if self._lock_fd is None:
-            return
-        self._lock_depth -= 1
-        if self._lock_depth == 0:
-            fd, self._lock_fd = self._lock_fd, None
-            try:  # still holding it: whoever locks the old file next sees it gone (acquire)
-                self.lock_file.unlink(missing_ok=True)
-            except OSError:
-                pass
-            os.close(fd)  # closing the only descriptor drops the flock
+        self._lock.release()
 
     @property
     def locked(self) -> bool:
-        return self._lock_fd is not None
+        return self._lock.held
 
     def lock(self) -> "RunFolder":
         """``with folder.lock():`` holds the lock for the block (see ``acquire``)."""
@@ -316,7 +141,7 @@ class RunFolder:
         return self
 
     def __enter__(self) -> "RunFolder":
-        if self._lock_fd is None:
+        if not self.locked:
             self.acquire()
         return self
 
@@ -326,6 +151,10 @@ class RunFolder:
                 self._remove_what_was_made()
         finally:
             self.release()
+
+    def _writable(self) -> None:
+        if self._read_only:  # a bug of the caller, never the user's doing
+            raise RuntimeError(f"{self.path}: opened read-only (RunFolder.open_read_only): nothing may be written")
 
     # -- opening a folder -------------------------------------------------------------------------
 
@@ -343,43 +172,28 @@ class RunFolder:
         p = folder.path
         if p.exists() and not p.is_dir():
             raise CampaignError(f"{p}: not a folder (--out must name a run folder)")
-        parents = []  # missing parents, deepest first
-        q = p.parent
-        while not q.exists() and q != q.parent:
-            parents.append(q)
-            q = q.parent
-        made_p = False
-        try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.mkdir(p)
-                made_p = True
-            except FileExistsError:
-                if not p.is_dir():
-                    raise CampaignError(f"{p}: not a folder (--out must name a run folder)") from None
-        except OSError as e:
-            _rmdirs(parents)
-            raise CampaignError(f"{p}: cannot write the run folder: {_why(e)}") from None
+        parents = folder_setup.missing_parents(p)
+        made_p = folder_setup.make_folder(p, parents)
         if not made_p:  # refuse before writing even the lock file (but say so if it is in use)
             try:
-                folder._check_fresh()
+                folder_setup.check_fresh(p)
             except CampaignError:
-                folder._raise_if_in_use()
+                folder._lock.raise_if_in_use()
                 raise
         try:
             folder.acquire()
         except BaseException:
-            _rmdirs(([p] if made_p else []) + parents)  # only if empty: never another's lock file
+            folder_setup.rmdirs(([p] if made_p else []) + parents)  # only if empty: never another's lock file
             raise
         try:
-            there = folder._check_fresh()  # again, now that no other campaign can change it
+            there = folder_setup.check_fresh(p)  # again, now that no other campaign can change it
         except BaseException:
             folder.release()  # nothing written (the lock file goes with the lock), nothing removed
             raise
         # From here on everything in the folder is this campaign's (it was empty but for what
-        # _check_fresh allows, and the lock keeps other campaigns out).
+        # check_fresh allows, and the lock keeps other campaigns out).
         folder._made = ([p] if made_p else []) + parents
-        folder._kept = {n for n in there if n in FRESH_DIRS}  # empty folders that were there: kept
+        folder._kept = {n for n in there if n in folder_setup.FRESH_DIRS}  # empty folders that were there: kept
         try:
             folder.create()
         except BaseException:
@@ -409,72 +223,56 @@ class RunFolder:
             raise
         return folder
 
-    def _raise_if_in_use(self) -> None:
-        """Raises "in use by another campaign" when another process holds the lock; creates
-        nothing."""
+    @classmethod
+    def open_read_only(cls, path: str | Path) -> "RunFolder":
+        """A run folder to read, not locked (a campaign may be running in it: every write it
+        makes is atomic or a whole journal line, and a torn last line is left out), ``root``
+        set. Refuses (``CampaignError`` naming the file): a path that is no folder, a folder
+        without ``campaign.json``, one of the folder's own files (campaign.json, the journal,
+        findings.json) that is a link out of the folder or not a regular file. Anything that
+        would write through the returned folder raises."""
+        folder = cls(path)
+        folder._read_only = True
+        p = folder.path
+        if not p.is_dir():
+            raise CampaignError(f"{p}: not a directory")
         try:
-            fd = os.open(self.lock_file, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise CampaignError(f"{self.path}: in use by another campaign (pid {_holder(fd)})") from None
-        finally:
-            os.close(fd)
-
-    def _check_fresh(self) -> set[str]:
-        """Refuses a folder a new campaign must not take; returns the names (of ``FRESH_FILES``
-        and ``FRESH_DIRS``) it holds already."""
-        try:
-            entries = list(os.scandir(self.path))
-        except OSError as e:
-            raise CampaignError(f"{self.path}: cannot read the run folder: {_why(e)}") from None
-        names = {e.name for e in entries}
-        if any(n in names for n in RUN_FILES):
-            raise CampaignError(f"{self.path}: already holds a campaign: use --resume {self.path} or another --out")
-        for e in entries:
-            if e.name in FRESH_FILES and e.is_file(follow_symlinks=False):
-                continue
-            if e.name in FRESH_DIRS and e.is_dir(follow_symlinks=False) and not any(os.scandir(e.path)):
-                continue
-            raise CampaignError(f"{self.path}: not empty and not an aliasfuzz run folder (it holds {e.name!r}): "
-                                f"give --out a new or empty folder")
-        return names
+            folder.root = p.resolve(strict=True)
+        except (OSError, RuntimeError) as e:
+            raise CampaignError(f"{p}: cannot open ({e})") from None
+        for own in (folder.state_json, folder.journal, folder.findings_json):
+            if (own.exists() or own.is_symlink()) and inside(folder.root, own.name) is None:
+                raise CampaignError(f"{own}: a link out of the run folder: not read")
+            if own.exists() and not own.is_file() and not own.is_dir():  # a FIFO would never end
+                raise CampaignError(f"{own}: not a regular file: not read")
+        if not (folder.state_json.exists() or folder.state_json.is_symlink()):
+            raise CampaignError(f"{p}: no campaign.json: not a run folder")
+        return folder
 
     def holds_anything(self) -> bool:
-        """A finding in the journal, or a saved state with programs run: worth keeping."""
+        """A finding in the journal, or a saved state with programs run: worth keeping. A
+        journal that cannot be looked at counts as holding something (never removed unseen)."""
         try:
             if self.journal.stat().st_size > 0:
                 return True
+        except FileNotFoundError:
+            pass  # no journal: no finding
         except OSError:
-            pass
+            return True
         return self._programs_saved > 0
 
     def _remove_what_was_made(self) -> None:
         """Undoes ``create_new`` (called with the lock held): the campaign's own files in the
-        folder, then the folder and the parents it created, each only if it is empty then."""
-        import shutil
-
+        folder, then the folder and the parents it created, each only if it is empty then
+        (``folder_setup``)."""
         if self._made is None:
             return
-        if self.path.is_dir():
-            for name in OWN_NAMES:
-                q = self.path / name
-                try:
-                    if q.is_dir() and not q.is_symlink():
-                        shutil.rmtree(q)
-                        if name in self._kept:
-                            q.mkdir()
-                    else:
-                        q.unlink(missing_ok=True)
-                except OSError:
-                    pass
-        _rmdirs(self._made)
+        folder_setup.remove_own_files(self.path, self._kept)
+        folder_setup.rmdirs(self._made)
         self._made = None
 
     def create(self) -> None:
+        self._writable()
         try:
             self.cases.mkdir(parents=True, exist_ok=True)
             probe = self.path / ".writable"
@@ -490,24 +288,16 @@ class RunFolder:
         """``campaign.json``, its shape checked (``check_state``); with ``config_fields`` its
         configuration too (``check_config_keys``)."""
         where = self.state_json
-        try:
-            raw = _read_regular(where)
-        except FileNotFoundError:
+        raw = self._read_own(where, "a campaign state")
+        if raw is None:
             if not self.path.exists():
-                raise CampaignError(f"{self.path}: no such run folder") from None
-            raise CampaignError(f"{self.path}: no campaign.json: not a run folder") from None
-        except IsADirectoryError:
-            raise CampaignError(f"{where}: is a folder, not a campaign state") from None
-        except NotADirectoryError:
-            raise CampaignError(f"{self.path}: not a folder (--resume takes a run folder)") from None
-        except OSError as e:
-            raise CampaignError(f"{where}: cannot read: {_why(e)}") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise CampaignError(f"{where}: not UTF-8 (byte {e.start}): not a campaign state") from None
+                raise CampaignError(f"{self.path}: no such run folder")
+            raise CampaignError(f"{self.path}: no campaign.json: not a run folder")
+        text = utf8_text(raw, where, "a campaign state")
         try:
             state = json.loads(text)
+        except RecursionError:
+            raise CampaignError(f"{where}: unreadable (nested too deeply)") from None
         except ValueError as e:
             raise CampaignError(f"{where}: unreadable ({e})") from None
         check_state(state, where)
@@ -516,6 +306,7 @@ class RunFolder:
         return state
 
     def save_state(self, state: dict[str, Any]) -> None:
+        self._writable()
         try:
             atomic_write(self.state_json, json.dumps(state, indent=2))
         except OSError as e:  # disk full, folder gone: one line, the journal is untouched
@@ -525,79 +316,68 @@ class RunFolder:
         if isinstance(programs, int) and programs > self._programs_saved:
             self._programs_saved = programs
 
+    def _read_own(self, path: Path, what: str) -> bytes | None:
+        """The bytes of one of the folder's own files (``what`` it should be, for messages);
+        None when it does not exist."""
+        try:
+            return _read_regular(path)
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise CampaignError(f"{path}: is a folder, not {what}") from None
+        except NotADirectoryError:
+            raise CampaignError(f"{self.path}: not a folder (--resume takes a run folder)") from None
+        except OSError as e:
+            raise CampaignError(f"{path}: cannot read: {_why(e)}") from None
+
     # -- the journal and findings.json ------------------------------------------------------------
 
-    def _read_journal(self, required: Iterable[str] = ()) -> tuple[list[dict[str, Any]], list[int], int | None]:
-        """(records, their line numbers, the byte offset of a torn last line or None); each
-        record has a string ``signature`` and the ``required`` keys."""
-        name = f"{self.journal}"
-        try:
-            raw = _read_regular(self.journal)
-        except FileNotFoundError:
-            return [], [], None
-        except IsADirectoryError:
-            raise CampaignError(f"{name}: is a folder, not the findings journal") from None
-        except OSError as e:
-            raise CampaignError(f"{name}: cannot read: {_why(e)}") from None
-        records: list[dict[str, Any]] = []
-        numbers: list[int] = []
-        torn: int | None = None
-        offset = 0
-        lines = raw.split(b"\n")
-        for i, line in enumerate(lines, 1):
-            start, offset = offset, offset + len(line) + 1
-            last = i == len(lines)  # the bytes after the last newline: empty, or a torn write
-            if not line.strip(b" \t\r\0"):
-                if last and line:
-                    torn = start
-                continue
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise CampaignError(f"{name}:{i}: not UTF-8 (byte {e.start}): not a journal line") from None
-            try:
-                rec = json.loads(text)
-            except ValueError as e:
-                if last and text.lstrip().startswith("{"):
-                    torn = start  # a kill in the middle of a write: not a finding yet
-                    continue
-                raise CampaignError(f"{name}:{i}: not JSON ({e})") from None
-            if not isinstance(rec, dict):
-                raise CampaignError(f"{name}:{i}: not a finding (a JSON object), found {_json_kind(rec)}")
-            problem = _record_problem(rec, required)
-            if problem:
-                raise CampaignError(f"{name}:{i}: {problem}")
-            records.append(rec)
-            numbers.append(i)
-        return records, numbers, torn
+    def _read_journal(self, required: Iterable[str] = ()) -> journal.JournalRead:
+        raw = self._read_own(self.journal, "the findings journal")
+        return journal.parse_journal(raw or b"", self.journal, required)
 
     def load_findings(self) -> list[dict[str, Any]]:
         """The journal. Tolerates a torn last line (a kill in the middle of a write) and blank
         lines; any other line that is not a finding is a ``CampaignError``
         "DIR/findings.jsonl:LINE: why"."""
-        return self._read_journal()[0]
+        return self._read_journal().records
 
-    def _load_findings_json(self, required: Iterable[str] = ()) -> list[dict[str, Any]] | None:
-        where = self.findings_json
+    def read_findings(self) -> list[dict[str, Any]]:
+        """The findings as a reader sees them, writing nothing: the journal's, or those of
+        ``findings.json`` when it lists more (a journal lost or cut short that no resume has
+        restored yet: ``reconcile`` would restore them). A damaged ``findings.json`` is passed
+        over when there is a journal (the journal is the truth; the next resume rewrites the
+        list from it), and a ``CampaignError`` when there is none."""
+        has_journal = self.journal.exists() or self.journal.is_symlink()
+        records = self.load_findings() if has_journal else []
         try:
-            raw = _read_regular(where)
-        except FileNotFoundError:
+            listed = self._load_findings_json()
+        except CampaignError:
+            if not has_journal:
+                raise
+            listed = None
+        return listed if listed is not None and len(listed) > len(records) else records
+
+    def _load_findings_json(self, required: Iterable[str] = (), hint: str | None = None) -> list[dict[str, Any]] | None:
+        """``findings.json``, each record checked (``record_problem``); None when it does not
+        exist. ``hint``: what to do about a damaged one, appended to the message."""
+        where = self.findings_json
+        raw = self._read_own(where, "the list of findings")
+        if raw is None:
             return None
-        except IsADirectoryError:
-            raise CampaignError(f"{where}: is a folder, not the list of findings") from None
-        except OSError as e:
-            raise CampaignError(f"{where}: cannot read: {_why(e)}") from None
-        hint = f"move it aside to rebuild it from {self.journal.name}"
+        tail = f": {hint}" if hint else ""
         try:
             doc = json.loads(raw.decode("utf-8"))
+        except RecursionError:
+            raise CampaignError(f"{where}: unreadable (nested too deeply){tail}") from None
         except (UnicodeDecodeError, ValueError) as e:
-            raise CampaignError(f"{where}: unreadable ({e}): {hint}") from None
+            raise CampaignError(f"{where}: unreadable ({e}){tail}") from None
         if not isinstance(doc, list):
-            raise CampaignError(f"{where}: not a list of findings, found {_json_kind(doc)}: {hint}")
+            raise CampaignError(f"{where}: not a list of findings, found {json_kind(doc)}{tail}")
         for n, rec in enumerate(doc, 1):
-            problem = "not a finding (a JSON object)" if not isinstance(rec, dict) else _record_problem(rec, required)
+            problem = "not a finding (a JSON object)" if not isinstance(rec, dict) else record_problem(rec, required)
             if problem:
-                raise CampaignError(f"{where}: finding {n}: {problem}: {hint}")
+                raise CampaignError(f"{where}: finding {n}: {problem}{tail}")
         return doc
 
     def reconcile(self) -> tuple[list[dict[str, Any]], list[str]]:
@@ -608,19 +388,25 @@ class RunFolder:
         deleted, or cut short) are appended to the journal (fsync'ed) first. When the two
         disagree on the finding at some position, nothing is written and a ``CampaignError``
         names both. Returns the findings and the lines to log about what was restored."""
-        records, numbers, _ = self._read_journal(RESUME_REQUIRED)
-        listed = self._load_findings_json(RESUME_REQUIRED)
+        self._writable()
+        read = self._read_journal(RESUME_REQUIRED)
+        records = read.records
+        listed = self._load_findings_json(RESUME_REQUIRED, f"move it aside to rebuild it from {self.journal.name}")
         messages: list[str] = []
         listed = listed or []
         for n, (rec, item) in enumerate(zip(records, listed), 1):
             if rec["signature"] != item["signature"]:
                 raise CampaignError(
-                    f"{self.findings_json}: finding {n} ({_shown(item['signature'])}) contradicts "
-                    f"{self.journal.name}:{numbers[n - 1]} ({_shown(rec['signature'])}): resolve it by hand")
+                    f"{self.findings_json}: finding {n} ({shown(item['signature'])}) contradicts "
+                    f"{self.journal.name}:{read.line_numbers[n - 1]} ({shown(rec['signature'])}): resolve it by hand")
         if len(listed) > len(records):
             missing = listed[len(records):]
             how = f"{len(records)} finding(s)" if self.journal.exists() else "absent"
-            self._append_lines(missing)
+            try:
+                journal.append(self.journal, self.torn_file, journal.journal_lines(missing))
+            except OSError as e:
+                raise CampaignError(f"{self.journal}: cannot write ({_why(e)}); {self.findings_json.name} "
+                                    f"is left as it was") from None
             records = records + [dict(r) for r in missing]
             messages.append(f"{self.journal}: restored {len(missing)} finding(s) from {self.findings_json.name} "
                             f"that the journal ({how}) lacked")
@@ -631,118 +417,51 @@ class RunFolder:
                                 f"missing (first: {gone[0]})")
         if len(records) > len(listed) or not self.findings_json.exists():
             try:
-                atomic_write(self.findings_json, json.dumps(records, indent=1))
+                self._write_findings_list(records)
             except OSError as e:
                 raise CampaignError(f"{self.findings_json}: cannot write ({_why(e)}); the findings are intact "
                                     f"in {self.journal}") from None
         return records, messages
 
-    def _append_lines(self, records: list[dict[str, Any]]) -> None:
-        data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records).encode("utf-8")
-        try:
-            with open(self.journal, "a+b") as f:
-                self._end_on_a_line(f)
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as e:
-            raise CampaignError(f"{self.journal}: cannot write ({_why(e)}); {self.findings_json.name} "
-                                f"is left as it was") from None
-
-    def _end_on_a_line(self, f) -> None:
-        """Before appending to the journal (open in ``a+b``): a complete last line whose newline
-        is missing gets it; a torn one (a kill mid-write, or anything else that is not a
-        finding) is appended to ``findings.jsonl.torn`` (fsync'ed) and then cut off, so that
-        the journal stays one finding per line and no byte of it is lost."""
-        size = f.seek(0, os.SEEK_END)
-        if not size:
-            return
-        start, block = size, b""
-        while start > 0:  # find the start of the last line, reading back from the end
-            step = min(65536, start)
-            f.seek(start - step)
-            block = f.read(step) + block
-            start -= step
-            nl = block.rfind(b"\n")
-            if nl >= 0:
-                start += nl + 1
-                block = block[nl + 1:]
-                break
-        if not block:
-            return
-        try:
-            rec = json.loads(block.decode("utf-8"))
-            complete = isinstance(rec, dict) and _record_problem(rec) is None
-        except ValueError:
-            complete = False
-        if complete:
-            f.write(b"\n")
-            return
-        with open(self.torn_file, "ab") as t:
-            t.write(block + b"\n")
-            t.flush()
-            os.fsync(t.fileno())
-        f.truncate(start)
-        f.flush()
-        os.fsync(f.fileno())
-        f.seek(0, os.SEEK_END)
-
-    def add_finding(self, record: dict[str, Any], minimized: str, original: str, repro: dict | None,
+    def add_finding(self, record: Mapping[str, Any], minimized: str, original: str, repro: dict | None,
                     all_records: list[dict[str, Any]]) -> None:
+        """Stores one finding: ``record`` (its JSON form, ``FindingRecord.to_json``) with the
+        paths of its files, which are written first, then the journal line, then the list: a
+        finding is in the journal only once everything it points to exists. Appends the stored
+        record to ``all_records`` (every finding so far, in the order found)."""
+        self._writable()
         try:
             self._add_finding(record, minimized, original, repro, all_records)
         except OSError as e:
             raise CampaignError(f"{self.path}: cannot write a finding ({e.strerror or e}); the "
                                 f"{len(all_records)} earlier finding(s) are intact in {self.journal}") from None
 
-    def _add_finding(self, record: dict[str, Any], minimized: str, original: str, repro: dict | None,
+    def _add_finding(self, record: Mapping[str, Any], minimized: str, original: str, repro: dict | None,
                      all_records: list[dict[str, Any]]) -> None:
-        """Writes the case files first, then the journal line, then the list: a finding is in
-        the journal only once everything it points to exists."""
         n = len(all_records) + 1
         stem = f"{n:03d}-{hashlib.sha1(record['signature'].encode()).hexdigest()[:8]}"
         atomic_write(self.cases / f"{stem}.toml", minimized)
         atomic_write(self.cases / f"{stem}.original.toml", original)
         if repro is not None:
             atomic_write(self.cases / f"{stem}.json", json.dumps(repro, indent=1))
-        record = {**record, "case": f"cases/{stem}.toml", "original_case": f"cases/{stem}.original.toml",
-                  "repro": f"cases/{stem}.json" if repro is not None else None}
-        line = json.dumps(record, sort_keys=True) + "\n"
-        with open(self.journal, "a+b") as f:
-            self._end_on_a_line(f)  # a torn last line (disk full, kill): moved aside, cut off
-            f.write(line.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        all_records.append(record)
-        atomic_write(self.findings_json, json.dumps(all_records, indent=1))
+        stored = stored_record(record, case=f"cases/{stem}.toml", original_case=f"cases/{stem}.original.toml",
+                               repro=f"cases/{stem}.json" if repro is not None else None)
+        journal.append(self.journal, self.torn_file, journal.journal_lines([stored]))  # a torn tail set aside
+        all_records.append(stored)
+        self._write_findings_list(all_records)
 
+    def _write_findings_list(self, records: list[dict[str, Any]]) -> None:
+        atomic_write(self.findings_json, json.dumps(records, indent=1))
 
-def _holder(fd: int) -> str:
-    """The pid a lock holder wrote into the lock file ("?" if none yet)."""
-    try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-    except OSError:
-        return "?"
-    return text if text.isdigit() else "?"
-
-
-def _rmdirs(paths: Iterable[Path]) -> None:
-    """Removes each folder (deepest first) while it is empty; stops at the first that is not."""
-    for q in paths:
+    def ensure_findings_list(self) -> None:
+        """Writes an empty ``findings.json`` when there is none (a run that found nothing), so
+        that every finished run folder has one. Raises ``CampaignError`` when it cannot."""
+        self._writable()
+        if self.findings_json.exists():
+            return
         try:
-            q.rmdir()
-        except OSError:
-            break
+            self._write_findings_list([])
+        except OSError as e:
+            raise CampaignError(f"{self.findings_json}: cannot write ({_why(e)}); the journal "
+                                f"{self.journal} is intact") from None
 
-
-def _record_problem(rec: dict[str, Any], required: Iterable[str] = ()) -> str | None:
-    if not isinstance(rec.get("signature"), str) or not rec["signature"]:
-        return "no signature (a non-empty string)" if "signature" not in rec else \
-            f"signature: must be a non-empty string, found {_shown(rec['signature'])}"
-    for key in required:
-        if key not in rec:
-            return f"{key}: missing"
-    for key, (check, what) in _RECORD_FIELDS.items():
-        if key in rec and not check(rec[key]):
-            return f"{key}: {what}, found {_shown(rec[key])}"
-    return None

@@ -1,11 +1,13 @@
-"""The finding record: one divergence between two targets, its signature, its sentence and its
-one serialised form (``to_json``), which the run folder's journal, ``findings.json``, the reports
-and the baseline all read."""
+"""Findings: one divergence between two targets (``Finding``: its signature, its sentence and its
+JSON form in a repro result, ``to_json``), and the record a campaign keeps of it
+(``FindingRecord``: the one form of a finding in the run folder's journal and ``findings.json``,
+which the reports, the history page and the JUnit file read)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import json
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Protocol
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,116 @@ def _say(verdict: str) -> str:
             "rev follows": "carries a write back into its source",
             "rev keeps": "takes a write without changing its source",
             "none": "sees no change", "other": "holds neither value"}.get(verdict, verdict)
+
+
+# ------------------------------------------------------------------------------------------------
+# The finding record: a finding as a run folder keeps it.
+
+#: The fields of a finding record that name a file of the run folder (relative to it).
+PATH_FIELDS = ("case", "original_case", "repro")
+
+#: The record's text fields: ``FindingRecord.from_json`` reads a value of another JSON type as its
+#: JSON text, so that a reader shows a hand-edited or damaged record rather than fail on it.
+TEXT_FIELDS = ("signature", "kind", "status", "sentence", "detail", "op", "method", "baseline",
+               "baseline_case", *PATH_FIELDS)
+
+
+class ShrinkFacts(Protocol):
+    """What a record keeps of a shrink (``shrinking.minimize.MinimizeResult`` is one)."""
+
+    seconds: float
+    complete: bool
+    runs: int
+    hypothesis_runs: int
+
+
+@dataclass(frozen=True)
+class FindingRecord:
+    """A finding as a campaign records it: one line of the journal (``findings.jsonl``), one entry
+    of ``findings.json``; the report, the history page and the JUnit file read it.
+
+    ``to_json`` is its one serialised form (keys in this order; ``baseline_case`` only for a
+    finding the baseline knows). ``from_json`` reads any record back, old or hand-edited: a
+    missing field is None (``signature`` and ``kind`` "?", ``sentence`` "", ``targets`` empty), a
+    text field (``TEXT_FIELDS``) of another JSON type is its JSON text, ``targets`` a list of
+    strings; the other fields are as the document holds them. For a record ``to_json`` wrote,
+    ``from_json(r.to_json()) == r``."""
+
+    signature: str
+    kind: str
+    aspect: str | None
+    status: str | None  # new | known
+    baseline: str | None  # the id of the baseline entry that knows it
+    targets: tuple[str, ...]
+    op: str | None
+    method: str | None
+    sides: tuple[str, ...] | None
+    values: tuple[str, ...] | None
+    at: str | None
+    sentence: str
+    detail: str | None
+    ops_before: int | None  # the ops of the program it was found in, and of its minimized case
+    ops_after: int | None
+    seconds_to_find: float | None
+    shrink_seconds: float | None  # the shrink fields are None for a finding not shrunk
+    shrink_complete: bool | None
+    shrink_runs: int | None
+    shrink_hypothesis_runs: int | None
+    versions: dict[str, dict[str, str]] | None  # per target: framework versions
+    baseline_case: str | None = None  # the baseline entry's own case, for a known finding
+    case: str | None = None  # the paths (PATH_FIELDS): set when the run folder stores it
+    original_case: str | None = None
+    repro: str | None = None
+
+    @classmethod
+    def found(cls, finding: Finding, *, status: str, baseline: str | None, baseline_case: str | None,
+              ops_before: int, ops_after: int, seconds_to_find: float, shrink: ShrinkFacts | None,
+              versions: Mapping[str, Mapping[str, str]]) -> "FindingRecord":
+        """The record of ``finding`` as a campaign found it. ``versions``: every target's
+        (the record keeps those of the finding's targets); ``shrink``: None when not shrunk."""
+        targets = tuple(t for t in finding.targets if t != "-")
+        return cls(signature=finding.signature, kind=finding.kind, aspect=finding.aspect, status=status,
+                   baseline=baseline, targets=targets, op=finding.op_label, method=finding.method,
+                   sides=tuple(finding.sides), values=None if finding.values is None else tuple(finding.values),
+                   at=finding.at, sentence=finding.sentence(), detail=finding.detail,
+                   ops_before=ops_before, ops_after=ops_after, seconds_to_find=round(seconds_to_find, 3),
+                   shrink_seconds=round(shrink.seconds, 3) if shrink else None,
+                   shrink_complete=shrink.complete if shrink else None,
+                   shrink_runs=shrink.runs if shrink else None,
+                   shrink_hypothesis_runs=shrink.hypothesis_runs if shrink else None,
+                   versions={t: dict(versions.get(t, {})) for t in targets},
+                   baseline_case=baseline_case if baseline is not None else None)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "baseline_case" and self.baseline is None:
+                continue
+            doc[f.name] = list(value) if isinstance(value, tuple) else value
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "FindingRecord":
+        kw: dict[str, Any] = {}
+        for f in fields(cls):
+            value = doc.get(f.name)
+            if f.name in TEXT_FIELDS:
+                value = _text(value)
+            elif isinstance(value, list) and f.name in ("sides", "values"):
+                value = tuple(value)
+            kw[f.name] = value
+        targets = doc.get("targets")
+        kw["targets"] = tuple(str(t) for t in targets) if isinstance(targets, list) else (str(targets),) if targets else ()
+        kw["signature"], kw["kind"], kw["sentence"] = kw["signature"] or "?", kw["kind"] or "?", kw["sentence"] or ""
+        return cls(**kw)
+
+
+def stored_record(doc: Mapping[str, Any], case: str, original_case: str, repro: str | None) -> dict[str, Any]:
+    """A record's JSON form with the paths of the files the run folder stored it with
+    (``PATH_FIELDS``, relative to the run folder), in their place at the end."""
+    return {**doc, "case": case, "original_case": original_case, "repro": repro}
+
+
+def _text(v: Any) -> str | None:
+    return None if v is None else v if isinstance(v, str) else json.dumps(v)
