@@ -1,7 +1,7 @@
 """Campaigns: a budgeted fuzzing run that streams findings to a run folder and can be resumed.
 
 Run folder layout (all writes are atomic or append-only, so a campaign killed at any moment loses
-nothing it already reported):
+nothing it already reported; ``run_folder.RunFolder`` owns it):
 
 - ``campaign.json``: configuration, versions, machine, progress (rewritten atomically);
 - ``findings.jsonl``: one line per finding, appended and fsync'ed as it is found (the journal);
@@ -11,7 +11,8 @@ nothing it already reported):
 - ``corpus/``: the Hypothesis example database, unless ``--db`` points elsewhere.
 
 Workers: ``--workers N`` starts N processes, each with its own targets; they claim chunks from a
-shared counter, so the chunk -> programs mapping stays fixed by the seed whatever N is.
+shared counter, so the chunk -> programs mapping stays fixed by the seed whatever N is. A worker
+tells the driver what it learns with the messages of ``harness.fuzzing.messages``.
 """
 
 from __future__ import annotations
@@ -24,17 +25,22 @@ import re
 import signal
 import time
 import typing
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
-from harness.fuzzing.baseline import load_baseline
-from harness.fuzzing.corpus import open_database
-from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, pipeline
-from harness.errors import CampaignError, InputError
-from harness.judging.harness_errors import HARNESS_ERROR, line_of
-from harness.files import atomic_write
 from harness.case.ir import Program, dump_case
+from harness.errors import CampaignError, InputError
+from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.corpus import Corpus, open_database
+from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, pipeline
+from harness.fuzzing.messages import (FindingFound, LogLine, Message, Progress, RanNowhere, TargetsOpened, WorkerDone,
+                                      WorkerError)
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
+from harness.judging.finding import FindingRecord
+from harness.judging.harness_errors import HARNESS_ERROR, line_of
+
+__all__ = ["DRAIN_S", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
+           "parse_duration", "run_campaign", "worker_loop"]
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -74,26 +80,7 @@ class CampaignConfig:
 # The worker loop (in-process for one worker, one process each for several).
 
 
-def _record_json(rec: Recorded, versions: dict[str, dict[str, str]]) -> dict[str, Any]:
-    f = rec.finding
-    return {
-        "signature": rec.signature, "kind": f.kind, "aspect": f.aspect, "status": rec.status,
-        "baseline": rec.baseline, "targets": [t for t in f.targets if t != "-"], "op": f.op_label,
-        "method": f.method, "sides": list(f.sides), "values": None if f.values is None else list(f.values),
-        "at": f.at, "sentence": f.sentence(), "detail": f.detail,
-        "ops_before": len(rec.original.ops), "ops_after": len(rec.minimized.ops),
-        "seconds_to_find": round(rec.seconds_to_find, 3),
-        "shrink_seconds": round(rec.shrink.seconds, 3) if rec.shrink else None,
-        "shrink_complete": rec.shrink.complete if rec.shrink else None,
-        "shrink_runs": rec.shrink.runs if rec.shrink else None,
-        "shrink_hypothesis_runs": rec.shrink.hypothesis_runs if rec.shrink else None,
-        "versions": {t: versions.get(t, {}) for t in f.targets if t != "-"},
-    }
-
-
 def _titled(program: Program, title: str, meta: dict[str, Any]) -> Program:
-    from dataclasses import replace
-
     return replace(program, title=title, meta=meta)
 
 
@@ -104,11 +91,11 @@ DRAIN_S = 10.0
 
 
 def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | None],
-                emit: Callable[[tuple], None], known: Callable[[str], bool], elapsed_before: float,
+                emit: Callable[[Message], None], known: Callable[[str], bool], elapsed_before: float,
                 replay_programs: list[Program], deadline: float | None = None) -> None:
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
-    returns None. Everything it learns goes out through ``emit``. ``deadline`` (``time.time()``)
-    bounds shrinking: the budget's end plus the shrink grace."""
+    returns None. Everything it learns goes out through ``emit`` (``messages``). ``deadline``
+    (``time.time()``) bounds shrinking: the budget's end plus the shrink grace."""
     from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner
 
@@ -122,51 +109,57 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
                     deadline=deadline, shrink_known=config.shrink_known)
     baseline_cases = {e.id: e.case for e in baseline.entries}
     engine.started -= elapsed_before
-    emit(("targets", {t.id: t.info.to_json() for t in found.targets}, found.unavailable))
+    emit(TargetsOpened({t.id: t.info.to_json() for t in found.targets}, dict(found.unavailable)))
 
     def on_new(rec: Recorded) -> None:
-        record = _record_json(rec, versions)
-        if rec.baseline is not None:
-            record["baseline_case"] = baseline_cases.get(rec.baseline)
-        meta = {"signature": rec.signature, "kind": record["kind"], "status": rec.status,
-                "seed": config.seed}
-        minimized = _titled(rec.minimized, record["sentence"], meta)
+        record = FindingRecord.found(
+            rec.finding, status=rec.status, baseline=rec.baseline, baseline_case=baseline_cases.get(rec.baseline),
+            ops_before=len(rec.original.ops), ops_after=len(rec.minimized.ops),
+            seconds_to_find=rec.seconds_to_find, shrink=rec.shrink, versions=versions)
+        meta = {"signature": rec.signature, "kind": record.kind, "status": rec.status, "seed": config.seed}
+        minimized = _titled(rec.minimized, record.sentence, meta)
         result = run_case(minimized, runner, infos, baseline)
         repro = None if cancelled(result.traces) else result.to_json()  # past the deadline: none
-        emit(("finding", record, dump_case(minimized), dump_case(_titled(rec.original, "original program", meta)),
-              repro))
+        emit(FindingFound(record, dump_case(minimized), dump_case(_titled(rec.original, "original program", meta)),
+                          repro))
 
     try:
         if replay_programs:
             engine.process(replay_programs, on_new, known)
-            emit(("progress", len(replay_programs), None, 0))
-        claimed: list[int] = []
-
-        def chunks():
-            while (chunk := claim()) is not None:
-                drawn = engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
-                claimed.append((chunk, len(drawn)))
-                yield drawn
-
-        # Chunk k+1 is drawn while the targets run chunk k, and runs while chunk k is compared;
-        # shrinking a finding of chunk k first lets it finish (see engine.pipeline).
-        for programs, results in pipeline(engine, chunks()):
-            chunk, drawn = claimed.pop(0)
-            engine.record(results, on_new, known)
-            engine.forget(programs)
-            # Drawn programs count as programs; those the engine had run already are not run again.
-            # A chunk cut off by the deadline is not complete: a resume runs it again.
-            cut = len(programs) - len(results)
-            emit(("progress", drawn - cut, None if cut else chunk, drawn - len(programs)))
-            if engine.ran_nowhere:
-                emit(("ran_nowhere", engine.ran_nowhere))
-                engine.ran_nowhere = 0
-            for tgt in runner.targets:
-                for line in tgt.process.stats.log:
-                    emit(("log", line))
-                tgt.process.stats.log.clear()
+            emit(Progress(len(replay_programs), None, 0))
+        _process_chunks(config, engine, claim, on_new, known, emit)
     finally:
         runner.close()
+
+
+def _process_chunks(config: CampaignConfig, engine: Engine, claim: Callable[[], int | None],
+                    on_new: Callable[[Recorded], None], known: Callable[[str], bool],
+                    emit: Callable[[Message], None]) -> None:
+    claimed: list[tuple[int, int]] = []  # (chunk, programs drawn), in the pipeline's order
+
+    def chunks():
+        while (chunk := claim()) is not None:
+            drawn = engine.generate(config.chunk_size, chunk_seed(config.seed, chunk))
+            claimed.append((chunk, len(drawn)))
+            yield drawn
+
+    # Chunk k+1 is drawn while the targets run chunk k, and runs while chunk k is compared;
+    # shrinking a finding of chunk k first lets it finish (see engine.pipeline).
+    for programs, results in pipeline(engine, chunks()):
+        chunk, drawn = claimed.pop(0)
+        engine.record(results, on_new, known)
+        engine.forget(programs)
+        # Drawn programs count as programs; those the engine had run already are not run again.
+        # A chunk cut off by the deadline is not complete: a resume runs it again.
+        cut = len(programs) - len(results)
+        emit(Progress(drawn - cut, None if cut else chunk, drawn - len(programs)))
+        if engine.ran_nowhere:
+            emit(RanNowhere(engine.ran_nowhere))
+            engine.ran_nowhere = 0
+        for tgt in engine.runner.targets:
+            for line in tgt.process.stats.log:
+                emit(LogLine(line))
+            tgt.process.stats.log.clear()
 
 
 def _worker_process(config_json: dict, worker: int, counter, limit, deadline, outq, seen, elapsed_before,
@@ -183,13 +176,20 @@ def _worker_process(config_json: dict, worker: int, counter, limit, deadline, ou
             counter.value += 1
         return n
 
+    unreachable = []  # the first error reaching the shared signature set, once logged
+
     def known(sig: str) -> bool:
         try:
             if sig in seen:
                 return True
             seen[sig] = worker
             return False
-        except Exception:
+        except Exception as e:  # noqa: BLE001 - the manager gone: the driver still drops repeats
+            if not unreachable:
+                unreachable.append(e)
+                outq.put(LogLine(f"warning: worker {worker}: cannot reach the shared signature set "
+                                 f"({type(e).__name__}: {e}); repeated findings may be shrunk twice, and "
+                                 f"are recorded once"))
             return False
 
     _ignore_sigint()
@@ -198,10 +198,10 @@ def _worker_process(config_json: dict, worker: int, counter, limit, deadline, ou
                     [program_from_bytes(r) for r in replay_raw],
                     deadline.value + config.shrink_grace_s)
     except InputError as e:  # reported by the parent; the other workers go on
-        outq.put(("error", f"worker {worker}: {e}", "setup"))
+        outq.put(WorkerError(f"worker {worker}: {e}", harness=False))
     except Exception as e:  # noqa: BLE001 - a harness bug outside any one program
-        outq.put(("error", f"worker {worker}: {type(e).__name__}: {e} at {line_of(e)}", "harness"))
-    outq.put(("done", worker))
+        outq.put(WorkerError(f"worker {worker}: {type(e).__name__}: {e} at {line_of(e)}", harness=True))
+    outq.put(WorkerDone(worker))
 
 
 def _ignore_sigint() -> None:
@@ -217,7 +217,7 @@ def _ignore_sigint() -> None:
 @dataclass
 class CampaignResult:
     folder: RunFolder
-    findings: list[dict[str, Any]]
+    findings: list[dict[str, Any]]  # the records' JSON forms, in the order found
     programs: int
     seconds: float
     errors: list[str] = field(default_factory=list)
@@ -245,140 +245,165 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
         return _run_campaign(folder, config, resume, log, progress)
 
 
-def _run_campaign(folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None],
-                  progress) -> CampaignResult:
-    state: dict[str, Any]
-    if resume:
-        state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig),
-                                  config_required=("out", "seed"))
-        saved = CampaignConfig(**state["config"])
-        # A resume continues the same campaign: same seed, targets and profile; the budget,
-        # worker count, shrink grace and whether known findings are shrunk may change.
-        saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
-        saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
-        saved.shrink_time_s = config.shrink_time_s
-        saved.out = config.out  # the folder may have been moved since
-        config = saved
-        records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
-        for m in messages:
-            log(m)
-    else:
-        records = []
+def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None]
+                    ) -> tuple[CampaignConfig, dict[str, Any], list[dict[str, Any]]]:
+    """(the configuration the campaign runs with, its state, the findings so far)."""
+    if not resume:
         state = {"config": config.to_json(), "started": time.time(), "next_chunk": 0, "programs": 0,
                  "elapsed_s": 0.0, "replayed": 0, "machine": machine_info(), "targets": {},
                  "unavailable": {}, "runs": []}
+        return config, state, []
+    state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig), config_required=("out", "seed"))
+    saved = CampaignConfig(**state["config"])
+    # A resume continues the same campaign: same seed, targets and profile; the budget,
+    # worker count, shrink grace and whether known findings are shrunk may change.
+    saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
+    saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
+    saved.shrink_time_s = config.shrink_time_s
+    saved.out = config.out  # the folder may have been moved since
+    records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
+    for m in messages:
+        log(m)
+    return saved, state, records
+
+
+def _run_campaign(folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None],
+                  progress) -> CampaignResult:
+    config, state, records = _starting_state(folder, config, resume, log)
     corpus = open_database(config.db, folder)  # checked writable now, before the first save
     folder.save_state(state)  # before any finding: a kill at any moment leaves a resumable folder
-    elapsed_before = float(state.get("elapsed_s", 0.0))
-    seen_sigs = {r["signature"] for r in records}
     replay = [] if resume else corpus.load()
+    if corpus.skipped:
+        log(f"warning: {corpus.name}: {corpus.skipped} corpus entr{'y' if corpus.skipped == 1 else 'ies'} "
+            f"skipped: not a program this version can read")
     state["replayed"] = state.get("replayed", 0) + len(replay)
     if replay:
         log(f"replaying {len(replay)} program(s) from the corpus")
-    start = time.monotonic()
-    budget = config.budget_s if config.budget_s is not None else float("inf")
-    chunk_limit = -1
-    if config.max_programs is not None:
-        chunk_limit = state["next_chunk"] + -(-max(0, config.max_programs - len(replay)) // config.chunk_size)
+    driver = _Driver(folder, config, state, records, corpus, log, progress)
     state["runs"].append({"started": time.time(), "budget_s": config.budget_s, "max_programs": config.max_programs,
                           "workers": config.workers, "resumed": resume})
-    errors: list[str] = []
-    harness_failed = False
-    programs_this_run = 0
-    completed_chunks: set[int] = set()
+    try:
+        driver.run(replay)
+    except KeyboardInterrupt:
+        driver.interrupted = True
+        log("interrupted: the campaign's state is saved; `--resume` goes on from here")
+    return driver.finish()
 
-    def handle(msg: tuple) -> None:
-        nonlocal programs_this_run, harness_failed
-        kind = msg[0]
-        if kind == "targets":
-            state["targets"].update(msg[1])
-            state["unavailable"].update(msg[2])
-        elif kind == "finding":
-            _, record, minimized, original, repro = msg
-            if record["signature"] in seen_sigs:
-                return
-            seen_sigs.add(record["signature"])
-            folder.add_finding(record, minimized, original, repro, records)
-            if record["status"] == "new":
-                first = not corpus.failures
-                if not corpus.store(minimized, original) and first:  # the first failure; the count at the end
-                    log(f"warning: {corpus.last_error}")
-            log(f"[{record['status']}] {record['kind']}: {record['sentence']} -> {records[-1]['case']}")
-        elif kind == "progress":
-            _, n, chunk, repeats = msg
-            programs_this_run += n
-            state["programs"] = state.get("programs", 0) + n
-            state["repeats_skipped"] = state.get("repeats_skipped", 0) + repeats
-            if chunk is not None:
-                completed_chunks.add(chunk)
-                state["next_chunk"] = max(state.get("next_chunk", 0), chunk + 1)
-            state["elapsed_s"] = elapsed_before + time.monotonic() - start
-            folder.save_state(state)
-            if progress:
-                progress(state, records)
-        elif kind == "ran_nowhere":
-            first = not state.get("ran_nowhere")
-            state["ran_nowhere"] = state.get("ran_nowhere", 0) + msg[1]
-            if first:
-                log(f"warning: {msg[1]} program(s) ran on no target (every target failed them): they are "
-                    f"not compared, so they count as no agreement; see the report")
-        elif kind == "log":
-            log(msg[1])
-        elif kind == "error":
-            errors.append(msg[1])
-            harness_failed |= msg[2] == "harness"
-            log(f"error: {msg[1]}")
 
-    announced = False
+class _Driver:
+    """One campaign run in the parent process: hands out chunks (one worker) or starts the
+    worker processes, and turns every worker message into the run folder's state."""
 
-    def budget_ended() -> bool:
-        nonlocal announced
-        if time.monotonic() - start < budget:
+    def __init__(self, folder: RunFolder, config: CampaignConfig, state: dict[str, Any],
+                 records: list[dict[str, Any]], corpus: Corpus, log: Callable[[str], None], progress):
+        self.folder, self.config, self.state, self.records = folder, config, state, records
+        self.corpus, self.log, self.progress = corpus, log, progress
+        self.elapsed_before = float(state.get("elapsed_s", 0.0))
+        self.seen_sigs = {r["signature"] for r in records}
+        self.start = time.monotonic()
+        self.budget = config.budget_s if config.budget_s is not None else float("inf")
+        self.chunk_limit = -1  # the chunk at which --max-programs ends the campaign (-1: none)
+        self.errors: list[str] = []
+        self.harness_failed = False
+        self.interrupted = False
+        self.programs_this_run = 0
+        self.budget_announced = False
+        self.handlers: dict[type, Callable[[Any], None]] = {
+            TargetsOpened: self._targets, FindingFound: self._finding, Progress: self._progress,
+            RanNowhere: self._ran_nowhere, LogLine: lambda m: self.log(m.line), WorkerError: self._error}
+
+    def run(self, replay: list[Program]) -> None:
+        config, state = self.config, self.state
+        if config.max_programs is not None:
+            self.chunk_limit = state["next_chunk"] + -(-max(0, config.max_programs - len(replay)) // config.chunk_size)
+        if config.workers > 1:
+            _run_workers(config, state["next_chunk"], self.chunk_limit, self.budget, self.seen_sigs, replay,
+                         self.elapsed_before, self.handle, self.budget_ended)
+            return
+        counter = [state["next_chunk"]]
+
+        def claim() -> int | None:
+            if self.budget_ended():
+                return None
+            if self.chunk_limit >= 0 and counter[0] >= self.chunk_limit:
+                return None
+            counter[0] += 1
+            return counter[0] - 1
+
+        deadline = time.time() + self.budget + config.shrink_grace_s if self.budget != float("inf") else None
+        worker_loop(config, 0, claim, self.handle, lambda s: s in self.seen_sigs, self.elapsed_before, replay,
+                    deadline)
+
+    def budget_ended(self) -> bool:
+        if time.monotonic() - self.start < self.budget:
             return False
-        if not announced:
-            announced = True
-            log("budget reached: no new programs; finishing the chunks under way"
-                + (f" (shrinking may take up to {config.shrink_grace_s:g} s more)" if config.shrink_grace_s else ""))
+        if not self.budget_announced:
+            self.budget_announced = True
+            grace = self.config.shrink_grace_s
+            self.log("budget reached: no new programs; finishing the chunks under way"
+                     + (f" (shrinking may take up to {grace:g} s more)" if grace else ""))
         return True
 
-    interrupted = False
-    try:
-        if config.workers <= 1:
-            counter = [state["next_chunk"]]
+    def handle(self, msg: Message) -> None:
+        self.handlers[type(msg)](msg)
 
-            def claim() -> int | None:
-                if budget_ended():
-                    return None
-                if chunk_limit >= 0 and counter[0] >= chunk_limit:
-                    return None
-                counter[0] += 1
-                return counter[0] - 1
+    def _targets(self, msg: TargetsOpened) -> None:
+        self.state["targets"].update(msg.targets)
+        self.state["unavailable"].update(msg.unavailable)
 
-            worker_loop(config, 0, claim, handle, lambda s: s in seen_sigs, elapsed_before, replay,
-                        time.time() + budget + config.shrink_grace_s if budget != float("inf") else None)
-        else:
-            _run_workers(config, state["next_chunk"], chunk_limit, budget, seen_sigs, replay, elapsed_before,
-                         handle, budget_ended)
-    except KeyboardInterrupt:
-        interrupted = True
-        log("interrupted: the campaign's state is saved; `--resume` goes on from here")
+    def _finding(self, msg: FindingFound) -> None:
+        record = msg.record
+        if record.signature in self.seen_sigs:
+            return
+        self.seen_sigs.add(record.signature)
+        self.folder.add_finding(record.to_json(), msg.minimized, msg.original, msg.repro, self.records)
+        if record.status == "new":
+            first = not self.corpus.failures
+            if not self.corpus.store(msg.minimized, msg.original) and first:  # the first failure; the count at the end
+                self.log(f"warning: {self.corpus.last_error}")
+        self.log(f"[{record.status}] {record.kind}: {record.sentence} -> {self.records[-1]['case']}")
 
-    if corpus.failures:
-        log(f"warning: {corpus.summary()}")
-    state["elapsed_s"] = elapsed_before + time.monotonic() - start
-    state["runs"][-1]["ended"] = time.time()
-    state["runs"][-1]["programs"] = programs_this_run
-    state["runs"][-1]["interrupted"] = interrupted
-    folder.save_state(state)
-    if not folder.findings_json.exists():
-        atomic_write(folder.findings_json, "[]")
-    return CampaignResult(folder, records, state["programs"], state["elapsed_s"], errors,
-                          harness_failed=harness_failed, interrupted=interrupted)
+    def _progress(self, msg: Progress) -> None:
+        state = self.state
+        self.programs_this_run += msg.programs
+        state["programs"] = state.get("programs", 0) + msg.programs
+        state["repeats_skipped"] = state.get("repeats_skipped", 0) + msg.repeats
+        if msg.chunk is not None:
+            state["next_chunk"] = max(state.get("next_chunk", 0), msg.chunk + 1)
+        state["elapsed_s"] = self.elapsed_before + time.monotonic() - self.start
+        self.folder.save_state(state)
+        if self.progress:
+            self.progress(state, self.records)
+
+    def _ran_nowhere(self, msg: RanNowhere) -> None:
+        first = not self.state.get("ran_nowhere")
+        self.state["ran_nowhere"] = self.state.get("ran_nowhere", 0) + msg.programs
+        if first:
+            self.log(f"warning: {msg.programs} program(s) ran on no target (every target failed them): they are "
+                     f"not compared, so they count as no agreement; see the report")
+
+    def _error(self, msg: WorkerError) -> None:
+        self.errors.append(msg.message)
+        self.harness_failed |= msg.harness
+        self.log(f"error: {msg.message}")
+
+    def finish(self) -> CampaignResult:
+        """Saves the state as this run leaves it and makes sure the folder has its list of
+        findings; the campaign's result."""
+        state, last = self.state, self.state["runs"][-1]
+        if self.corpus.failures:
+            self.log(f"warning: {self.corpus.summary()}")
+        state["elapsed_s"] = self.elapsed_before + time.monotonic() - self.start
+        last["ended"], last["programs"], last["interrupted"] = time.time(), self.programs_this_run, self.interrupted
+        self.folder.save_state(state)
+        self.folder.ensure_findings_list()
+        return CampaignResult(self.folder, self.records, state["programs"], state["elapsed_s"], self.errors,
+                              harness_failed=self.harness_failed, interrupted=self.interrupted)
 
 
 def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budget: float,
                  seen_sigs: set[str], replay: list[Program], elapsed_before: float,
-                 handle: Callable[[tuple], None], budget_ended: Callable[[], bool]) -> None:
+                 handle: Callable[[Message], None], budget_ended: Callable[[], bool]) -> None:
     """``config.workers`` worker processes, each with its own targets, claiming chunks from one
     shared counter; their messages go to ``handle`` in this process. On Ctrl-C the workers are
     stopped (they ignore SIGINT themselves) and ``KeyboardInterrupt`` goes on up."""
@@ -410,7 +435,7 @@ def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budg
                 if not any(p.is_alive() for p in procs):
                     break
                 continue
-            if msg[0] == "done":
+            if isinstance(msg, WorkerDone):
                 alive -= 1
             else:
                 handle(msg)
