@@ -14,12 +14,15 @@ from pathlib import Path
 
 from harness.errors import InputError
 from harness.files import atomic_write
-from harness.reporting.report import (_CSS, HISTORY_HTML, REPORT_HTML, ReportError, Run, Warn, _e, _href, _when,
-                     _versions_text, load_run)
+from harness.fuzzing.run_folder import JOURNAL_NAME, STATE_NAME
+from harness.reporting.html import CSS, escape
+from harness.reporting.loading import ReportError, Run, Warn, load_run
+from harness.reporting.report import HISTORY_HTML, REPORT_HTML
+from harness.reporting.views import href, versions_text, when
 
 #: How deep below the directory a run folder may be (``reports/shard-1/run/``: 3).
 MAX_DEPTH = 3
-_MARKERS = ("campaign.json", "findings.jsonl")
+_MARKERS = (STATE_NAME, JOURNAL_NAME)  # a folder holding either is a run folder, maybe damaged
 
 
 def _candidates(root: Path, warn: Warn) -> list[Path]:
@@ -48,7 +51,8 @@ def _candidates(root: Path, warn: Warn) -> list[Path]:
             for e in sorted(entries, key=lambda e: e.is_symlink()):
                 try:
                     is_dir = e.is_dir()
-                except OSError:
+                except OSError as err:  # cannot tell: not searched, and said so
+                    warn(f"skipped {e.path}: cannot tell whether it is a folder ({err.strerror or err})")
                     is_dir = False
                 if is_dir:
                     walk(Path(e.path), depth + 1)
@@ -96,19 +100,19 @@ def _svg_chart(runs: list[Run]) -> str:
         hk = ph * len(r.known) / max_f
         y0 = top + ph
         parts.append(f'<rect class="bar-new" x="{x:.1f}" y="{y0 - hn:.1f}" width="{bw:.1f}" height="{hn:.1f}" fill="#c62828">'
-                     f'<title>{_e(r.path.name)}: {len(r.new)} new</title></rect>')
+                     f'<title>{escape(r.path.name)}: {len(r.new)} new</title></rect>')
         parts.append(f'<rect class="bar-known" x="{x:.1f}" y="{y0 - hn - hk:.1f}" width="{bw:.1f}" height="{hk:.1f}" '
-                     f'fill="#f9a825"><title>{_e(r.path.name)}: {len(r.known)} known</title></rect>')
+                     f'fill="#f9a825"><title>{escape(r.path.name)}: {len(r.known)} known</title></rect>')
         cx = left + slot * (i + 0.5)
         points.append((cx, top + ph - ph * r.throughput / max_t, r))
-        label = _when(r.state.get("started"))[:10] if r.state.get("started") else r.path.name
+        label = when(r.state.get("started"))[:10] if r.state.get("started") else r.path.name
         parts.append(f'<text x="{cx:.1f}" y="{top + ph + 14}" font-size="10" text-anchor="end" '
-                     f'transform="rotate(-30 {cx:.1f} {top + ph + 14})">{_e(label)} {_e(r.path.name[-12:])}</text>')
+                     f'transform="rotate(-30 {cx:.1f} {top + ph + 14})">{escape(label)} {escape(r.path.name[-12:])}</text>')
     if points:
         parts.append('<polyline class="throughput" fill="none" stroke="#1565c0" stroke-width="2" points="'
                      + " ".join(f"{x:.1f},{y:.1f}" for x, y, _ in points) + '"/>')
         for x, y, r in points:
-            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#1565c0"><title>{_e(r.path.name)}: '
+            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="#1565c0"><title>{escape(r.path.name)}: '
                          f'{r.throughput:.1f} programs/s</title></circle>')
     parts.append(f'<text x="12" y="{top + ph / 2}" font-size="11" transform="rotate(-90 12 {top + ph / 2})" '
                  f'text-anchor="middle">findings (red new, amber known)</text>')
@@ -139,17 +143,17 @@ def render_history(reports_dir: str | Path, warn: Warn | None = None) -> Path:
     rows = []
     for r in runs:
         rel = r.path.relative_to(root).as_posix()
-        link = (f'<a href="{_e(_href(rel))}/{REPORT_HTML}">{_e(rel)}</a>' if (r.path / REPORT_HTML).is_file()
-                else _e(rel))
+        link = (f'<a href="{escape(href(rel))}/{REPORT_HTML}">{escape(rel)}</a>' if (r.path / REPORT_HTML).is_file()
+                else escape(rel))
         errors = len(r.harness_errors)
         errors_cell = f'<td class="refused">{errors}</td>' if errors else "<td>0</td>"
-        rows.append(f"<tr><td>{link}</td><td>{_e(_when(r.state.get('started')))}</td><td>{_e(r.config.get('seed'))}</td>"
+        rows.append(f"<tr><td>{link}</td><td>{escape(when(r.state.get('started')))}</td><td>{escape(r.config.get('seed'))}</td>"
                     f"<td>{r.programs}</td><td>{r.elapsed:.1f}</td><td>{r.throughput:.1f}</td>"
                     f"<td>{len(r.new)}</td><td>{len(r.known)}</td>"
                     f"{errors_cell}"
-                    f"<td>{_e('; '.join(f'{t}: {_versions_text(v)}' for t, v in r.target_versions().items()))}</td></tr>")
+                    f"<td>{escape('; '.join(f'{t}: {versions_text(v)}' for t, v in r.target_versions().items()))}</td></tr>")
     page = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>aliasfuzz history</title>',
-            f"<style>{_CSS}</style></head><body>", f"<h1>aliasfuzz history: {_e(root.name or root)}</h1>",
+            f"<style>{CSS}</style></head><body>", f"<h1>aliasfuzz history: {escape(root.name or root)}</h1>",
             f"<p>{len(runs)} run(s); findings per run (bars) and throughput (line)."
             + (f" {len(skipped)} damaged folder(s) skipped.</p>" if skipped else "</p>"),
             f'<figure id="trend">{_svg_chart(runs)}</figure>',
@@ -157,7 +161,7 @@ def render_history(reports_dir: str | Path, warn: Warn | None = None) -> Path:
             "<th>programs/s</th><th>new</th><th>known</th><th>harness errors</th><th>targets</th></tr>", *rows,
             "</table>"]
     if skipped:
-        page += ['<h2>Skipped</h2><ul class="dim">', *(f"<li>{_e(s)}</li>" for s in skipped), "</ul>"]
+        page += ['<h2>Skipped</h2><ul class="dim">', *(f"<li>{escape(s)}</li>" for s in skipped), "</ul>"]
     page.append("</body></html>")
     out = root / HISTORY_HTML
     try:

@@ -11,7 +11,7 @@ from harness.fuzzing.baseline import Baseline, KnownDivergence
 from harness.case.ir import Program
 from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
 from harness.judging.finding import Finding
-from harness.judging.value_compare import adam_lr, values_close
+from harness.reporting.table import Cell, Note, Row, Table, build_table
 from harness.targets.runner import Runner
 from harness.targets.base import TargetInfo
 from harness.judging.trace import Trace, Verdict, verdicts
@@ -82,7 +82,7 @@ def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
 
 
 # ------------------------------------------------------------------------------------------------
-# Terminal rendering.
+# Terminal rendering: the side-by-side table model (``table.build_table``) in compact cells.
 
 
 def _fmt_value(v: np.ndarray | None) -> str:
@@ -92,67 +92,48 @@ def _fmt_value(v: np.ndarray | None) -> str:
     return " ".join(text.split())
 
 
+def terminal_cell(row: Row, c: Cell) -> str:
+    """A terminal cell: a snapshot's verdict, or a tensor's final value (5 digits)."""
+    if row.snapshot:
+        return c.verdict or "—"
+    if c.failed is not None:
+        return c.failed
+    return _fmt_value(c.value) if c.initialized else "uninitialised"
+
+
+def result_table(result: ReproResult) -> Table:
+    return build_table(result.program, result.traces, result.verdict_maps)
+
+
 def table_rows(result: ReproResult) -> list[tuple[str, list[str], bool]]:
-    """(row label, cell per target, divergent?) for every tensor and snapshot."""
-    ids = list(result.traces)
-    rows: list[tuple[str, list[str], bool]] = []
-    adam = adam_lr(result.program)
-    snaps = set()
-    for vm in result.verdict_maps.values():
-        snaps.update(vm)
-    names: list[str] = []
-    for tr in result.traces.values():
-        for n in tr.final:
-            if n not in names and n not in snaps:
-                names.append(n)
-    for n in [t.name for t in result.program.tensors] + [n for n in names if n not in {t.name for t in result.program.tensors}]:
-        cells, vals = [], []
-        for tid in ids:
-            tr = result.traces[tid]
-            if not tr.ok:
-                cells.append(tr.status)
-                continue
-            obs = tr.final.get(n)
-            v = obs.value if obs is not None else None
-            vals.append(v)
-            cells.append(_fmt_value(v) if obs is not None and obs.initialized else "uninitialised")
-        real = [v for v in vals if v is not None]
-        divergent = any(not values_close(real[0], v, adam) for v in real[1:]) if real else False
-        rows.append((n, cells, divergent))
-    for s in sorted(snaps, key=lambda n: min(vm[n].snapshot.op for vm in result.verdict_maps.values() if n in vm)):
-        cells, comparable = [], []
-        method = next(vm[s].snapshot.method for vm in result.verdict_maps.values() if s in vm)
-        for tid in ids:
-            v = result.verdict_maps[tid].get(s)
-            cells.append(v.summary if v else "—")
-            if v and v.status == "ok":
-                comparable.append(v.summary)
-        rows.append((f"{s} ({method})", cells, len(set(comparable)) > 1))
-    return rows
+    """(row label, cell per target, divergent?) for every tensor and snapshot, as the terminal
+    shows them; which rows diverge is the table model's one rule (``table``)."""
+    return [(r.label, [terminal_cell(r, c) for c in r.cells], r.divergent) for r in result_table(result).rows]
+
+
+def _terminal_note(program: Program, n: Note) -> str:
+    if n.op is None:
+        return f"  {n.target}: {n.status}: {n.message}"
+    return f"  {n.target} op {n.op} ({program.ops[n.op]['op']}): {n.status}" + (f": {n.message}" if n.message else "")
 
 
 def render(result: ReproResult, console=None) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from rich.table import Table as RichTable
 
     console = console or Console()
     title = result.program.title or "case"
-    table = Table(title=title, show_lines=False)
+    model = result_table(result)
+    table = RichTable(title=title, show_lines=False)
     table.add_column("tensor / snapshot", style="bold")
-    for tid in result.traces:
+    for tid in model.targets:
         table.add_column(tid)
-    for label, cells, divergent in table_rows(result):
-        style = "bold red" if divergent else None
-        table.add_row(label, *[f"[{style}]{c}[/]" if style else c for c in cells])
+    for row in model.rows:
+        style = "bold red" if row.divergent else None
+        cells = [terminal_cell(row, c) for c in row.cells]
+        table.add_row(row.label, *[f"[{style}]{c}[/]" if style else c for c in cells])
     console.print(table)
-    notes = []
-    for tid, tr in result.traces.items():
-        for i, s in enumerate(tr.steps):
-            if s.status != "ok":
-                notes.append(f"  {tid} op {i} ({result.program.ops[i]['op']}): {s.status}"
-                             + (f": {s.message}" if s.message else ""))
-        if not tr.ok:
-            notes.append(f"  {tid}: {tr.status}: {tr.message}")
+    notes = [_terminal_note(result.program, n) for n in model.notes]
     if notes:
         console.print("[dim]Ops a target could not run:[/]")
         for n in notes:

@@ -1,0 +1,91 @@
+"""``report.md``: the run's report in Markdown (harness errors, summary, targets, one section per
+finding with its side-by-side table, divergent rows in bold with ⚠, the subject marked ▶)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from harness.reporting.loading import Run, one_line
+from harness.reporting.table import Table, report_cell, report_notes
+from harness.reporting.views import (HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
+                                     versions_text)
+
+
+def _cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _fence(text: str, lang: str = "") -> list[str]:
+    """A fenced block longer than any run of backticks inside ``text``."""
+    longest = max((len(r) for r in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return [ticks + lang, text.rstrip(), ticks]
+
+
+def _link(rel: str | None) -> str:
+    return f"[{_cell(rel)}]({href(rel)})" if rel else "—"
+
+
+def _table(table: Table) -> list[str]:
+    out = ["| tensor / snapshot | " + " | ".join(_cell(t) for t in table.targets) + " |",
+           "|---|" + "---|" * len(table.targets)]
+    for r in table.rows:
+        mark = "**" if r.divergent else ""
+        label = ("⚠ " if r.divergent else "") + ("▶ " if r.subject else "") + r.label
+        out.append(f"| {mark}{_cell(label)}{mark} | " + " | ".join(
+            f"{mark}{_cell(report_cell(c))}{mark}" for c in r.cells) + " |")
+    if table.notes:
+        out += ["", "Ops a target could not run:", ""] + [f"- {_cell(x)}" for x in report_notes(table.notes)]
+    return out + [""]
+
+
+def _finding(n: int, v: FindingView) -> list[str]:
+    f, rec = v.finding, v.finding.record
+    harness = f.harness
+    base = f" (baseline {rec.baseline})" if rec.baseline else ""
+    out = [f"### {n}. [{'harness error' if harness else rec.status or '?'}{base}] {one_line(rec.kind)}: "
+           f"{one_line(rec.sentence)}", "", f"- signature: `{one_line(rec.signature)}`",
+           f"- targets: {', '.join(rec.targets)}; {'stage' if harness else 'op'} `{rec.op}`"
+           + ("" if harness else f", method `{rec.method}`")]
+    if not harness:
+        out.append(f"- {shrink_text(f)}; found after {rec.seconds_to_find}s")
+    out += [f"- **{why}**: `{one_line(getattr(rec, key))}` (not read)" for key, why in f.refused.items()]
+    if rec.case and "case" not in f.refused:
+        out.append(f"- case: {_link(rec.case)} (`aliasfuzz repro {one_line(rec.case)}`); original: "
+                   f"{_link(rec.original_case if 'original_case' not in f.refused else None)}")
+    out.append("")
+    if harness:
+        out += ["Traceback (inside aliasfuzz):", "", *_fence(rec.detail or "(none recorded)", "text"), ""]
+    elif rec.detail:
+        out += [one_line(rec.detail), ""]
+    if v.case_text:
+        out += [*_fence(v.case_text, "toml"), ""]
+    if v.table:
+        out += _table(v.table)
+    for note in (v.table_note, v.reps_note):
+        if note:
+            out += [f"_{_cell(note)}_", ""]
+    if v.reps:
+        out += ["Reproducers: " + ", ".join(_link(p) for p in v.reps), ""]
+    return out
+
+
+def render_markdown(run: Run, views: list[FindingView]) -> str:
+    out = [f"# aliasfuzz report: {run.path.name}", ""]
+    errors = [v for v in views if v.finding.harness]
+    if errors:
+        out += [f"## {HARNESS_TITLE} ({len(errors)})", "", HARNESS_INTRO, ""]
+        for n, v in enumerate(errors, 1):
+            out += _finding(n, v)
+    out += ["## Summary", "", "| | |", "|---|---|"]
+    out += [f"| {k} | {_cell(v)} |" for k, v in summary_facts(run)]
+    out += ["", "### Targets", "", "| target | versions |", "|---|---|"]
+    out += [f"| {_cell(t)} | {_cell(versions_text(v))} |" for t, v in run.target_versions().items()]
+    out += ["", f"## Findings ({len(run.new)} new, {len(run.known)} known)", ""]
+    rest = [v for v in views if not v.finding.harness]
+    if not rest:
+        out.append("No divergence found.")
+    for n, v in enumerate(rest, 1):
+        out += _finding(n, v)
+    return "\n".join(out) + "\n"

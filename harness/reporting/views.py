@@ -1,0 +1,126 @@
+"""What every report view (Markdown, HTML, the history page) shows of a run and of each finding,
+as plain text; each view only escapes and lays it out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+from harness.case.ir import Program, load_case
+from harness.errors import InputError
+from harness.reporting.loading import Run, ShownFinding
+from harness.reporting.table import Table, table_of_repro
+
+HARNESS_TITLE = "Harness errors: aliasfuzz bugs, not framework findings"
+HARNESS_INTRO = ("aliasfuzz itself raised while handling these programs: the run's findings may be "
+                 "incomplete. Report them against aliasfuzz, not a framework.")
+
+
+@dataclass
+class FindingView:
+    """What the report shows of one finding: its case, its table (or why there is none), and its
+    reproducers (or why there are none)."""
+
+    finding: ShownFinding
+    case_text: str | None = None
+    program: Program | None = None
+    table: Table | None = None
+    table_note: str | None = None
+    reps: list[str] = field(default_factory=list)  # reproducer paths, relative to the run folder
+    reps_note: str | None = None
+
+
+def finding_view(f: ShownFinding) -> FindingView:
+    """The case and the table of ``f`` read from the run folder; a case or repro file that cannot
+    be read, or is not of this case, leaves a note in their place (a report never fails because
+    of one finding)."""
+    rec = f.record
+    view = FindingView(f, case_text=f.read("case"))
+    if "case" in f.paths and view.case_text is None:
+        view.table_note = f"no table or reproducers: {rec.case} cannot be read (missing, or not a UTF-8 file)"
+    elif "case" in f.paths:
+        try:
+            view.program = load_case(f.paths["case"])
+        except InputError as e:
+            view.table_note = f"no table or reproducers: {e}"
+    if f.harness or view.program is None or not rec.repro or f.blocked:
+        return view
+    text = f.read("repro")
+    if text is None:
+        view.table_note = f"no table: {rec.repro} cannot be read (missing, or not a UTF-8 file)"
+        return view
+    try:
+        view.table = table_of_repro(json.loads(text), view.program, rec.signature)
+    except Exception as e:  # noqa: BLE001 - a report never fails because of one table
+        view.table_note = f"table left out: {rec.repro} is not the repro JSON of this case ({type(e).__name__})"
+    return view
+
+
+def shrink_text(f: ShownFinding) -> str:
+    """How the finding's case was shrunk, or why it was not (a known finding, by default)."""
+    r = f.record
+    if r.shrink_seconds is None:
+        if r.status != "known":
+            return f"not shrunk, {r.ops_before} ops"
+        case = f" (the baseline's case `{r.baseline_case}` is its minimal form)" if r.baseline_case else ""
+        return f"not shrunk, {r.ops_before} ops: known{case}"
+    return (f"shrunk {r.ops_before} → {r.ops_after} ops"
+            f" ({'complete' if r.shrink_complete else 'stopped early'}, {r.shrink_runs} runs,"
+            f" {r.shrink_seconds}s)")
+
+
+def summary_facts(run: Run) -> list[tuple[str, str]]:
+    c = run.config
+    m = run.state.get("machine") or {}
+    budget = c.get("budget_s")
+    facts = [("harness errors", f"{len(run.harness_errors)} (aliasfuzz bugs, not framework findings)")] \
+        if run.harness_errors else []
+    facts += [
+        ("started", when(run.state.get("started"))),
+        ("seed", str(c.get("seed", "?"))),
+        ("profile", str(c.get("profile", "?"))),
+        ("budget", f"{budget:g}s" if isinstance(budget, (int, float)) else "none"),
+        ("max programs", str(c.get("max_programs")) if c.get("max_programs") is not None else "none"),
+        ("workers", str(c.get("workers", 1))),
+        ("programs run", str(run.programs) + (f" ({run.state['repeats_skipped']} of them repeats of a program"
+                                               " already run, not run again)" if run.state.get("repeats_skipped") else "")),
+        ("replayed from the corpus", str(run.state.get("replayed", 0))),
+        *([("programs no target ran", f"{run.state['ran_nowhere']} (every target failed them: they were not "
+            "compared, so they are no agreement)")] if run.state.get("ran_nowhere") else []),
+        ("elapsed", f"{run.elapsed:.1f}s"),
+        ("throughput", f"{run.throughput:.1f} programs/s"),
+        ("findings", f"{len(run.new)} new, {len(run.known)} known"),
+        ("machine", ", ".join(f"{k} {v}" for k, v in m.items()) if m else "?"),
+        ("corpus", str(c.get("db") or "run folder (corpus/)")),
+    ]
+    unavailable = run.state.get("unavailable") or {}
+    if unavailable:
+        facts.append(("unavailable", "; ".join(f"{k}: {v}" for k, v in unavailable.items())))
+    return facts
+
+
+def summary_line(run: Run) -> str:
+    """The terminal summary: harness errors first, apart from the findings."""
+    errors = len(run.harness_errors)
+    head = f"{errors} harness error(s): aliasfuzz bugs, not framework findings (the report's first section); " \
+        if errors else ""
+    return f"{head}findings: {len(run.new)} new, {len(run.known)} known"
+
+
+def when(ts: Any) -> str:
+    """A timestamp (seconds since the epoch) in UTC; "?" for one that is none."""
+    try:
+        return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return "?"
+
+
+def versions_text(v: dict[str, str]) -> str:
+    return ", ".join(f"{k} {x}" for k, x in v.items()) or "—"
+
+
+def href(rel: str) -> str:
+    return quote(rel)  # ':' too: a file name never becomes a URL scheme
