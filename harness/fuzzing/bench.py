@@ -267,6 +267,15 @@ def measure_rss(engine: Engine, config: BenchConfig, log) -> list[dict[str, Any]
 # -- two workers --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RoundDone:
+    """A bench worker's round: the programs it ran, or (``programs`` -1) why it failed."""
+
+    worker: int
+    programs: int
+    error: str = ""
+
+
 def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) -> None:
     config = BenchConfig(**config_json)
     found = open_cpu_targets(config.targets)
@@ -282,10 +291,10 @@ def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) 
             n = 0
             for programs, _results in pipeline(engine, _chunks(config, counter)):
                 n += len(programs)
-            outq.put((worker, n, ""))
+            outq.put(RoundDone(worker, n))
     except BaseException as e:  # reported by the parent
         ready.release()
-        outq.put((worker, -1, repr(e)))
+        outq.put(RoundDone(worker, -1, repr(e)))
     finally:
         runner.close()
 
@@ -334,12 +343,12 @@ class WorkerRounds:
         go.set()
         results = [self._outq.get() for _ in self._procs]
         end = time.perf_counter()
-        bad = [r for r in results if r[1] < 0]
+        bad = [r for r in results if r.programs < 0]
         if bad:
-            raise RuntimeError(f"bench worker failed: {bad[0][2]}")
+            raise RuntimeError(f"bench worker failed: {bad[0].error}")
         if self._next < len(self._go):
             self._wait_ready()  # idle again before the parent times its next figure
-        return end - start, sum(r[1] for r in results)
+        return end - start, sum(r.programs for r in results)
 
     def __exit__(self, *exc) -> None:
         unfinished = self._next < len(self._go)  # an error in the parent: stop the workers now
@@ -386,79 +395,96 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
             f"seed {config.seed}, profile {config.profile}; load {fig['load_before']}")
         warm = generate(16, 12345, config.profile)  # first-use costs (imports, caches) out of the timings
         engine.check(warm)
-
-        # The throughput figures are measured in `repeat` rounds, each round timing the ceiling,
-        # the engine and the two workers back to back on the same programs: this machine's speed
-        # drifts by up to 1.8x within a minute, so each ratio is taken within a round and the
-        # middle round's figure is reported (every round's is kept under `<name>_runs`).
-        rounds: dict[str, list] = {"ceiling": [], "engine": [], "engine_2workers": []}
-        engine_runs = []
-        with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
-            for r in range(config.repeat):
-                seconds, n = measure_ceiling(config)
-                rounds["ceiling"].append(n / seconds)
-                engine_runs.append(measure_engine(engine, config))
-                rounds["engine"].append(engine_runs[-1][1] / engine_runs[-1][0])
-                if workers is not None:
-                    seconds, n = workers.round()
-                    rounds["engine_2workers"].append(n / seconds)
-                log(f"    round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rounds.items() if v)
-                    + " programs/s")
-        for name, rates in rounds.items():
-            if rates:
-                fig[f"{name}_pps"], fig[f"{name}_pps_runs"] = _median(rates), rates
-        fig["ratio_ceiling"] = _median([e / c for e, c in zip(rounds["engine"], rounds["ceiling"])])
-        if rounds["engine_2workers"]:
-            fig["ratio_2workers"] = _median([w / e for w, e in zip(rounds["engine_2workers"], rounds["engine"])])
-        seconds, n, divergent, cpu = sorted(engine_runs, key=lambda r: r[1] / r[0])[len(engine_runs) // 2]
-        fig["divergent_programs"] = divergent
-        log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s{_spread(rounds['ceiling'])}")
-        log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s{_spread(rounds['engine'])} "
-            f"({divergent} of {n} programs diverge)")
-        if "ratio_2workers" in fig:
-            log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s"
-                f"{_spread(rounds['engine_2workers'])}; {fig['ratio_2workers']:.2f}x one (target >= 1.6)")
-        # Where the CPU goes (the middle engine run): one worker already keeps more than one core
-        # busy (its targets compute while it draws the next chunk), and that is the CPU a second
-        # worker on a 2-core machine competes for.
-        fig["cpu_ms_per_program"] = {k: v / n * 1e3 for k, v in cpu.items()}
-        fig["cores_used_1worker"] = sum(cpu.values()) / seconds
-        log("    CPU per program: " + ", ".join(f"{k} {v:.2f} ms" for k, v in fig["cpu_ms_per_program"].items())
-            + f"; one worker keeps {fig['cores_used_1worker']:.2f} cores busy")
-
-        seconds, n = measure_engine_serial(engine, config)
-        fig["engine_serial_pps"] = n / seconds
-        log(f"    engine (serial, no overlap): {fig['engine_serial_pps']:8.1f} programs/s")
-
-        spawn_programs = generate(config.spawn_programs, chunk_seed(config.seed, 0), config.profile)
-        seconds = measure_spawn(runner.targets, spawn_programs)
-        fig["spawn_pps"] = len(spawn_programs) / seconds
-        log(f"(c) spawn per program:           {fig['spawn_pps']:8.2f} programs/s")
-
-        fig["ratio_spawn"] = fig["engine_pps"] / fig["spawn_pps"]
-        log(f"(b)/(a) = {fig['ratio_ceiling']:.2f} (target >= 0.5);  (b)/(c) = {fig['ratio_spawn']:.0f} (target >= 20)")
-
-        sample = generate(config.chunk_size, chunk_seed(config.seed, 0), config.profile)
-        fig["per_target"] = measure_per_target(runner.targets, sample)
-        for tid, v in fig["per_target"].items():
-            log(f"    {tid:<22} {v['wall_s_per_program'] * 1e3:7.2f} ms/program wall, "
-                f"{v['probe_s_per_program'] * 1e3:7.2f} ms in the probe")
-
-        run_cost, gen_cost = measure_lengths(engine, config)
-        fig["per_length"] = {str(k): v for k, v in run_cost.items()}
-        fig["per_length_generate"] = {str(k): v for k, v in gen_cost.items()}
-        log("    per program by length (run + oracle | generation): " + "; ".join(
-            f"{k} ops {run_cost[k] * 1e3:.1f} | {gen_cost[k] * 1e3:.1f} ms" for k in LENGTHS))
-
-        if config.rss_programs:
-            log(f"    rss over {config.rss_programs} programs:")
-            fig["rss"] = measure_rss(engine, config, log)
-            # Growth after the first chunk (the probes allocate their working set there).
-            first, last = fig["rss"][min(1, len(fig["rss"]) - 1)], fig["rss"][-1]
-            fig["rss_growth_kib"] = {k: (last[k] - first[k]) if last.get(k) and first.get(k) else None
-                                     for k in first if k != "programs"}
+        rounds, engine_runs = _throughput_rounds(engine, config, log)
+        _throughput_figures(fig, rounds, engine_runs, log)
+        _baseline_figures(fig, engine, config, log)
+        _cost_figures(fig, engine, config, log)
         fig["restarts"] = {t.id: t.process.stats.starts - 1 for t in runner.targets}
         fig["load_after"] = _load()
         return BenchResult(fig)
     finally:
         runner.close()
+
+
+def _throughput_rounds(engine: Engine, config: BenchConfig, log) -> tuple[dict[str, list[float]], list[tuple]]:
+    """The throughput figures of every round (programs/s by name) and the engine runs
+    (``measure_engine``'s results). Each round times the ceiling, the engine and the two workers
+    back to back on the same programs: this machine's speed drifts by up to 1.8x within a
+    minute, so each ratio is taken within a round and the middle round's figure is reported
+    (every round's is kept under ``<name>_runs``)."""
+    rounds: dict[str, list[float]] = {"ceiling": [], "engine": [], "engine_2workers": []}
+    engine_runs = []
+    with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
+        for r in range(config.repeat):
+            seconds, n = measure_ceiling(config)
+            rounds["ceiling"].append(n / seconds)
+            engine_runs.append(measure_engine(engine, config))
+            rounds["engine"].append(engine_runs[-1][1] / engine_runs[-1][0])
+            if workers is not None:
+                seconds, n = workers.round()
+                rounds["engine_2workers"].append(n / seconds)
+            log(f"    round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rounds.items() if v)
+                + " programs/s")
+    return rounds, engine_runs
+
+
+def _throughput_figures(fig: dict[str, Any], rounds: dict[str, list[float]], engine_runs: list[tuple], log) -> None:
+    for name, rates in rounds.items():
+        if rates:
+            fig[f"{name}_pps"], fig[f"{name}_pps_runs"] = _median(rates), rates
+    fig["ratio_ceiling"] = _median([e / c for e, c in zip(rounds["engine"], rounds["ceiling"])])
+    if rounds["engine_2workers"]:
+        fig["ratio_2workers"] = _median([w / e for w, e in zip(rounds["engine_2workers"], rounds["engine"])])
+    seconds, n, divergent, cpu = sorted(engine_runs, key=lambda r: r[1] / r[0])[len(engine_runs) // 2]
+    fig["divergent_programs"] = divergent
+    log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s{_spread(rounds['ceiling'])}")
+    log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s{_spread(rounds['engine'])} "
+        f"({divergent} of {n} programs diverge)")
+    if "ratio_2workers" in fig:
+        log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s"
+            f"{_spread(rounds['engine_2workers'])}; {fig['ratio_2workers']:.2f}x one (target >= 1.6)")
+    # Where the CPU goes (the middle engine run): one worker already keeps more than one core
+    # busy (its targets compute while it draws the next chunk), and that is the CPU a second
+    # worker on a 2-core machine competes for.
+    fig["cpu_ms_per_program"] = {k: v / n * 1e3 for k, v in cpu.items()}
+    fig["cores_used_1worker"] = sum(cpu.values()) / seconds
+    log("    CPU per program: " + ", ".join(f"{k} {v:.2f} ms" for k, v in fig["cpu_ms_per_program"].items())
+        + f"; one worker keeps {fig['cores_used_1worker']:.2f} cores busy")
+
+
+def _baseline_figures(fig: dict[str, Any], engine: Engine, config: BenchConfig, log) -> None:
+    """The engine without its overlap, and the naive spawn-per-program baseline."""
+    seconds, n = measure_engine_serial(engine, config)
+    fig["engine_serial_pps"] = n / seconds
+    log(f"    engine (serial, no overlap): {fig['engine_serial_pps']:8.1f} programs/s")
+
+    spawn_programs = generate(config.spawn_programs, chunk_seed(config.seed, 0), config.profile)
+    seconds = measure_spawn(engine.runner.targets, spawn_programs)
+    fig["spawn_pps"] = len(spawn_programs) / seconds
+    log(f"(c) spawn per program:           {fig['spawn_pps']:8.2f} programs/s")
+
+    fig["ratio_spawn"] = fig["engine_pps"] / fig["spawn_pps"]
+    log(f"(b)/(a) = {fig['ratio_ceiling']:.2f} (target >= 0.5);  (b)/(c) = {fig['ratio_spawn']:.0f} (target >= 20)")
+
+
+def _cost_figures(fig: dict[str, Any], engine: Engine, config: BenchConfig, log) -> None:
+    """Per target, per program length, and memory over a long run."""
+    sample = generate(config.chunk_size, chunk_seed(config.seed, 0), config.profile)
+    fig["per_target"] = measure_per_target(engine.runner.targets, sample)
+    for tid, v in fig["per_target"].items():
+        log(f"    {tid:<22} {v['wall_s_per_program'] * 1e3:7.2f} ms/program wall, "
+            f"{v['probe_s_per_program'] * 1e3:7.2f} ms in the probe")
+
+    run_cost, gen_cost = measure_lengths(engine, config)
+    fig["per_length"] = {str(k): v for k, v in run_cost.items()}
+    fig["per_length_generate"] = {str(k): v for k, v in gen_cost.items()}
+    log("    per program by length (run + oracle | generation): " + "; ".join(
+        f"{k} ops {run_cost[k] * 1e3:.1f} | {gen_cost[k] * 1e3:.1f} ms" for k in LENGTHS))
+
+    if config.rss_programs:
+        log(f"    rss over {config.rss_programs} programs:")
+        fig["rss"] = measure_rss(engine, config, log)
+        # Growth after the first chunk (the probes allocate their working set there).
+        first, last = fig["rss"][min(1, len(fig["rss"]) - 1)], fig["rss"][-1]
+        fig["rss_growth_kib"] = {k: (last[k] - first[k]) if last.get(k) and first.get(k) else None
+                                 for k in first if k != "programs"}
