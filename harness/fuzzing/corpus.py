@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from harness.files import atomic_write
 from harness.errors import CampaignError
 from harness.case.ir import Program
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
@@ -118,15 +119,7 @@ def _check_saved(db, key: bytes, value: bytes) -> None:
     if path.exists():
         return
     # Write it ourselves, where Hypothesis would have, to learn what is wrong (or to store it).
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(value)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, value)
 
 
 def _hide_password(spec: str) -> str:

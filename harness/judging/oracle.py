@@ -53,7 +53,7 @@ SHOWN_ELEMENTS = 4
 REFERENCE_FRAMEWORK = "torch"
 
 
-def _nondeterministic_names(program: Program) -> set[str]:
+def nondeterministic_names(program: Program) -> set[str]:
     """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
     from them: their values differ between frameworks by design."""
     roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
@@ -197,7 +197,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     if not _values_agree(ctx, k - 1):
         return _DERIVED
     name = snap.name if writes_into(ctx.program.ops[k], snap.name) else snap.source
-    if name in _nondeterministic_names(ctx.program) and any(j < k for j in hidden):
+    if name in nondeterministic_names(ctx.program) and any(j < k for j in hidden):
         # Its values differ by design, so _values_agree cannot tell whether an op one side could
         # not run left it different (a scale by 0 through a detach, unsupported on one side: a
         # later scale then changes it on that side only).
@@ -311,7 +311,7 @@ def _values_agree(ctx: PairContext, i: int) -> bool:
     """Whether every name bound on both sides holds the same values after op ``i`` (names whose
     values come from a framework's RNG left out)."""
     adam = adam_lr(ctx.program)
-    skip = _nondeterministic_names(ctx.program)
+    skip = nondeterministic_names(ctx.program)
     sa, sb = (t.state_after(i) for t in ctx.traces)
     for name, x in sa.items():
         y = sb.get(name)
@@ -325,7 +325,7 @@ def _values_agree(ctx: PairContext, i: int) -> bool:
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     a, b = ctx.traces
     adam = adam_lr(ctx.program)
-    skip = _nondeterministic_names(ctx.program)
+    skip = nondeterministic_names(ctx.program)
     for i in range(len(a.steps)):
         if i in hidden:
             break  # one side could not run this op: from here on the states differ by design
