@@ -209,7 +209,7 @@ def _torch(target: str, fault: str | None, timeout_s: float = 60.0):
     return found.targets[0]
 
 
-def test_torch_worker_segfault_is_a_crash_finding_and_nothing_is_lost():
+def test_torch_target_segfault_is_a_crash_finding_and_nothing_is_lost():
     faulty, clean = _torch("torch:cpu", "segfault"), _torch("torch:cpu+foreach", None)
     runner = Runner([faulty, clean])
     try:
@@ -229,7 +229,7 @@ def test_torch_worker_segfault_is_a_crash_finding_and_nothing_is_lost():
         runner.close()
 
 
-def test_torch_worker_killed_from_outside_mid_program_and_hanging():
+def test_torch_target_killed_from_outside_mid_program_and_hanging():
     t = _torch("torch:cpu", "hang", timeout_s=60)
     try:
         victim = t.process.pid

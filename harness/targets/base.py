@@ -30,8 +30,7 @@ from typing import Any, Callable, Sequence
 from harness.errors import InputError
 from harness.case.ir import Program
 from harness.judging.trace import CRASH, TIMEOUT, MalformedTrace, Trace
-
-PROTOCOL_VERSION = 1
+from harness.targets.protocol import PROTOCOL_VERSION
 
 #: A trace status set by the harness: the program was cut off by a ``Cancellation`` (Ctrl-C, a
 #: budget's end) and has no result. The engine drops such programs; the oracle never judges them.

@@ -1,5 +1,7 @@
-"""PyTorch: a persistent Python worker (``torch_worker``) speaking the probe protocol, so a crash
-inside torch never takes the harness down and torch is imported once per campaign."""
+"""PyTorch: a persistent Python process (``python -m harness.targets.torch``: the Python driver,
+``harness.targets.driver``, serving the torch session, ``session.py``) speaking the probe
+protocol, so a crash inside torch never takes the harness down and torch is imported once per
+campaign."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ BUILD_HINT = "install the Python dependencies with `make venv`"
 
 
 def command() -> list[str]:
-    return [sys.executable, "-m", "harness.targets.torch_worker"]
+    return [sys.executable, "-m", "harness.targets.torch"]
 
 
 CWD = str(ROOT)

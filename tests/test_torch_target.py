@@ -1,8 +1,10 @@
-"""Tests of the PyTorch worker (``harness/targets/torch_worker.py``), run as a real subprocess.
+"""Tests of the PyTorch target (``python -m harness.targets.torch``: the Python driver
+``harness/targets/driver.py`` serving the torch session ``harness/targets/torch/session.py``), run
+as a real subprocess.
 
 Every reply is validated against ``rust_probes/protocol/schema/protocol.schema.json`` (and every
 request the tests send, so the tests speak the protocol the harness speaks). Expected behaviour is
-derived from PyTorch's documentation or source, cited at each expectation, never from the worker.
+derived from PyTorch's documentation or source, cited at each expectation, never from the target.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Worker:
         full_env.update(env or {})
         python = str(PYTHON) if PYTHON.exists() else sys.executable
         self.proc = subprocess.Popen(
-            [python, "-m", "harness.targets.torch_worker"], cwd=ROOT, env=full_env,
+            [python, "-m", "harness.targets.torch"], cwd=ROOT, env=full_env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -188,7 +190,7 @@ def test_hello(worker):
     # a variant declares the ops where its code differs; a plain device declares nothing
     for name, d in devices.items():
         assert d.get("differs_on") == (["step"] if "+" in name else None), name
-    ops = SCHEMA["$defs"]["op"]["oneOf"][-1]["properties"]["op"]["not"]["enum"]
+    ops = SCHEMA["$defs"]["op_name"]["enum"]
     assert sorted(h["ops"]) == sorted(ops)
     assert sorted(h["methods"]) == sorted(SCHEMA["$defs"]["method"]["enum"])
 

@@ -1,0 +1,488 @@
+"""The PyTorch target's session: how each op of a program becomes the torch call a user writes.
+
+Everything that is not framework specific (parsing, unknown and malformed ops, skipped ops, errors,
+the delta encoding, the loop) is the Python driver's, ``harness.targets.driver``: this module
+implements its ``Probe`` (``TorchProbe``: the handshake and ``open``) and ``Session``
+(``TorchSession``: ``apply``, ``names``, ``observe``), and ``python -m harness.targets.torch``
+serves them.
+
+The op -> torch call mapping follows ``docs/SEMANTICS.md`` (torch column); each choice is
+commented where it is made (``_take``, ``_op_move``, ``_op_step``).
+
+Float values are reported as the shortest decimal that round-trips the float32 value (numpy's
+``str(np.float32(x))``), the same digits serde_json prints for an ``f32`` in the Rust probes, so
+``0.1f32`` travels as ``0.1`` from every target rather than ``0.10000000149011612`` from this one.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import io
+import json
+import platform
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.case import ops as op_table
+from harness.targets.driver import Unsupported
+from harness.targets.protocol import Program, unreadable
+
+# ---------------------------------------------------------------------------------------------
+# Devices.
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
+
+
+CUDA = torch.cuda.is_available()
+MPS = _mps_available()
+# The fused implementations are picked by keyword; SGD only gained ``fused`` in later releases.
+SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters
+
+
+def _device_table() -> dict:
+    """Protocol device name -> (torch device, variant, kind, alt torch device)."""
+    accel = "cuda" if CUDA else ("mps" if MPS else None)
+    table = {
+        # The brief asks for alt = cuda when present; on a Mac without CUDA the Metal device is
+        # the only second device, so cpu's alt falls back to mps there.
+        "cpu": ("cpu", "plain", "cpu", accel),
+        "cpu+foreach": ("cpu", "foreach", "cpu", accel),
+    }
+    for dev in ("cuda",) * CUDA + ("mps",) * MPS:
+        table[dev] = (dev, "plain", "gpu", "cpu")
+        table[dev + "+foreach"] = (dev, "foreach", "gpu", "cpu")
+        if dev == "cuda":
+            table["cuda+fused"] = (dev, "fused", "gpu", "cpu")
+    return table
+
+
+DEVICES = _device_table()
+# A variant changes only the optimizer implementation (``TorchSession._optimizer``), which only
+# ``step`` uses: on a program without a step a variant device makes the same calls as its plain
+# device, so the harness need not run it there (PROTOCOL.md, ``differs_on``).
+VARIANT_DIFFERS_ON = ("step",)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model and one program's session.
+
+
+class Model(nn.Module):
+    """The program's model: every param/lazy tensor an ``nn.Parameter`` and every buffer a registered
+    buffer, in declaration order. ``forward`` is never called; ``step`` builds its loss directly."""
+
+    def forward(self):  # pragma: no cover - not used
+        raise NotImplementedError
+
+
+# float32 value (held exactly as a Python float) -> its shortest round-tripping decimal. Programs
+# reuse few values, and formatting one (``str(np.float32)``) costs 20 times a lookup. Zeros and NaN
+# are not cached: 0.0 == -0.0 would share an entry, and NaN never finds its own.
+_SHORTEST: dict[float, float] = {}
+
+
+def _shortest_f32(values: list[float]) -> list[float]:
+    cache = _SHORTEST
+    if len(cache) > 1 << 16:
+        cache.clear()
+    out = []
+    for x in values:
+        y = cache.get(x)
+        if y is None:
+            # str(np.float32) is the shortest round-tripping decimal: see the module docstring.
+            y = float(str(np.float32(x)))
+            if x == x and x != 0.0:
+                cache[x] = y
+        out.append(y)
+    return out
+
+
+def _obs(t) -> dict:
+    d = t.detach()
+    if not d.is_cpu:
+        d = d.cpu()
+    if d.dtype != torch.float32:
+        d = d.to(torch.float32)
+    # Nested tolist then flattened row-major: cheaper than reshape(-1) on tensors this small.
+    values = d.tolist()
+    if d.dim() == 0:
+        values = [values]
+    for _ in range(d.dim() - 1):
+        values = [x for row in values for x in row]
+    return {
+        "shape": list(t.shape),
+        "value": _shortest_f32(values),
+        "device": str(t.device),
+        "requires_grad": bool(t.requires_grad),
+        "identity": str(id(t)),
+        "initialized": True,
+    }
+
+
+class TorchSession:
+    """One program on one torch device: the driver's ``Session``.
+
+    ``bound`` maps every name bound now to the object a user's variable of that name would hold;
+    every object ever bound stays referenced (``keep``), so ``id()``, the identity token, is never
+    reused within a program. Tensors change only inside ``__init__`` and ``apply`` (the driver's
+    contract), which is what lets ``observe`` reuse a round of change keys until the next op."""
+
+    def __init__(self, device_name: str, tensors: list[dict]):
+        if device_name not in DEVICES:
+            raise Unsupported(f"unknown device {json.dumps(device_name)} "
+                              f"(this probe has {', '.join(DEVICES)})")
+        self.home, self.variant, _, self.alt = DEVICES[device_name]
+        self.model = Model()
+        self.modules = [self.model]  # the model and its module_clone copies
+        self.clone_prefix: dict[int, str] = {}  # id(clone module) -> "<name>."
+        self.bound: dict[str, torch.Tensor] = {}
+        # Observation cache (see observe): name -> (key, last observation).
+        self._seen: dict[str, tuple[tuple, dict]] = {}
+        # The change keys of every bound name and the storages written since the last
+        # observation, computed by the first observe after an op (None: not yet).
+        self._round: tuple[dict[str, tuple | None], set] | None = None
+        self.keep: list = []  # every object ever bound: ids are never reused within a program
+        self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
+        self.optimizers: dict[tuple, torch.optim.Optimizer] = {}
+        for spec in tensors:
+            if spec["name"] in self.bound:
+                raise ValueError(f"tensor {spec['name']!r} declared twice")
+            t = self._create(spec)
+            if spec["kind"] == "buffer":
+                self.model.register_buffer(spec["name"], t)
+                t = self.model._buffers[spec["name"]]
+            else:
+                t = nn.Parameter(t)
+                self.model.register_parameter(spec["name"], t)
+                self.grads[spec["name"]] = spec["grad"]
+            self._bind(spec["name"], t)
+
+    def _create(self, spec: dict) -> torch.Tensor:
+        shape = spec["shape"]
+        if spec["kind"] == "lazy":
+            # torch has no lazy parameters: create at open, report initialised (SEMANTICS.md).
+            if spec["init"] == "uniform":
+                gen = torch.Generator().manual_seed(spec["seed"] or 0)
+                t = torch.empty(shape, dtype=torch.float32).uniform_(-1.0, 1.0, generator=gen)
+            else:
+                fill = spec["fill"] if spec["fill"] is not None else 0.0
+                t = torch.full(shape, fill, dtype=torch.float32)
+        else:
+            if spec["value"] is None:
+                raise ValueError(f"tensor {spec['name']!r} has no value")
+            t = torch.tensor(spec["value"], dtype=torch.float32).reshape(shape)
+        return t.to(self.home)
+
+    def _bind(self, name: str, t) -> None:
+        self.bound[name] = t
+        self.keep.append(t)
+
+    # ---- ops --------------------------------------------------------------------------------
+
+    def apply(self, op: dict) -> None:
+        self._round = None  # the op may change any tensor: the next observe recomputes the keys
+        run = getattr(self, "_op_" + op["op"], None)
+        if run is None:  # an op of the table this session has no method for yet: not in OPS
+            raise Unsupported(f"the torch target does not interpret {op['op']!r}")
+        run(op)
+
+    def _op_snapshot(self, op: dict) -> None:
+        self._bind(op["name"], self._take(self.bound[op["of"]], op["of"], op["method"]))
+
+    def _take(self, t, of: str, method: str):
+        if method == "alias":
+            return t  # a second Python reference to the same object
+        if method == "clone":
+            return t.clone()
+        if method == "detach":
+            return t.detach()
+        if method == "copy":
+            # Tensors have no .copy() method; the Python-level copy a user types is copy.copy(t).
+            # torch defines no __copy__, so copy.copy goes through Tensor.__reduce_ex__ and rebuilds
+            # the object from its storage *without* copying it (torch/_tensor.py
+            # _reduce_ex_internal; Parameter.__reduce_ex__ -> torch._utils._rebuild_parameter):
+            # a new object of the same class sharing memory. Observed, not assumed.
+            return copy.copy(t)
+        if method == "mul1":
+            return t * 1.0
+        if method == "to_home":
+            return t.to(t.device)  # returns self when nothing changes (Tensor.to docs)
+        if method == "to_cpu":
+            return t.cpu()  # returns self when already on the CPU (Tensor.cpu docs)
+        if method == "contiguous":
+            return t.contiguous()  # returns self when already contiguous
+        if method == "reshape":
+            return t.reshape(-1)  # a view when possible
+        if method == "view_row":
+            return t.narrow(0, 0, 1)
+        if method == "transpose":
+            return t.transpose(-2, -1)
+        if method == "state_dict":
+            # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
+            if of not in self.model._parameters and of not in self.model._buffers:
+                raise Unsupported(f"state_dict: {of!r} is not a parameter or buffer of the model "
+                                  "(a snapshot has no state_dict entry)")
+            return self.model.state_dict()[of]
+        if method == "deepcopy":
+            return copy.deepcopy(t)
+        if method == "to_host":
+            # The numpy round trip a user writes. Tensor.numpy() shares memory with a CPU tensor
+            # and torch.from_numpy shares it back, and .to(same device) returns self: on the CPU
+            # the result aliases `t`; on an accelerator .cpu() and .to() copy. Observed, not faked.
+            return torch.from_numpy(t.detach().cpu().numpy()).to(t.device)
+        if method == "save_load":
+            buf = io.BytesIO()
+            torch.save(t, buf)
+            buf.seek(0)
+            return torch.load(buf)  # default weights_only=True: tensors and Parameters load
+        raise Unsupported(f"method {method!r}")  # pragma: no cover - parse_op checks the enum
+
+    def _op_write(self, op: dict) -> None:
+        t = self.bound[op["target"]]
+        value = torch.tensor(op["value"], dtype=torch.float32, device=t.device)
+        with torch.no_grad():
+            if op["index"] is None:
+                t.copy_(value.reshape(t.shape))
+            else:
+                # row shape = shape[1:]; a 0-d scalar for a rank-1 tensor
+                t[op["index"]] = value.reshape(t.shape[1:])
+
+    def _op_fill(self, op: dict) -> None:
+        with torch.no_grad():
+            self.bound[op["target"]].fill_(op["value"])
+
+    def _op_scale(self, op: dict) -> None:
+        with torch.no_grad():
+            self.bound[op["target"]].mul_(op["factor"])
+
+    def _optimizer(self, op: dict) -> torch.optim.Optimizer:
+        key = (op["optimizer"], op["lr"], op["momentum"], op["betas"], op["eps"], op["weight_decay"])
+        opt = self.optimizers.get(key)
+        if opt is not None:
+            return opt
+        kind = op["optimizer"]
+        if self.variant == "plain":
+            impl = {"foreach": False}
+        elif self.variant == "foreach":
+            impl = {"foreach": True}
+        else:
+            if kind.startswith("sgd") and not SGD_HAS_FUSED:
+                raise Unsupported(f"torch {torch.__version__} has no fused SGD")
+            impl = {"fused": True}
+        # The optimizer holds whatever the model holds now (SEMANTICS.md): list(parameters()).
+        params = list(self.model.parameters())
+        if kind == "sgd":
+            opt = torch.optim.SGD(params, lr=op["lr"], **impl)
+        elif kind == "sgd_momentum":
+            opt = torch.optim.SGD(params, lr=op["lr"], momentum=op["momentum"], **impl)
+        elif kind == "adam":
+            opt = torch.optim.Adam(params, lr=op["lr"], betas=op["betas"], eps=op["eps"],
+                                   weight_decay=op["weight_decay"], **impl)
+        else:
+            opt = torch.optim.AdamW(params, lr=op["lr"], betas=op["betas"], eps=op["eps"],
+                                    weight_decay=op["weight_decay"], **impl)
+        self.optimizers[key] = opt
+        return opt
+
+    def _op_step(self, op: dict) -> None:
+        opt = self._optimizer(op)
+        opt.zero_grad()  # set_to_none=True by default
+        loss = None
+        for name, p in self.model.named_parameters():
+            g = self.grads.get(name)
+            g = (torch.ones(p.shape, dtype=torch.float32, device=p.device) if g is None
+                 else torch.tensor(g, dtype=torch.float32, device=p.device).reshape(p.shape))
+            term = (p * g).sum()
+            loss = term if loss is None else loss + term
+        if loss is None:
+            raise ValueError("the model has no parameters")
+        loss.backward()
+        opt.step()
+
+    def _op_move(self, op: dict) -> None:
+        if op["method"] == "fork":
+            raise Unsupported("fork is burn only (torch has no such call)")
+        dev = {"home": self.home, "cpu": "cpu", "alt": self.alt}[op["device"]]
+        if dev is None:
+            raise Unsupported(f"no second device next to {self.home}")
+        name = op["target"]
+        t = self.bound[name]
+        for module in self.modules:
+            for key, p in module._parameters.items():
+                if p is t:
+                    out = _move_param_like_module_apply(module, key, dev)
+                    if out is not p:  # only with torch.__future__ flags: a new Parameter
+                        self._rebind_slot(module, key, p, out, name)
+                    return
+            for key, b in module._buffers.items():
+                if b is t:
+                    # Module._apply: self._buffers[key] = fn(buf): the module holds a new tensor,
+                    # which `module.<key>` (the declared name) reads from now on.
+                    moved = b.to(dev)
+                    module._buffers[key] = moved
+                    if moved is not b:
+                        self._rebind_slot(module, key, b, moved, name)
+                    return
+        # Not held by a module (a snapshot): a user writes `t = t.to(dev)`; the name is rebound.
+        self._bind(name, t.to(dev))
+
+    def _rebind_slot(self, module: nn.Module, key: str, old, new, target: str) -> None:
+        """The module now holds `new` where it held `old`: the name that reads the module's slot
+        (the declared name for the model, `<clone>.<key>` for a module_clone) reads `new` from now
+        on, and so does the name the move went through (`t = module.<key>` after `module.to`).
+        Other names bound to `old` keep it, as a user's other variables would."""
+        slot_name = key if module is self.model else self.clone_prefix.get(id(module), "") + key
+        for n in (slot_name, target):
+            if self.bound.get(n) is old:
+                self._bind(n, new)
+
+    def _op_module_clone(self, op: dict) -> None:
+        clone = copy.deepcopy(self.model)
+        self.modules.append(clone)
+        self.clone_prefix[id(clone)] = op["name"] + "."
+        for pname, p in clone.named_parameters():
+            self._bind(f"{op['name']}.{pname}", p)
+
+    def _op_valid(self, op: dict) -> None:
+        self.model.eval()
+
+    def _op_train(self, op: dict) -> None:
+        self.model.train()
+
+    def _op_no_grad(self, op: dict) -> None:
+        # torch has no module-level no-grad or freeze flag: both are requires_grad_(False) on every
+        # parameter (SEMANTICS.md); torch.no_grad() is a context, not a model state.
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+
+    _op_freeze = _op_no_grad
+
+    def _op_read(self, op: dict) -> None:
+        pass  # torch tensors are always materialised; observing reads every name anyway
+
+    # ---- observation ------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        return list(self.bound)
+
+    def observe(self, name: str) -> dict:
+        """``name`` read to the host, or its last observation where nothing can have changed.
+
+        Reading a tensor (detach, copy to host, format every float) is this target's hot path.
+        A name is re-read only when its key changed (object, version counter, storage, layout,
+        flags) or when any name sharing its storage changed: tensors over one storage may have
+        separate version counters (``torch.from_numpy``, ``copy.copy``), so a write through one
+        must invalidate all of them."""
+        if self._round is None:
+            self._round = self._change_keys()
+        keys, dirty = self._round
+        key = keys[name]
+        seen = self._seen.get(name)
+        if key is not None and seen is not None and seen[0] == key and key[2] not in dirty:
+            return seen[1]
+        try:
+            obs = _obs(self.bound[name])
+        except Exception as e:  # noqa: BLE001 - an unreadable tensor is data, not a crash
+            obs = unreadable(f"{type(e).__name__}: {e}")
+        if key is not None:
+            self._seen[name] = (key, obs)
+        return obs
+
+    def _change_keys(self) -> tuple[dict[str, tuple | None], set]:
+        """Every bound name's change key (None: cannot be keyed, always read), and the storages
+        of the names whose key differs from their last observation's (``dirty``). Computed for
+        all names before any is observed: ``dirty`` must not see this round's observations."""
+        keys: dict[str, tuple | None] = {}
+        for name, t in self.bound.items():
+            try:
+                keys[name] = (id(t), t._version, t.untyped_storage().data_ptr(), t.storage_offset(),
+                              t.shape, t.stride(), t.requires_grad, t.device)
+            except Exception:  # noqa: BLE001 - no key: always read
+                keys[name] = None
+        dirty = {k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k}
+        return keys, dirty
+
+
+#: The op kinds of the table this target interprets, in the table's order: those with a
+#: ``TorchSession._op_<kind>`` method (every one: ``tests/test_op_table.py`` checks torch lists all).
+OPS = tuple(kind for kind in op_table.OP_KINDS if hasattr(TorchSession, "_op_" + kind))
+
+
+class TorchProbe:
+    """The driver's ``Probe`` for torch: the handshake, and a session per program."""
+
+    def __init__(self) -> None:
+        torch.set_num_threads(1)  # several targets share the harness machine's cores
+        torch.manual_seed(0)
+
+    def hello(self) -> dict:
+        return {
+            "framework": "torch",
+            "versions": {"torch": torch.__version__, "python": platform.python_version(),
+                         "numpy": np.__version__},
+            "devices": [{"name": n, "alt": d[3], "kind": d[2],
+                         **({"differs_on": list(VARIANT_DIFFERS_ON)} if d[1] != "plain" else {})}
+                        for n, d in DEVICES.items()],
+            # An op whose torch call does not exist for some fields (``move`` with ``fork``) is
+            # listed, and answered ``unsupported`` for those fields by the session.
+            "ops": list(OPS),
+            "methods": list(op_table.METHODS),
+        }
+
+    def open(self, device: str, program: Program) -> TorchSession:
+        return TorchSession(device, program.tensors)
+
+
+def _move_param_like_module_apply(module: nn.Module, key: str, dev) -> nn.Parameter:
+    """One parameter of ``module.to(dev)``, i.e. the body of ``nn.Module._apply`` (torch 2.15,
+    torch/nn/modules/module.py) for ``self._parameters[key]`` with ``fn = lambda t: t.to(dev)``.
+
+    Default path (no ``torch.__future__`` flag set, dense CPU/CUDA/MPS tensors): the moved tensor
+    has a compatible shallow-copy type, so ``param.data = param_applied``: the Parameter object
+    stays (identity kept, every name bound to it follows); then, when ``param.grad`` is set,
+    ``param.grad.data = grad_applied`` (the grad object stays too). The two other branches of
+    ``_apply`` (swap_tensors, or a new Parameter replacing the old one in the module) are copied
+    as well so that the flags behave as in torch. Returns the module's parameter afterwards."""
+    param = module._parameters[key]
+    with torch.no_grad():
+        param_applied = param.to(dev)
+
+    def should_use_set_data(tensor, tensor_applied) -> bool:
+        if torch._has_compatible_shallow_copy_type(tensor, tensor_applied):
+            return not torch.__future__.get_overwrite_module_params_on_conversion()
+        return False
+
+    use_swap = torch.__future__.get_swap_module_params_on_conversion()
+    param_grad = param.grad
+    if use_swap:
+        if param_grad is not None:
+            param.grad = None
+        torch.utils.swap_tensors(
+            param, nn.Parameter(param_applied, requires_grad=param.requires_grad))
+        out_param = param
+    elif should_use_set_data(param, param_applied):
+        param.data = param_applied
+        out_param = param
+    else:
+        out_param = nn.Parameter(param_applied, param.requires_grad)
+        module._parameters[key] = out_param
+    if param_grad is not None:
+        with torch.no_grad():
+            grad_applied = param_grad.to(dev)
+        if use_swap:
+            grad_applied.requires_grad_(param_grad.requires_grad)
+            torch.utils.swap_tensors(param_grad, grad_applied)
+            out_param.grad = param_grad
+        elif should_use_set_data(param_grad, grad_applied):
+            out_param.grad.data = grad_applied
+        else:
+            out_param.grad = grad_applied.requires_grad_(param_grad.requires_grad)
+    return out_param
+
+
