@@ -212,7 +212,11 @@ WRITE_OPS = tuple(spec.kind for spec in OP_TABLE if any(f.writes for f in spec.f
 
 
 def spec(op: Mapping[str, Any]) -> OpSpec:
-    return OPS[op["op"]]
+    """The table's entry for ``op``. A kind outside the table (only a target's own test hook,
+    ``_fault``, in a program built in code: case validation refuses any other) has no fields, so
+    it reads, binds and writes nothing."""
+    found = OPS.get(op["op"])
+    return found if found is not None else OpSpec(op["op"], (), "not an op of the case format")
 
 
 def reads(op: Mapping[str, Any]) -> tuple[str, ...]:
