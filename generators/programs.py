@@ -41,6 +41,7 @@ class Profile:
     weights: tuple[tuple[str, int], ...] = (
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
+        ("assign", 3),
     )
 
     def op_menu(self) -> tuple[str, ...]:
@@ -52,7 +53,8 @@ PROFILES = {
     "default": Profile("default", max_ops=16),
     "deep": Profile("deep", max_ops=40, weights=(
         ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
-        ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1))),
+        ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
+        ("assign", 4))),
 }
 
 
@@ -194,6 +196,16 @@ def _draw_module_clone(draw, p: _Drawn) -> None:
         p.names.append(f"{name}.{param}")
 
 
+def _draw_assign(draw, p: _Drawn) -> None:
+    target = _pick(draw, p.names)
+    shape = p.shape_of[target]
+    index = draw(_maybe_index(shape[0]))
+    want = shape if index is None else shape[1:]
+    sources = [n for n in p.names if p.shape_of[n] == want]  # the target itself, views of it, ...
+    if sources:
+        p.ops.append({"op": "assign", "target": target, "source": _pick(draw, sources), "index": index})
+
+
 #: How each op kind of the op table is drawn; an op with no fields is drawn as itself.
 #: ``tests/test_generators.py`` checks that every op of the table can be drawn.
 DRAWERS = {
@@ -206,6 +218,7 @@ DRAWERS = {
     "move": _draw_move,
     "module_clone": _draw_module_clone,
     "read": lambda draw, p: p.ops.append({"op": "read", "target": _pick(draw, p.names)}),
+    "assign": _draw_assign,
 }
 
 

@@ -386,7 +386,7 @@ VALUES = mostly(SHAPES.flatmap(_rectangular),
 FIELD_VALUES = {
     "value": VALUES, "grad": VALUES, "shape": mostly(SHAPES, st.lists(st.integers(-1, 5), max_size=4)),
     "init": st.sampled_from(LAZY_INITS), "fill": GOOD_NUMBERS, "seed": st.integers(-1, 2 ** 65),
-    "name": NAMES, "of": NAMES, "target": NAMES, "method": st.sampled_from(METHODS),
+    "name": NAMES, "of": NAMES, "target": NAMES, "source": NAMES, "method": st.sampled_from(METHODS),
     "index": st.none() | st.integers(-1, 3), "factor": GOOD_NUMBERS, "optimizer": st.sampled_from(OPTIMIZERS),
     "lr": GOOD_NUMBERS, "momentum": GOOD_NUMBERS, "eps": GOOD_NUMBERS, "weight_decay": GOOD_NUMBERS,
     "betas": mostly(st.lists(st.floats(0, 0.99), min_size=2, max_size=2), st.lists(NUMBERS, max_size=3), one_in=5),

@@ -157,3 +157,11 @@ def test_reproducer_translates_every_snapshot_method(framework, target, tmp_path
     # Every snapshot method across a step, state_dict and save_load (burn: record round trip and
     # checkpoint file) included; methods the framework has no call for are comments.
     _cargo_reproducer(framework, CASES / "methods_across_step.toml", target, tmp_path)
+
+
+@pytest.mark.parametrize("framework,target,case", [
+    ("candle", "candle:cpu", "assign_row_into_a_shared_clone.toml"),  # Var clone: the row reaches w
+    ("burn", "burn:flex", "assign_from_a_transposed_snapshot.toml"),  # slice_assign of a transposed value
+])
+def test_reproducer_translates_assign(framework, target, case, tmp_path):
+    _cargo_reproducer(framework, CASES / case, target, tmp_path)

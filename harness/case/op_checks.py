@@ -81,9 +81,11 @@ class _FieldCheck:
         name = self.op[f.name]
         if not isinstance(name, str) or name not in self.scope.bound:
             raise self._fail(f, f"no tensor named {cv.brief(name)} at this point")
-        role = self.scope.bound[name][1]
+        shape, role = self.scope.bound[name]
         if f.roles and role not in f.roles:
             raise self._fail(f, f"{self.kind} takes a {f.roles[0]}, {name!r} is a {role}")
+        if f.fits and shape != self._written_shape():
+            raise self._fail(f, f"shape {list(shape)} does not fit the target's {list(self._written_shape()) or 'scalar'}")
         return name
 
     def _new(self, f: ops.Field, name: Any) -> str:
@@ -136,11 +138,14 @@ class _FieldCheck:
             raise self._fail(f, f"must be an integer in 0..{rows - 1}, got {cv.brief(index)}")
         return index
 
-    def values(self, f: ops.Field) -> list[float]:
+    def _written_shape(self) -> tuple[int, ...]:
+        """The shape of what the op writes: the target's row (its row field set) or all of it."""
         shape = self._target_shape()
         rows = ops.OPS[self.kind].of_kind("row")
-        if rows and self.row(rows[0]) is not None:
-            shape = shape[1:]
+        return shape[1:] if rows and self.row(rows[0]) is not None else shape
+
+    def values(self, f: ops.Field) -> list[float]:
+        shape = self._written_shape()
         got, flat = cv.flatten(self.op[f.name], f"{self.where}.{f.name}", self.err)
         # Canonical form is flat (row-major), so a flat list of the right length is accepted too.
         flat_ok = len(got) == 1 and got[0] == math.prod(shape)

@@ -9,7 +9,8 @@ it (``harness.shrinking.minimize``):
 ========  ===========================================================  ===========================
 kind      value                                                        the minimizer
 ========  ===========================================================  ===========================
-name      a name bound earlier; ``writes``: the op changes its values  renames only
+name      a name bound earlier; ``writes``: the op changes its values; renames only
+          ``fits``: shaped like the written name's row (or whole)
 new       a new identifier the op binds (a snapshot)                   renames only
 prefix    binds ``<prefix>.<p>`` for every trainable tensor ``p``      renames only
 number    a finite float32 (``positive``: > 0)                         tries ``shrink(x)``
@@ -60,6 +61,7 @@ class Field:
     ordered: bool = True  # ``choice``: the minimizer may replace a choice by an earlier one
     writes: bool = False  # ``name``: the op changes the named tensor's values
     roles: tuple[str, ...] = ()  # ``name``: the roles it accepts (empty: any bound name)
+    fits: bool = False  # ``name``: shaped like the row (or whole) of the op's written name
     positive: bool = False  # ``number``: strictly positive
     wide: bool = False  # ``number``/``betas``: f64 in the probes (optimizer hyper-parameters), else f32
     shrink: Callable[[float], tuple[float, ...]] = lambda x: ()  # ``number``: simpler values
@@ -200,6 +202,11 @@ OP_TABLE: tuple[OpSpec, ...] = (
     OpSpec("no_grad", (), "marks the model's params as not requiring grad"),
     OpSpec("freeze", (), "freezes the model (burn: no_grad on the module)"),
     OpSpec("read", (Field("target", "name"),), "reads `target` (forces a lazy param's initialisation)"),
+    OpSpec("assign", (Field("target", "name", writes=True), Field("source", "name", fits=True),
+                      Field("index", "row", default=None)),
+           "copies `source` in place into row `index` of `target`, or into all of it",
+           label=lambda op: "assign:whole" if op.get("index") is None else "assign:row",
+           signature_class=_write_class),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)

@@ -23,6 +23,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterable
 
+from harness.case import ops
 from harness.case.ir import Program
 from harness.paths import PROBES_WORKSPACE
 from harness.targets.reproducer_base import comment_lines, op_text, statuses, step_fields
@@ -86,7 +87,7 @@ class MainWriter:
     def untranslatable(self, op: dict) -> tuple[str, str] | None:
         """(status, message) where an op the framework ran cannot be written here: one of its
         inputs has no translation."""
-        if any(not self.bound(op[k]) for k in ("of", "target") if k in op):
+        if any(not self.bound(name) for name in ops.reads(op)):
             return "not translated", "its input was not translated"
         return None
 

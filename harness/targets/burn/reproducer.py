@@ -160,6 +160,17 @@ class _Writer(MainWriter):
         fn = "edit_tensor" if self.slots[op["target"]][0] == "tensor" else "edit_param"
         self.rebind(op["target"], lambda v: f"{fn}({v}, &{_edit(op)})")
 
+    def assign(self, op: dict) -> None:
+        """The source's value first (the probe's ``assign``: taken before the target is consumed),
+        then ``assign_tensor`` / ``assign_param`` into the target."""
+        source, s = op["source"], self.slots[op["source"]]
+        value = f"{self.ref(source)}.val()" if s[0] in ("model", "param") else f"{self.ref(source)}.clone()"
+        src = self.new_var(f"{source}_value")
+        self.body.append(f"    let {src} = {value}.unsqueeze();")
+        index = "None" if op.get("index") is None else f"Some({op['index']})"
+        fn = "assign_tensor" if self.slots[op["target"]][0] == "tensor" else "assign_param"
+        self.rebind(op["target"], lambda v: f"{fn}({v}, {index}, {src})")
+
     def step(self, op: dict) -> None:
         """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
         var = self.optimizer(op, "make_optimizer", ("kind", "momentum", "betas", "eps", "weight_decay"))
@@ -189,7 +200,7 @@ class _Writer(MainWriter):
         s = self.slots[op["target"]]
         self.body.append(f"    let _ = {self.ref(op['target'])}{'.val()' if s[0] != 'tensor' else ''}.to_data();")
 
-    EMITTERS = {"snapshot": snapshot, "write": edit, "fill": edit, "scale": edit, "step": step, "move": move,
+    EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
                 "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
                 "read": read}
 

@@ -1,6 +1,6 @@
 """The candle reproducer of a finding: ``src/main.rs`` of a cargo project that depends only on
 candle, replays the program on the CPU with the calls the candle probe makes and prints every bound
-name after every op. The helpers it calls (``loss``, ``save_and_load``, ``write_row``, ``Opt``,
+name after every op. The helpers it calls (``loss``, ``save_and_load``, ``write_row``, ``assign_from``, ``Opt``,
 ``show``, ...) are the probe's own ``support.rs``, copied into the project
 (``harness/targets/rust_project.py``); this module writes only the program-specific part.
 
@@ -115,6 +115,14 @@ class _Writer(MainWriter):
         else:
             self.body.append(f"    {t}.slice_set(&{whole}, 0, 0)?;")
 
+    def assign(self, op: dict) -> None:
+        tgt, src = op["target"], self.ten_ref(op["source"])
+        if op.get("index") is None and self.kinds[tgt] == "var":
+            self.body.append(f"    {ident(tgt)}.set({src})?;")
+            return
+        index = "None" if op.get("index") is None else f"Some({op['index']})"
+        self.body.append(f"    assign_from({self.ten_ref(tgt)}, {index}, {src})?;")
+
     def fill(self, op: dict) -> None:
         self.body.append(f"    {self.ten(op['target'])}.const_set({rust_f32(rust_float(op['value']))}.into())?;")
 
@@ -142,7 +150,7 @@ class _Writer(MainWriter):
     def read(self, op: dict) -> None:
         self.body.append(f"    let _ = values({self.ten_ref(op['target'])})?;")
 
-    EMITTERS = {"snapshot": snapshot, "write": write, "fill": fill, "scale": scale, "step": step, "move": move,
+    EMITTERS = {"snapshot": snapshot, "write": write, "assign": assign, "fill": fill, "scale": scale, "step": step, "move": move,
                 "module_clone": module_clone, "read": read}
 
 

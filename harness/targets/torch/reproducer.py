@@ -91,6 +91,13 @@ def _write(op: dict) -> list[str]:
     return ["with torch.no_grad():", f"    {t}[{op['index']}] = {v}.reshape({t}.shape[1:])"]
 
 
+def _assign(op: dict) -> list[str]:
+    t, src = _name(op["target"]), _name(op["source"])
+    if op.get("index") is None:
+        return ["with torch.no_grad():", f"    {t}.copy_({src})"]
+    return ["with torch.no_grad():", f"    {t}[{op['index']}] = {src}"]
+
+
 def _fill(op: dict) -> list[str]:
     return ["with torch.no_grad():", f"    {_name(op['target'])}.fill_({float(op['value'])!r})"]
 
@@ -141,7 +148,7 @@ def _module_clone(op: dict) -> list[str]:
 
 
 EMITTERS: dict[str, Callable[[dict], list[str]]] = {
-    "snapshot": _snapshot, "write": _write, "fill": _fill, "scale": _scale, "step": _step, "move": _move,
+    "snapshot": _snapshot, "write": _write, "assign": _assign, "fill": _fill, "scale": _scale, "step": _step, "move": _move,
     "module_clone": _module_clone,
     "valid": lambda op: ["model.eval()"],
     "train": lambda op: ["model.train()"],

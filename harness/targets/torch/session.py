@@ -253,6 +253,13 @@ class TorchSession:
                 # row shape = shape[1:]; a 0-d scalar for a rank-1 tensor
                 t[op["index"]] = value.reshape(t.shape[1:])
 
+    def _op_assign(self, op: dict) -> None:
+        t, src = self.bound[op["target"]], self.bound[op["source"]]
+        with torch.no_grad():
+            if op["index"] is None:
+                t.copy_(src)  # "Copies the elements from src into self" (Tensor.copy_)
+            else:
+                t[op["index"]] = src  # Tensor.__setitem__: copy_ into the row view
     def _op_fill(self, op: dict) -> None:
         with torch.no_grad():
             self.bound[op["target"]].fill_(op["value"])

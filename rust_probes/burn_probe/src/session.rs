@@ -6,7 +6,7 @@ use crate::support::{
     cpu_device, flatten, loss_term, make_optimizer, placeholder, record_round_trip, save_and_load,
     through_host, to_own_device, uniform_param, Checkpoints, Edit, Model,
 };
-use crate::vals::{edit_val, move_val, obs_param, observe_val, read_val, IntoVal, MoveKind, Val};
+use crate::vals::{assign_val, edit_val, move_val, obs_param, observe_val, read_val, IntoVal, MoveKind, Val};
 use aliasfuzz_protocol::{
     panic_message, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome,
     Program, Session, TensorKind, TensorSpec,
@@ -342,6 +342,16 @@ impl BurnSession {
         self.consume(target, |v| edit_val(v, &edit))
     }
 
+    /// `assign`: a handle to the source (taken before the target is consumed, so `source ==
+    /// target` reads the target's own values), then `slice_assign` into the target.
+    fn assign(&mut self, target: &str, source: &str, index: Option<usize>) -> Outcome {
+        let src = match self.get(source) {
+            Ok(v) => v,
+            Err(o) => return o,
+        };
+        self.consume(target, |v| assign_val(v, index, &src))
+    }
+
     fn step(
         &mut self,
         kind: OptimizerKind,
@@ -424,6 +434,7 @@ impl Session for BurnSession {
             }
             Op::Fill { target, value } => self.edit(target, Edit::Fill(*value)),
             Op::Scale { target, factor } => self.edit(target, Edit::Scale(*factor)),
+            Op::Assign { target, source, index } => self.assign(target, source, *index),
             Op::Step { optimizer, lr, momentum, betas, eps, weight_decay } => {
                 self.step(*optimizer, *lr, *momentum, *betas, *eps, *weight_decay)
             }

@@ -205,10 +205,16 @@ pub fn edit_tensor<const D: usize>(t: Tensor<D>, edit: &Edit) -> Tensor<D> {
 /// (keeps the ParamId), the op on `tensor.inner()` (outside the graph), then `from_inner` and
 /// `require_grad` restored.
 pub fn edit_param<const D: usize>(p: Param<Tensor<D>>, edit: &Edit) -> Param<Tensor<D>> {
+    map_values(p, |t| edit_tensor(t, edit))
+}
+
+/// `f` on a parameter's values, outside the graph: `Param::map` (keeps the ParamId), `f` on
+/// `tensor.inner()`, then `from_inner` and `require_grad` restored.
+pub fn map_values<const D: usize>(p: Param<Tensor<D>>, f: impl FnOnce(Tensor<D>) -> Tensor<D>) -> Param<Tensor<D>> {
     p.map(|t| {
         let require_grad = t.is_require_grad();
         let autodiff = t.is_autodiff();
-        let out = edit_tensor(t.inner(), edit);
+        let out = f(t.inner());
         let out = if autodiff { Tensor::from_inner(out) } else { out };
         if require_grad {
             out.require_grad()
@@ -216,6 +222,23 @@ pub fn edit_param<const D: usize>(p: Param<Tensor<D>>, edit: &Edit) -> Param<Ten
             out
         }
     })
+}
+
+/// `assign`: `dst.slice_assign([rows], src)` over row `index` (`src` with a leading dimension of
+/// 1) or over every row. `src` is taken into `dst`'s autodiff mode first (a copy outside the
+/// graph into a parameter, as `edit_param` writes one).
+pub fn assign_tensor<const D: usize>(dst: Tensor<D>, index: Option<usize>, src: Tensor<D>) -> Tensor<D> {
+    let src = if dst.is_autodiff() { src.autodiff() } else { src.without_autodiff() };
+    let rows = match index {
+        Some(i) => i..i + 1,
+        None => 0..dst.dims()[0],
+    };
+    dst.slice_assign([rows], src)
+}
+
+/// `assign` into a parameter: `Param::map` over `assign_tensor`, keeping its ParamId.
+pub fn assign_param<const D: usize>(p: Param<Tensor<D>>, index: Option<usize>, src: Tensor<D>) -> Param<Tensor<D>> {
+    map_values(p, |t| assign_tensor(t, index, src))
 }
 
 // ---------------------------------------------------------------------------------------------

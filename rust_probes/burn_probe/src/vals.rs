@@ -4,7 +4,9 @@
 //! burn tensors carry their rank in the type (`Tensor<D>`); programs use ranks 1 to 3, so a bound
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
-use crate::support::{edit_param, edit_tensor, placeholder, read_values, Edit, Model};
+use crate::support::{
+    assign_param, assign_tensor, edit_param, edit_tensor, placeholder, read_values, Edit, Model,
+};
 use aliasfuzz_protocol::Obs;
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
@@ -248,6 +250,21 @@ impl Edit {
         }
         Ok(())
     }
+}
+
+/// The value `v` holds (a param's `val()`, which initialises a lazy one, as reading it does), with
+/// leading dimensions of 1 up to rank `D` (`Tensor::unsqueeze`): an `assign`'s source.
+pub fn source_tensor<const D: usize>(v: &Val) -> Tensor<D> {
+    on_val!(v, param p => p.val().unsqueeze::<D>(), tensor t => t.clone().unsqueeze::<D>())
+}
+
+/// `assign` of `src` into `v`: a param through `Param::map` (same ParamId), a tensor rebound
+/// to `slice_assign`'s result.
+pub fn assign_val(v: Val, index: Option<usize>, src: &Val) -> Val {
+    on_val!(v,
+        param p => assign_param(p, index, source_tensor(src)).into_val(),
+        tensor t => assign_tensor(t, index, source_tensor(src)).into_val(),
+    )
 }
 
 pub fn edit_val(v: Val, edit: &Edit) -> Val {

@@ -25,6 +25,8 @@
 //! | move          | rebinds the name to `t.to_device(&dev)?`; `fork`: unsupported             |
 //! | module_clone  | a clone of the `VarMap::data()` map: `<name>.<param>` = the cloned `Var`  |
 //! | read          | `t.flatten_all()?.to_vec1::<f32>()?`                                      |
+//! | assign (whole)| `Var::set(&src)` on a `Var`; `t.slice_set(&src, 0, 0)?` on a plain tensor |
+//! | assign (row)  | `t.slice_set(&src.unsqueeze(0)?, 0, index)?`                              |
 //! | valid, train, no_grad, freeze | unsupported (candle has no module modes or requires-grad switch) |
 //!
 //! Handles. A name is bound either to a `Var` or to a `Tensor`, whichever type the user's
@@ -41,7 +43,7 @@ use aliasfuzz_protocol::{
     TensorKind,
 };
 use crate::support::{
-    insert_var, lazy_var, loss, save_and_load, through_host, values, var_of, write_row, Opt,
+    assign_from, insert_var, lazy_var, loss, save_and_load, through_host, values, var_of, write_row, Opt,
 };
 use candle_core::{Device, DeviceLocation, Tensor, Var};
 use candle_nn::{Init, VarMap};
@@ -51,7 +53,7 @@ use std::collections::HashMap;
 /// tensor, `step` with `sgd_momentum`, `move` with `fork`). `valid`, `train`, `no_grad` and
 /// `freeze` are never supported and so are not listed.
 pub const OPS: &[&str] =
-    &["snapshot", "write", "fill", "scale", "step", "move", "module_clone", "read"];
+    &["snapshot", "write", "fill", "scale", "step", "move", "module_clone", "read", "assign"];
 
 /// Snapshot methods this probe interprets (`state_dict` and `save_load` for params only).
 /// `deepcopy` is never supported (candle has no such call) and so is not listed.
@@ -358,6 +360,15 @@ impl CandleSession {
             )),
             Op::Read { target } => {
                 ce(values(self.get(target)?.tensor())).map(|_| ())
+            }
+            // As `write`: a whole-tensor copy into a `Var` is `Var::set` (what a candle user
+            // calls on a parameter), anything else `slice_set` into the tensor's storage.
+            Op::Assign { target, source, index } => {
+                let src = self.get(source)?.tensor().clone();
+                match (self.get(target)?, index) {
+                    (Handle::Var(v), None) => ce(v.set(&src)),
+                    (h, _) => ce(assign_from(h.tensor(), *index, &src)),
+                }
             }
         }
     }

@@ -55,6 +55,17 @@ pub fn write_row(t: &Tensor, index: usize, value: &[f32]) -> Result<()> {
     t.slice_set(&row, 0, index)
 }
 
+/// `assign`: `dst.slice_set(&src, 0, 0)` over the whole tensor, or `slice_set` of `src` with a
+/// leading dimension of 1 (`unsqueeze(0)`) at row `index`. `slice_set` writes into `dst`'s
+/// storage, so every tensor sharing it sees the copy; it refuses a non-contiguous `src` and a
+/// `src` over `dst`'s own storage (candle#2733).
+pub fn assign_from(dst: &Tensor, index: Option<usize>, src: &Tensor) -> Result<()> {
+    match index {
+        None => dst.slice_set(src, 0, 0),
+        Some(i) => dst.slice_set(&src.unsqueeze(0)?, 0, i),
+    }
+}
+
 /// `save_load`: `VarMap::save` of the model to `path`, then `VarMap::load` into a fresh VarMap.
 /// `load` only fills variables already in the map (var_map.rs: "values for variables that are
 /// currently not in the map are not kept"), so the fresh map is first given the model's

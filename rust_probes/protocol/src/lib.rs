@@ -229,6 +229,9 @@ pub enum Op {
     NoGrad {},
     Freeze {},
     Read { target: String },
+    /// Copies `source` in place into row `index` of `target` (`source` shaped like the row), or
+    /// into all of `target` when `index` is `None` (`source` shaped like `target`).
+    Assign { target: String, source: String, index: Option<usize> },
 }
 
 impl Op {
@@ -241,6 +244,7 @@ impl Op {
             | Op::Scale { target, .. }
             | Op::Move { target, .. }
             | Op::Read { target } => vec![target.as_str()],
+            Op::Assign { target, source, .. } => vec![target.as_str(), source.as_str()],
             _ => vec![],
         }
     }
@@ -634,6 +638,7 @@ mod tests {
             Op::NoGrad {},
             Op::Freeze {},
             Op::Read { target: t() },
+            Op::Assign { target: t(), source: "s".into(), index: None },
         ];
         let tags: Vec<String> = ops
             .iter()
