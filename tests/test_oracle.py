@@ -247,3 +247,24 @@ def test_an_rng_valued_tensor_moved_within_tolerance_on_one_side_only_is_no_find
     a = trace(A, {"l0": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]}, [{"l0": filled}, {"s0": filled}, {"l0": moved}])
     b = trace(B, {"l0": [0.6, 0.5, 0.4, 0.3, 0.2, 0.1]}, [{"l0": filled}, {"s0": filled}, {}])
     assert compare(prog, {A: a, B: b}) == []
+
+
+def test_nothing_after_an_op_that_failed_on_one_side_is_compared():
+    # The assign fails on beta (burn consumed p0 into the call that panicked, so beta's step
+    # leaves it alone). The error is the finding; the step's different effect is its consequence.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "to_cpu"},
+                        {"op": "assign", "target": "p0", "source": "s0"}, STEP])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {}, {"p0": [-1.0]}])
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {}, {}], ["ok", "error", "ok"])
+    assert [f.signature for f in compare(prog, {A: a, B: b})] == [
+        "error|alpha:cpu~beta:cpu|status|-|assign:whole|ok~error"]
+
+
+def test_a_tensor_assigned_from_a_uniform_lazy_one_is_not_compared_by_value():
+    # l0's values come from each framework's own generator, and p0 holds them after the assign.
+    prog = program({"p0": {"kind": "param", "value": [0.0]},
+                    "l0": {"kind": "lazy", "shape": [1], "init": "uniform", "seed": 1}},
+                   [{"op": "assign", "target": "p0", "source": "l0"}])
+    a = trace(A, {"p0": [0.0], "l0": None}, [{"p0": [0.25], "l0": [0.25]}])
+    b = trace(B, {"p0": [0.0], "l0": None}, [{"p0": [-0.5], "l0": [-0.5]}])
+    assert compare(prog, {A: a, B: b}) == []

@@ -59,16 +59,32 @@ def nondeterministic_names(program: Program) -> set[str]:
     roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
     out = set(roots)
     params = [t.name for t in program.tensors if t.trainable]
-    for op in program.ops:
-        out.update(b.name for b in ops.bindings(op, params) if b.source in out)
-    return out
+    # To a fixpoint: an op that writes a name from a nondeterministic one (``assign``) makes it
+    # nondeterministic, and with it the snapshots taken of it before as well as after.
+    while True:
+        before = len(out)
+        for op in program.ops:
+            out.update(b.name for b in ops.bindings(op, params) if b.source in out)
+            target = ops.written(op)
+            if target is not None and any(n in out for n in ops.reads(op) if n != target):
+                out.add(target)
+        if len(out) == before:
+            return out
 
 
 def _hidden_ops(a: Trace, b: Trace) -> set[int]:
-    """Ops that did not run on both sides. Unsupported and skipped ops are never compared; an op
-    that failed on one side is reported once, as an ``error`` finding, and its effects are not
-    compared again as verdicts, identities or values."""
-    return {i for i, (x, y) in enumerate(zip(a.steps, b.steps)) if x.status != "ok" or y.status != "ok"}
+    """Ops that did not run on both sides, and every op after one that failed on one side only.
+    Unsupported and skipped ops are never compared. An op that failed on one side is reported
+    once, as an ``error`` finding, and nothing after it is compared: a failed call may have done
+    part of its work or consumed its input (burn moves a value into the call that panics), so the
+    two sides' states differ by construction, not by a second root cause."""
+    hidden = set()
+    for i, (x, y) in enumerate(zip(a.steps, b.steps)):
+        if x.status != "ok" or y.status != "ok":
+            hidden.add(i)
+        if (x.status == "error") != (y.status == "error"):
+            return hidden | set(range(i, len(a.steps)))
+    return hidden
 
 
 @dataclass
