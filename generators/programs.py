@@ -202,8 +202,9 @@ def _draw_assign(draw, p: _Drawn) -> None:
     index = draw(_maybe_index(shape[0]))
     want = shape if index is None else shape[1:]
     sources = [n for n in p.names if p.shape_of[n] == want]  # the target itself, views of it, ...
-    if sources:
-        p.ops.append({"op": "assign", "target": target, "source": _pick(draw, sources), "index": index})
+    if not sources:  # no name has the row's shape: copy a whole tensor, which the target fits
+        index, sources = None, [n for n in p.names if p.shape_of[n] == shape]
+    p.ops.append({"op": "assign", "target": target, "source": _pick(draw, sources), "index": index})
 
 
 #: How each op kind of the op table is drawn; an op with no fields is drawn as itself.

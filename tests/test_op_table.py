@@ -59,6 +59,15 @@ def test_every_op_can_be_drawn_by_every_profile():
         assert {k for k, _ in profile.weights} == set(ops.OP_KINDS), profile.name
 
 
+def test_every_drawer_draws_exactly_one_op():
+    # generate(max_ops=N) forces N ops (the bench's per-length figures rely on it): a drawer never
+    # skips, whatever the names bound so far.
+    from harness.fuzzing.engine import generate
+
+    for seed in range(3):
+        assert {len(p.ops) for p in generate(40, seed, "deep", 24)} == {24}
+
+
 def test_bundled_cases_are_valid_wire_programs():
     validator = jsonschema.Draft202012Validator(schema.protocol_schema())
     for path in sorted(CASES.glob("*.toml")):
