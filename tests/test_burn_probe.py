@@ -122,8 +122,9 @@ def test_hello(probe):
         assert [d["name"] for d in no_gpu.hello()["devices"]] == ["flex", "ndarray"]
     finally:
         no_gpu.close()
-    assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "move", "module_clone",
-                             "valid", "train", "no_grad", "freeze", "read"}
+    from harness.case.ops import OP_KINDS
+
+    assert h["ops"] == list(OP_KINDS)  # burn interprets every op (some answer unsupported per input)
     # No burn call for these (see test_unsupported_methods).
     assert not {"contiguous", "copy", "deepcopy"} & set(h["methods"])
     assert len(h["methods"]) == 12

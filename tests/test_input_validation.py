@@ -386,7 +386,7 @@ VALUES = mostly(SHAPES.flatmap(_rectangular),
 FIELD_VALUES = {
     "value": VALUES, "grad": VALUES, "shape": mostly(SHAPES, st.lists(st.integers(-1, 5), max_size=4)),
     "init": st.sampled_from(LAZY_INITS), "fill": GOOD_NUMBERS, "seed": st.integers(-1, 2 ** 65),
-    "name": NAMES, "of": NAMES, "target": NAMES, "source": NAMES, "method": st.sampled_from(METHODS),
+    "name": NAMES, "of": NAMES, "target": NAMES, "method": st.sampled_from(METHODS),
     "index": st.none() | st.integers(-1, 3), "factor": GOOD_NUMBERS, "optimizer": st.sampled_from(OPTIMIZERS),
     "lr": GOOD_NUMBERS, "momentum": GOOD_NUMBERS, "eps": GOOD_NUMBERS, "weight_decay": GOOD_NUMBERS,
     "betas": mostly(st.lists(st.floats(0, 0.99), min_size=2, max_size=2), st.lists(NUMBERS, max_size=3), one_in=5),
@@ -396,11 +396,15 @@ UNKNOWN = st.dictionaries(st.sampled_from(["colour", "op", "kind", "ops", "value
                           min_size=1, max_size=1)
 
 
-def _table(required: dict[str, st.SearchStrategy], optional: tuple[str, ...]) -> st.SearchStrategy:
+def _strategies(fields: tuple[str, ...] | dict[str, st.SearchStrategy]) -> dict[str, st.SearchStrategy]:
+    return fields if isinstance(fields, dict) else {k: FIELD_VALUES[k] for k in fields}
+
+
+def _table(required: dict[str, st.SearchStrategy], optional: tuple[str, ...] | dict[str, st.SearchStrategy]) -> st.SearchStrategy:
     """A table with the ``required`` fields and some of the ``optional`` ones, one value in ten
     anything, and one table in ten with a field more (which may be one it does not take)."""
     known = st.fixed_dictionaries({k: mostly(v, ANY) for k, v in required.items()},
-                                  optional={k: mostly(FIELD_VALUES[k], ANY) for k in optional})
+                                  optional={k: mostly(v, ANY) for k, v in _strategies(optional).items()})
     return mostly(known, st.tuples(known, UNKNOWN).map(lambda t: {**t[1], **t[0]}))
 
 
@@ -413,11 +417,21 @@ def _tensor(kind: str) -> st.SearchStrategy:
     return _table({"kind": st.just(kind), "value": VALUES}, ("grad",) if kind == "param" else ())
 
 
+def _field_values(f) -> st.SearchStrategy:
+    """What a document gives for op field ``f``: the strategy of its name where the table above
+    has one, else one by the field's kind in the op table (so a new op's fields are drawn too)."""
+    if f.name in FIELD_VALUES:
+        return FIELD_VALUES[f.name]
+    if f.kind == "choice":
+        return mostly(st.sampled_from(f.choices), ANY)
+    return {"name": NAMES, "new": NAMES, "prefix": NAMES, "number": GOOD_NUMBERS, "values": VALUES,
+            "row": FIELD_VALUES["index"], "betas": FIELD_VALUES["betas"]}[f.kind]
+
+
 def _op(kind: str) -> st.SearchStrategy:
-    required = [f.name for f in OPS[kind].fields if f.required]
-    optional = [f.name for f in OPS[kind].fields if not f.required]
-    return _table({"op": st.just(kind), **{k: FIELD_VALUES[k] for k in required}},
-                  tuple(k for k in optional if k in FIELD_VALUES))
+    fields = OPS[kind].fields
+    return _table({"op": st.just(kind), **{f.name: _field_values(f) for f in fields if f.required}},
+                  {f.name: _field_values(f) for f in fields if not f.required})
 
 
 TENSOR = mostly(st.sampled_from(TENSOR_KINDS).flatmap(_tensor), ANY)
