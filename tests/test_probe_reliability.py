@@ -24,8 +24,8 @@ import pytest
 from harness.targets.runner import Runner
 from harness.targets.base import CANCELLED, HUNG_AFTER, SetupError
 from tests.conftest import CASES, ROOT, run_cli
-from tests.fakes.targets import FAKE, fake_target
-from tests.test_reliability import CLEAN, FILLS, statuses
+from tests.fakes.targets import fake_target
+from tests.test_reliability import CLEAN, FILLS, _probe_dir, statuses
 
 
 def gone(pid: int) -> bool:
@@ -34,16 +34,6 @@ def gone(pid: int) -> bool:
     except ProcessLookupError:
         return True
     return False
-
-
-def _probe_dir(tmp_path: Path, *flags: str) -> Path:
-    """A probe folder whose ``candle_probe`` is the TEST DOUBLE fake probe with ``flags``."""
-    d = tmp_path / "probes"
-    d.mkdir(exist_ok=True)
-    script = d / "candle_probe"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} {' '.join(flags)}\n")
-    script.chmod(0o755)
-    return d
 
 
 # -- (a) a probe that hangs on every program is given up on ------------------------------------
