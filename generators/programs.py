@@ -41,7 +41,7 @@ class Profile:
     weights: tuple[tuple[str, int], ...] = (
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 3),
+        ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2),
     )
 
     def op_menu(self) -> tuple[str, ...]:
@@ -54,7 +54,7 @@ PROFILES = {
     "deep": Profile("deep", max_ops=40, weights=(
         ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 4))),
+        ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2))),
 }
 
 
@@ -78,6 +78,10 @@ optimizers = st.sampled_from(ops.OPTIMIZERS)
 device_roles = st.sampled_from(ops.DEVICE_ROLES)
 move_methods = st.sampled_from(ops.MOVE_METHODS)
 momenta = st.sampled_from((0.5, 0.9))
+dampenings = st.sampled_from((0.0, 0.5))
+checkpoint_stores = st.sampled_from(ops.CHECKPOINT_STORES)
+replace_hows = st.sampled_from(ops.REPLACE_HOWS)
+assign_flags = st.sampled_from((False, True))
 weight_decays = st.sampled_from((0.0, 0.5, 0.01))
 
 
@@ -149,6 +153,10 @@ class _Drawn:
         self.names = list(self.base)
         self.ops: list[dict[str, Any]] = []
         self.n_snap = self.n_module = 0
+        self.checkpoints: list[str] = []
+        # The hyper-parameters of every live optimizer (as drawn, defaults left out), so that a
+        # later step or set_lr can name one again.
+        self.optimizers: list[dict[str, Any]] = []
 
 
 def _draw_snapshot(draw, p: _Drawn) -> None:
@@ -171,14 +179,35 @@ def _draw_write(draw, p: _Drawn) -> None:
     p.ops.append({"op": "write", "target": target, "index": index, "value": list(draw(values(row or (1,))))})
 
 
-def _draw_step(draw, p: _Drawn) -> None:
+def _draw_optimizer(draw, p: _Drawn) -> dict[str, Any]:
+    """The hyper-parameters of a live optimizer (half the time, when there is one) or new ones."""
+    if p.optimizers and draw(st.booleans()):
+        return dict(_pick_item(draw, p.optimizers))
     optimizer = draw(optimizers)
-    op = {"op": "step", "optimizer": optimizer, "lr": draw(learning_rates)}
+    spec: dict[str, Any] = {"optimizer": optimizer, "lr": draw(learning_rates)}
     if optimizer == "sgd_momentum":
-        op["momentum"] = draw(momenta)
+        spec["momentum"] = draw(momenta)
+        spec["dampening"] = draw(dampenings)
     if optimizer == "adamw":
-        op["weight_decay"] = draw(weight_decays)
-    p.ops.append(op)
+        spec["weight_decay"] = draw(weight_decays)
+    p.optimizers.append(spec)
+    return dict(spec)
+
+
+def _pick_item(draw, items: list):
+    return items[draw(_index(len(items)))]
+
+
+def _draw_step(draw, p: _Drawn) -> None:
+    p.ops.append({"op": "step", **_draw_optimizer(draw, p)})
+
+
+def _draw_set_lr(draw, p: _Drawn) -> None:
+    spec = _draw_optimizer(draw, p)
+    to = draw(learning_rates)
+    p.ops.append({"op": "set_lr", **spec, "to": to})
+    live = next(s for s in p.optimizers if s == spec)
+    live["lr"] = to  # the live optimizer is keyed by its new learning rate from now on
 
 
 def _draw_move(draw, p: _Drawn) -> None:
@@ -194,6 +223,30 @@ def _draw_module_clone(draw, p: _Drawn) -> None:
     for param in p.params:
         p.shape_of[f"{name}.{param}"] = p.shape_of[param]
         p.names.append(f"{name}.{param}")
+
+
+def _draw_save(draw, p: _Drawn) -> None:
+    name = f"c{len(p.checkpoints)}"
+    p.checkpoints.append(name)
+    p.ops.append({"op": "save", "name": name, "to": draw(checkpoint_stores)})
+    for param in p.params:
+        p.shape_of[f"{name}.{param}"] = p.shape_of[param]
+        p.names.append(f"{name}.{param}")
+
+
+def _draw_load(draw, p: _Drawn) -> None:
+    if not p.checkpoints:  # nothing to load yet: take the checkpoint (so max_ops=N still gives N)
+        _draw_save(draw, p)
+        return
+    p.ops.append({"op": "load", "from": _pick(draw, p.checkpoints), "assign": draw(assign_flags)})
+
+
+def _draw_replace(draw, p: _Drawn) -> None:
+    if not p.params:
+        return
+    target = _pick(draw, p.params)
+    values = [n for n in p.names if p.shape_of[n] == p.shape_of[target]]  # the target itself at least
+    p.ops.append({"op": "replace", "target": target, "value": _pick(draw, values), "how": draw(replace_hows)})
 
 
 def _draw_assign(draw, p: _Drawn) -> None:
@@ -220,6 +273,10 @@ DRAWERS = {
     "module_clone": _draw_module_clone,
     "read": lambda draw, p: p.ops.append({"op": "read", "target": _pick(draw, p.names)}),
     "assign": _draw_assign,
+    "save": _draw_save,
+    "load": _draw_load,
+    "set_lr": _draw_set_lr,
+    "replace": _draw_replace,
 }
 
 

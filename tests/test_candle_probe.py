@@ -59,7 +59,7 @@ def write(target, value, index=None):
 
 
 def step(optimizer="sgd", lr=0.5, momentum=0.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum,
+    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum, "dampening": 0.0,
             "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
 
 
@@ -93,7 +93,8 @@ def test_hello(probe):
     else:
         assert h["devices"][0]["alt"] == names[1] and h["devices"][1]["alt"] == "cpu"
     # every op but the module modes (candle has none: test_module_modes_unsupported)
-    assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "move", "module_clone", "read", "assign"}
+    assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "set_lr", "move", "module_clone", "read",
+                             "assign", "save", "load"}
     # deepcopy: candle has no deep-copy call (no such fn in candle-core/src/tensor.rs)
     assert "deepcopy" not in h["methods"]
     assert set(h["methods"]) == {"alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu",

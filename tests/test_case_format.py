@@ -44,7 +44,7 @@ def test_round_trip(path: Path):
 def test_defaults_are_filled_in():
     program = load_case(CASES / "example_sgd_snapshots.toml")
     step = program.ops[1]
-    assert step == {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0,
+    assert step == {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0, "dampening": 0.0,
                     "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}
     assert program.ops[3]["value"] == [7.0, 7.0] and program.ops[3]["index"] == 0
     assert program.tensor("buf").shape == (2, 2)

@@ -424,8 +424,9 @@ def _field_values(f) -> st.SearchStrategy:
         return FIELD_VALUES[f.name]
     if f.kind == "choice":
         return mostly(st.sampled_from(f.choices), ANY)
-    return {"name": NAMES, "new": NAMES, "prefix": NAMES, "number": GOOD_NUMBERS, "values": VALUES,
-            "row": FIELD_VALUES["index"], "betas": FIELD_VALUES["betas"]}[f.kind]
+    return {"name": NAMES, "new": NAMES, "prefix": NAMES, "checkpoint": NAMES, "number": GOOD_NUMBERS,
+            "values": VALUES, "row": FIELD_VALUES["index"], "betas": FIELD_VALUES["betas"],
+            "flag": mostly(st.booleans(), ANY)}[f.kind]
 
 
 def _op(kind: str) -> st.SearchStrategy:

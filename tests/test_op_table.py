@@ -79,7 +79,7 @@ def test_bundled_cases_are_valid_wire_programs():
 def test_simplified_ops_stay_valid_and_get_cheaper():
     from harness.shrinking.minimize import _simpler_op
 
-    step = {"op": "step", "optimizer": "adamw", "lr": 2.0, "momentum": 0.0, "betas": [0.9, 0.999],
+    step = {"op": "step", "optimizer": "adamw", "lr": 2.0, "momentum": 0.0, "dampening": 0.0, "betas": [0.9, 0.999],
             "eps": 1e-8, "weight_decay": 0.01}
     simpler = list(_simpler_op(step))
     assert [s["optimizer"] for s in simpler[:3]] == ["sgd", "sgd_momentum", "adam"]

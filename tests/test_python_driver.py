@@ -118,8 +118,8 @@ def test_driver_serves_a_session_only_probe():
 
 
 def test_op_parsing_follows_the_op_table():
-    samples = {"name": "w", "new": "s", "prefix": "m", "number": 0.1, "row": 1,
-               "values": [0.1, "Infinity"], "betas": [0.1, 0.999]}
+    samples = {"name": "w", "new": "s", "prefix": "m", "checkpoint": "c", "number": 0.1, "row": 1,
+               "values": [0.1, "Infinity"], "betas": [0.1, 0.999], "flag": True}
     for spec in op_table.OP_TABLE:
         raw = {"op": spec.kind, **{f.name: f.choices[-1] if f.kind == "choice" else samples[f.kind]
                                    for f in spec.fields}}
@@ -138,6 +138,10 @@ def test_op_parsing_follows_the_op_table():
             if f.kind == "choice":
                 with pytest.raises(Malformed, match=f"unknown variant `x` for `{f.name}`"):
                     parse_op({**raw, f.name: "x"})
+            if f.kind == "flag":  # a bool, never 0 or 1 (serde's bool)
+                assert op[f.name] is True
+                with pytest.raises(Malformed, match=f"invalid type for `{f.name}`: expected a boolean"):
+                    parse_op({**raw, f.name: 1})
 
 
 def test_fault_hook_is_armed_only_by_a_known_fault(monkeypatch):

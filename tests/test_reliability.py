@@ -46,7 +46,7 @@ FILLS = program([W], [{"op": "fill", "target": "w", "value": 5.0}])
 FAULT = Program((W,), ({"op": "_fault"},))  # the torch worker's fault hook (not a case-format op)
 # The same with a step after the fault, so that a torch variant (which is only sent programs with
 # a step) runs it too and can be the clean side of a comparison.
-FAULT_THEN_STEP = Program((W,), ({"op": "_fault"}, {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0,
+FAULT_THEN_STEP = Program((W,), ({"op": "_fault"}, {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0, "dampening": 0.0,
                                                     "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}))
 
 

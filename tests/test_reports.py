@@ -165,3 +165,16 @@ def test_reproducer_translates_every_snapshot_method(framework, target, tmp_path
 ])
 def test_reproducer_translates_assign(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)
+
+
+@pytest.mark.parametrize("framework,target,case", [
+    ("candle", "candle:cpu", "load_state_dict_copies_in_place.toml"),  # VarMap::save / VarMap::load
+    ("candle", "candle:cpu", "state_dict_best_weights_follow_training.toml"),  # the kept map; VarMap::set refused
+    ("burn", "burn:flex", "state_dict_best_weights_follow_training.toml"),  # into_record / load_record
+    ("burn", "burn:flex", "load_keeps_the_optimizer_state.toml"),  # save_file / load_file between steps
+    ("burn", "burn:flex", "set_lr_keeps_the_optimizer_state.toml"),  # set_lr: the next step's lr
+    ("candle", "candle:cpu", "nn_parameter_shares_storage.toml"),  # replace: Var::from_tensor
+    ("burn", "burn:flex", "replace_new_param_is_left_by_the_optimizer.toml"),  # replace: Param::from_tensor
+])
+def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
+    _cargo_reproducer(framework, CASES / case, target, tmp_path)

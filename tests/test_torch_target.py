@@ -138,7 +138,7 @@ def write(target, value, index=None):
 
 
 def step(optimizer="sgd", lr=0.5, momentum=0.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum,
+    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum, "dampening": 0.0,
             "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
 
 

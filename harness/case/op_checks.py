@@ -29,6 +29,7 @@ class Scope:
     def __init__(self, tensors: Sequence[Any]):
         self.bound: dict[str, tuple[tuple[int, ...], str]] = {t.name: (t.shape, t.kind) for t in tensors}
         self.params = [t.name for t in tensors if t.trainable]
+        self.checkpoints: set[str] = set()  # taken by a ``save`` so far
 
 
 def check_op(raw: Mapping[str, Any], i: int, scope: Scope, err) -> dict[str, Any]:
@@ -93,6 +94,8 @@ class _FieldCheck:
             raise self._fail(f, f"{cv.brief(name)} is not a valid name (letters, digits, '_')")
         if name in self.scope.bound:
             raise self._fail(f, f"name {name!r} is already bound")
+        if name in self.scope.checkpoints:
+            raise self._fail(f, f"name {name!r} already names a checkpoint")
         return name
 
     def new(self, f: ops.Field) -> str:
@@ -107,7 +110,22 @@ class _FieldCheck:
             if b.name in self.scope.bound:
                 raise self._fail(f, f"name {b.name!r} is already bound")
             self.scope.bound[b.name] = (self.scope.bound[b.source][0], "snapshot")
+        if f.checkpoint:
+            self.scope.checkpoints.add(prefix)
         return prefix
+
+    def checkpoint(self, f: ops.Field) -> str:
+        name = self.op[f.name]
+        if not isinstance(name, str) or name not in self.scope.checkpoints:
+            taken = ", ".join(sorted(self.scope.checkpoints)) or "none"
+            raise self._fail(f, f"no checkpoint named {cv.brief(name)} at this point (taken: {taken})")
+        return name
+
+    def flag(self, f: ops.Field) -> bool:
+        value = self.op[f.name]
+        if not isinstance(value, bool):
+            raise self._fail(f, f"expected true or false, got {cv.brief(value)}")
+        return value
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {name: shape for name, (shape, _) in self.scope.bound.items()}

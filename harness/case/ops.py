@@ -13,11 +13,14 @@ name      a name bound earlier; ``writes``: the op changes its values; renames o
           ``fits``: shaped like the written name's row (or whole)
 new       a new identifier the op binds (a snapshot)                   renames only
 prefix    binds ``<prefix>.<p>`` for every trainable tensor ``p``      renames only
+          (``checkpoint``: and names a checkpoint)
+checkpoint  a checkpoint an earlier op took (a ``checkpoint`` prefix)    renames only
 number    a finite float32 (``positive``: > 0)                         tries ``shrink(x)``
 choice    one of ``choices`` (``ordered``: simplest first)            tries the earlier choices
 row       ``None`` (the whole tensor) or a first-dimension index       tries row 0
 values    row-major floats shaped like the ``name`` field's row/whole  smaller, rounder values
 betas     two numbers in [0, 1)                                        leaves them
+flag      ``true`` or ``false``                                        tries ``false``
 ========  ===========================================================  ===========================
 
 Invariants, which ``tests/test_op_table.py`` checks:
@@ -37,7 +40,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-FIELD_KINDS = ("name", "new", "prefix", "number", "choice", "row", "values", "betas")
+FIELD_KINDS = ("name", "new", "prefix", "checkpoint", "number", "choice", "row", "values", "betas", "flag")
 
 #: The marker of a field without a default: a case must give it.
 REQUIRED = object()
@@ -62,6 +65,8 @@ class Field:
     writes: bool = False  # ``name``: the op changes the named tensor's values
     roles: tuple[str, ...] = ()  # ``name``: the roles it accepts (empty: any bound name)
     fits: bool = False  # ``name``: shaped like the row (or whole) of the op's written name
+    checkpoint: bool = False  # ``prefix``: the prefix also names a checkpoint a ``load`` can read
+    rebinds: bool = False  # ``name``: the op rebinds it to what it makes of the op's other name
     positive: bool = False  # ``number``: strictly positive
     wide: bool = False  # ``number``/``betas``: f64 in the probes (optimizer hyper-parameters), else f32
     shrink: Callable[[float], tuple[float, ...]] = lambda x: ()  # ``number``: simpler values
@@ -83,6 +88,9 @@ class OpSpec:
     doc: str
     label: Callable[[Mapping[str, Any]], str] | None = None
     signature_class: Callable[[Mapping[str, Any]], str] | None = None
+    #: The op replaces what the model holds: run on one side only, the two models differ from
+    #: then on by construction (the oracle compares nothing after it).
+    replaces_model: bool = False
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -113,6 +121,14 @@ LAZY_INITS = ("const", "uniform")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 DEVICE_ROLES = ("home", "cpu", "alt")
 MOVE_METHODS = ("to", "fork")
+#: Where ``save`` keeps a checkpoint: what the framework returns, held in memory (torch
+#: ``state_dict()``, candle the VarMap's map, burn ``into_record()``), or a file written and
+#: read back (``torch.save``, ``VarMap::save``, ``save_file``).
+CHECKPOINT_STORES = ("memory", "file")
+#: How ``replace`` puts a value in a param's slot: a new parameter object over it (torch
+#: ``nn.Parameter(v)``, candle ``Var::from_tensor``, burn ``Param::from_tensor``), the same object
+#: holding it (torch ``p.data = v``, burn ``Param::map``), or rebound to its storage (``p.set_(v)``).
+REPLACE_HOWS = ("new", "data", "set")
 
 METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("alias", "the same tensor under a second name"),
@@ -167,6 +183,19 @@ def _write_class(op: Mapping[str, Any]) -> str:
     return "write"
 
 
+#: The hyper-parameters that key a live optimizer: ``step`` and ``set_lr`` name one by them.
+_OPTIMIZER_FIELDS = (
+    Field("optimizer", "choice", choices=OPTIMIZERS),
+    Field("lr", "number", positive=True, wide=True, shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
+          cost=lambda x: float(x != 1.0)),
+    Field("momentum", "number", wide=True, default=Derived("optimizer", lambda op: 0.9 if op["optimizer"] == "sgd_momentum" else 0.0)),
+    Field("dampening", "number", wide=True, default=0.0, shrink=lambda x: (0.0,) if x != 0.0 else (),
+          cost=lambda x: float(x != 0.0)),
+    Field("betas", "betas", default=[0.9, 0.999], wide=True),
+    Field("eps", "number", default=1e-8, positive=True, wide=True),
+    Field("weight_decay", "number", wide=True, default=Derived("optimizer", lambda op: 0.01 if op["optimizer"] == "adamw" else 0.0)),
+)
+
 OP_TABLE: tuple[OpSpec, ...] = (
     OpSpec("snapshot", (Field("name", "new"), Field("of", "name"), Field("method", "choice", choices=METHODS, ordered=False)),
            "binds `name` to a snapshot of `of` made with `method`"),
@@ -181,16 +210,16 @@ OP_TABLE: tuple[OpSpec, ...] = (
                      Field("factor", "number", shrink=lambda x: () if x in (0.0, 2.0) else (2.0,),
                            cost=lambda x: float(x != 2.0))),
            "multiplies `target` in place by `factor`", signature_class=_write_class),
-    OpSpec("step", (
-        Field("optimizer", "choice", choices=OPTIMIZERS),
-        Field("lr", "number", positive=True, wide=True, shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
-              cost=lambda x: float(x != 1.0)),
-        Field("momentum", "number", wide=True, default=Derived("optimizer", lambda op: 0.9 if op["optimizer"] == "sgd_momentum" else 0.0)),
-        Field("betas", "betas", default=[0.9, 0.999], wide=True),
-        Field("eps", "number", default=1e-8, positive=True, wide=True),
-        Field("weight_decay", "number", wide=True, default=Derived("optimizer", lambda op: 0.01 if op["optimizer"] == "adamw" else 0.0)),
-    ), "one optimizer step over every trainable tensor, with each tensor's `grad`",
-        label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step"),
+    OpSpec("step", _OPTIMIZER_FIELDS, "one optimizer step over every trainable tensor, with each tensor's "
+           "`grad`, by the live optimizer of these hyper-parameters (a new one at the first such step)",
+           label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step"),
+    # `to` before the optional hyper-parameters: required fields come first (canonical order).
+    OpSpec("set_lr", _OPTIMIZER_FIELDS[:2] + (Field("to", "number", positive=True, wide=True,
+                                                     shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
+                                                     cost=lambda x: float(x != 1.0)),) + _OPTIMIZER_FIELDS[2:],
+           "sets the learning rate of the live optimizer of these hyper-parameters (made now if no step "
+           "made it) to `to`: a later `step` with lr `to` and the same other fields continues it",
+           label=lambda op: f"set_lr:{op['optimizer']}", signature_class=lambda op: "set_lr"),
     OpSpec("move", (Field("target", "name", roles=("param", "lazy")), Field("device", "choice", choices=DEVICE_ROLES),
                     Field("method", "choice", default="to", choices=MOVE_METHODS)),
            "moves the model's param `target` to `device` (`to`: to_device; `fork`: burn's fork)",
@@ -207,6 +236,17 @@ OP_TABLE: tuple[OpSpec, ...] = (
            "copies `source` in place into row `index` of `target`, or into all of it",
            label=lambda op: "assign:whole" if op.get("index") is None else "assign:row",
            signature_class=_write_class),
+    OpSpec("save", (Field("name", "prefix", checkpoint=True), Field("to", "choice", default="memory", choices=CHECKPOINT_STORES)),
+           "takes a checkpoint of the whole model under `name` and binds `<name>.<p>` to what it holds "
+           "for every trainable tensor p", label=lambda op: f"save:{op['to']}"),
+    OpSpec("load", (Field("from", "checkpoint"), Field("assign", "flag", default=False)),
+           "loads checkpoint `from` into the live model (`assign`: torch's load_state_dict(assign=True))",
+           label=lambda op: "load:assign" if op["assign"] else "load", replaces_model=True),
+    OpSpec("replace", (Field("target", "name", roles=("param", "lazy"), rebinds=True), Field("value", "name", fits=True),
+                       Field("how", "choice", default="new", choices=REPLACE_HOWS)),
+           "puts `value` in the model's slot of param `target` (`how`: a new parameter object, the same "
+           "object holding it, or rebound to its storage); `target` reads the slot from then on",
+           label=lambda op: f"replace:{op['how']}"),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)
@@ -229,6 +269,16 @@ def spec(op: Mapping[str, Any]) -> OpSpec:
 def reads(op: Mapping[str, Any]) -> tuple[str, ...]:
     """The names ``op`` needs bound before it runs (what the Rust driver's ``Op::uses`` lists)."""
     return tuple(op[f.name] for f in spec(op).fields if f.kind == "name")
+
+
+def checkpoints_read(op: Mapping[str, Any]) -> tuple[str, ...]:
+    """The checkpoints ``op`` needs taken before it runs."""
+    return tuple(op[f.name] for f in spec(op).fields if f.kind == "checkpoint")
+
+
+def checkpoints_taken(op: Mapping[str, Any]) -> tuple[str, ...]:
+    """The checkpoints ``op`` takes."""
+    return tuple(op[f.name] for f in spec(op).fields if f.kind == "prefix" and f.checkpoint)
 
 
 def written(op: Mapping[str, Any]) -> str | None:
@@ -257,7 +307,22 @@ def bindings(op: Mapping[str, Any], params: Sequence[str]) -> tuple[Binding, ...
             source = next(op[g.name] for g in s.fields if g.kind == "name")
             out.append(Binding(op[f.name], source, op.get("method", s.kind)))
         elif f.kind == "prefix":
-            out.extend(Binding(f"{op[f.name]}.{p}", p, s.kind) for p in params)
+            how = s.label(op) if s.label else s.kind
+            out.extend(Binding(f"{op[f.name]}.{p}", p, how) for p in params)
+    return tuple(out)
+
+
+def rebindings(op: Mapping[str, Any]) -> tuple[Binding, ...]:
+    """The names ``op`` binds again, to what it makes of another name (``replace``: the
+    param's slot now holds ``value``'s tensor, or a parameter over it), as snapshot relations of
+    that name from ``op`` on. Unlike ``bindings``, the name was bound before and stays bound
+    without ``op``."""
+    s = spec(op)
+    out = []
+    for f in s.fields:
+        if f.rebinds:
+            source = next(op[g.name] for g in s.fields if g.kind == "name" and g is not f)
+            out.append(Binding(op[f.name], source, label(op)))
     return tuple(out)
 
 
@@ -325,6 +390,8 @@ def field_cost(f: Field, value: Any) -> float:
         return float(value or 0)
     if f.kind == "values":
         return value_cost(value)
+    if f.kind == "flag":
+        return float(value)
     if f.kind == "number":
         return f.cost(value)
     return 0.0

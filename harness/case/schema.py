@@ -30,6 +30,8 @@ ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("optimizer", ops.OPTIMIZERS),
     ("device_role", ops.DEVICE_ROLES),
     ("move_method", ops.MOVE_METHODS),
+    ("checkpoint_store", ops.CHECKPOINT_STORES),
+    ("replace_how", ops.REPLACE_HOWS),
     ("tensor_kind", ops.TENSOR_KINDS),
     ("lazy_init", ops.LAZY_INITS),
 )
@@ -44,7 +46,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _field_schema(f: ops.Field) -> dict[str, Any]:
-    if f.kind in ("name", "new", "prefix"):
+    if f.kind in ("name", "new", "prefix", "checkpoint"):
         return _ref("name")
     if f.kind == "number":
         return {"type": "number"}
@@ -57,6 +59,8 @@ def _field_schema(f: ops.Field) -> dict[str, Any]:
         return {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]}
     if f.kind == "values":
         return _ref("floats")
+    if f.kind == "flag":
+        return {"type": "boolean"}
     if f.kind == "betas":
         return {"type": "array", "items": {"type": "number"}, "minItems": 2, "maxItems": 2}
     raise ValueError(f"field {f.name}: kind {f.kind!r} has no schema")

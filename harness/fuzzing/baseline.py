@@ -1,7 +1,8 @@
 """Known divergences: a TOML baseline of expected findings, each with a reason and a reference.
 
 An entry matches a finding when every field it gives matches the finding's (``fnmatch`` patterns;
-``frameworks`` matches the frameworks of the two targets in either order). Matching findings are
+``frameworks`` matches the frameworks of the two targets in either order; ``role`` the declared
+kind of the tensor a verdict or value finding is about). Matching findings are
 ``known``; the rest are ``new``. Each entry names a case under ``tests/cases/`` that shows it, and
 the test suite checks that the case really produces a finding the entry matches.
 """
@@ -18,7 +19,7 @@ from harness.case.ir import CaseError
 from harness.judging.finding import Finding
 from harness.paths import BASELINE
 
-MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides")
+MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides", "role")
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,16 @@ class KnownDivergence:
     op: str = "*"
     # "<side a>~<side b>", in the finding's target order; several patterns: any of them
     sides: str | tuple[str, ...] = "*"
+    # the declared kind of the tensor a verdict or value finding is about ("-": none)
+    role: str = "*"
     upstream: str = ""
 
     def matches(self, f: Finding) -> bool:
         if not fnmatchcase(f.kind, self.kind) or not fnmatchcase(f.aspect, self.aspect):
             return False
         if not fnmatchcase(f.method or "-", self.method) or not fnmatchcase(f.op_label, self.op):
+            return False
+        if not fnmatchcase(f.role or "-", self.role):
             return False
         if self.frameworks:
             fws = sorted(t.split(":", 1)[0] for t in f.targets)
@@ -69,7 +74,7 @@ class BaselineError(CaseError):
     since callers caught that from ``load_baseline`` before this class existed."""
 
 
-ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides")
+ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides", "role")
 
 
 def load_baseline(path: str | Path | None = None) -> Baseline:
@@ -113,7 +118,7 @@ def _entry(raw: Any, where: str, err) -> KnownDivergence:
             raise err(f"{where}.{key}", f"expected a non-empty string, got {cv.brief(raw[key])}")
     if not isinstance(raw.get("upstream", ""), str):
         raise err(f"{where}.upstream", f"expected a string (a reference), got {cv.brief(raw['upstream'])}")
-    for key in ("kind", "aspect", "method", "op"):
+    for key in ("kind", "aspect", "method", "op", "role"):
         if key in raw and not isinstance(raw[key], str):
             raise err(f"{where}.{key}", f"expected a string (a shell-style pattern), got {cv.brief(raw[key])}")
     fields: dict[str, Any] = dict(raw)

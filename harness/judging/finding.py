@@ -23,6 +23,9 @@ class Finding:
     detail: str = ""
     values: tuple[str, str] | None = None  # a value finding's two values (not part of the signature)
     at: str = ""  # a value finding on a larger tensor: the first differing element, e.g. "[1, 0]"
+    # The declared kind (param, buffer, lazy) of the subject or of what it is a snapshot of, for
+    # verdict and value findings (not part of the signature; a baseline entry may match it).
+    role: str | None = None
 
     @property
     def signature(self) -> str:
@@ -58,6 +61,7 @@ class Finding:
                 "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
                 "method": self.method, "sides": list(self.sides), "subject": self.subject,
                 "values": None if self.values is None else list(self.values), "at": self.at,
+                "role": self.role,
                 "sentence": self.sentence(), "detail": self.detail}
 
 

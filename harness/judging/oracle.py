@@ -44,8 +44,8 @@ import numpy as np
 from harness.case import ops
 from harness.case.ir import Program, names_bound
 from harness.judging.finding import Finding
-from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values, snapshots,
-                    verdicts, writes_into)
+from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values,
+                                   snapshots, subject_role, verdicts, writes_into)
 from harness.judging.value_compare import adam_lr, elements_differ, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
@@ -64,7 +64,7 @@ def nondeterministic_names(program: Program) -> set[str]:
     while True:
         before = len(out)
         for op in program.ops:
-            out.update(b.name for b in ops.bindings(op, params) if b.source in out)
+            out.update(b.name for b in ops.bindings(op, params) + ops.rebindings(op) if b.source in out)
             target = ops.written(op)
             if target is not None and any(n in out for n in ops.reads(op) if n != target):
                 out.add(target)
@@ -72,17 +72,21 @@ def nondeterministic_names(program: Program) -> set[str]:
             return out
 
 
-def _hidden_ops(a: Trace, b: Trace) -> set[int]:
-    """Ops that did not run on both sides, and every op after one that failed on one side only.
+def _hidden_ops(program: Program, a: Trace, b: Trace) -> set[int]:
+    """Ops that did not run on both sides, and every op after one that failed on one side only
+    or that replaced the model (``OpSpec.replaces_model``: a ``load``) on one side only.
     Unsupported and skipped ops are never compared. An op that failed on one side is reported
     once, as an ``error`` finding, and nothing after it is compared: a failed call may have done
     part of its work or consumed its input (burn moves a value into the call that panics), so the
-    two sides' states differ by construction, not by a second root cause."""
+    two sides' states differ by construction, not by a second root cause. A model loaded on one
+    side only holds other tensors than the other side's from then on, for the same reason."""
     hidden = set()
     for i, (x, y) in enumerate(zip(a.steps, b.steps)):
         if x.status != "ok" or y.status != "ok":
             hidden.add(i)
         if (x.status == "error") != (y.status == "error"):
+            return hidden | set(range(i, len(a.steps)))
+        if (x.status == "ok") != (y.status == "ok") and i < len(program.ops) and ops.spec(program.ops[i]).replaces_model:
             return hidden | set(range(i, len(a.steps)))
     return hidden
 
@@ -141,7 +145,7 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
             if sa != sb:
                 f = Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
                             op_label=ops.signature_class(ctx.program.ops[k]), method=a.snapshot.method,
-                            sides=(sa, sb), op_index=k, subject=name)
+                            sides=(sa, sb), op_index=k, subject=name, role=subject_role(ctx.program, name))
                 if "none" in (sa, sb):
                     effect = _one_sided(ctx, a.snapshot, k, hidden)
                     if effect is _DERIVED:
@@ -254,7 +258,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
     common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
-                  method=None, sides=sides, op_index=i, subject=name)
+                  method=None, sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = elements_differ(x, y, adam_lr(ctx.program))
@@ -382,7 +386,7 @@ def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tupl
     ctx = PairContext(program, kind, ids, traces, verdict_maps)
     if not _compare_status(ctx):
         return ctx.findings
-    hidden = _hidden_ops(*traces)
+    hidden = _hidden_ops(program, *traces)
     diverged = _compare_verdicts(ctx, hidden)
     diverged = _compare_identity(ctx, hidden) or diverged
     if not diverged:

@@ -209,7 +209,20 @@ class Verdict:
 def snapshots(program: Program) -> list[SnapshotInfo]:
     params = [t.name for t in program.tensors if t.trainable]
     return [SnapshotInfo(b.name, i, b.source, b.method)
-            for i, op in enumerate(program.ops) for b in ops.bindings(op, params)]
+            for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)]
+
+
+def subject_role(program: Program, name: str) -> str | None:
+    """The declared kind (param, buffer, lazy) of the tensor ``name`` is, or else is a snapshot
+    of, through snapshot sources (``s1 = alias(s0)``, ``s0 = clone(b0)``: buffer)."""
+    declared = {t.name: t.kind for t in program.tensors}
+    source = {s.name: s.source for s in snapshots(program)}
+    seen = set()
+    # A declared name is its own kind, even where a ``replace`` made it a snapshot relation.
+    while name not in declared and name in source and name not in seen:
+        seen.add(name)
+        name = source[name]
+    return declared.get(name)
 
 
 def same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:

@@ -51,11 +51,13 @@ def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]]) -> P
 
 
 def _bound_by(op: Mapping[str, Any], params: Sequence[str]) -> set[str]:
-    return {b.name for b in ops.bindings(op, params)}
+    """The names and checkpoints ``op`` makes (a name and a checkpoint are never equal: a
+    checkpoint is a prefix, which no bound name is)."""
+    return {b.name for b in ops.bindings(op, params)} | set(ops.checkpoints_taken(op))
 
 
 def _uses(op: Mapping[str, Any]) -> set[str]:
-    return set(ops.reads(op))
+    return set(ops.reads(op)) | set(ops.checkpoints_read(op))
 
 
 def without_ops(program: Program, drop: set[int]) -> Program | None:
@@ -204,6 +206,8 @@ def _simpler_op(op: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
             candidates = [list(v) for v in _simpler_values(tuple(value))]
         elif f.kind == "row":
             candidates = [0] if value is not None and value > 0 else []
+        elif f.kind == "flag":
+            candidates = [False] if value else []
         else:
             candidates = []
         for simpler in candidates:
@@ -211,7 +215,8 @@ def _simpler_op(op: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def canonical_names(program: Program) -> Program:
-    """Renames tensors p0.., b0.., l0.. and snapshots s0.., module clones m0.., in order."""
+    """Renames tensors p0.., b0.., l0.. and snapshots s0.., module clones m0.., checkpoints c0..,
+    in order."""
     mapping: dict[str, str] = {}
     counters: dict[str, int] = {}
 
@@ -232,9 +237,11 @@ def canonical_names(program: Program) -> Program:
             op[f.name] = mapping[op[f.name]]
         for f in spec.of_kind("new"):
             mapping[op[f.name]] = op[f.name] = fresh("s")
+        for f in spec.of_kind("checkpoint"):
+            op[f.name] = mapping[op[f.name]]
         for f in spec.of_kind("prefix"):
             old = op[f.name]
-            op[f.name] = fresh("m")
+            op[f.name] = mapping[old] = fresh("c" if f.checkpoint else "m")
             for p in params:
                 mapping[f"{old}.{p}"] = f"{op[f.name]}.{mapping[p]}"
         renamed.append(op)

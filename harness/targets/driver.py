@@ -13,7 +13,8 @@ exactly as the Rust driver does:
 - an op whose ``op`` field is missing or not a string: status ``error``; an op name outside the
   op table (``harness.case.ops``): ``unsupported`` (``unknown op "name"``); an op with a missing,
   unknown or mistyped field: ``error`` (``malformed op: ...``); an op using names that are not
-  bound: ``skipped`` (``no tensor named a, b``);
+  bound: ``skipped`` (``no tensor named a, b``), as is one whose session raises ``Skipped`` (a
+  checkpoint whose ``save`` did not run there);
 - an exception raised inside ``apply`` (the Python form of a Rust panic): ``error`` with
   ``"<ExceptionType>: <message>"``; one raised by ``observe``: that name's observation is
   ``unreadable`` with the same message;
@@ -71,6 +72,11 @@ OK, UNSUPPORTED, ERROR, SKIPPED = "ok", "unsupported", "error", "skipped"
 class Unsupported(Exception):
     """``Outcome::Unsupported``: the framework has no call for this op (or device, in ``open``);
     the message is reported as is."""
+
+
+class Skipped(Exception):
+    """``Outcome::Skipped``: something the op needs was never made in this session (a checkpoint
+    whose ``save`` did not run); the message is reported as is."""
 
 
 class OpError(Exception):
@@ -147,6 +153,8 @@ def run_op(session: Session, raw: Any, fault: str | None = None) -> tuple[str, s
         session.apply(op)
     except Unsupported as e:
         return UNSUPPORTED, str(e)
+    except Skipped as e:
+        return SKIPPED, str(e)
     except Exception as e:  # noqa: BLE001 - the framework's errors are the data
         return ERROR, _message(e)
     return OK, None

@@ -74,6 +74,13 @@ def _str(d: dict, key: str) -> str:
     return v
 
 
+def _bool(d: dict, key: str) -> bool:
+    v = _need(d, key)
+    if not isinstance(v, bool):
+        raise Malformed(f"invalid type for `{key}`: expected a boolean")
+    return v
+
+
 def _enum(d: dict, key: str, variants) -> str:
     v = _str(d, key)
     if v not in variants:
@@ -243,6 +250,8 @@ _FIELD_PARSERS: dict[str, Callable[[dict, op_table.Field], Any]] = {
     "name": lambda raw, f: _str(raw, f.name),
     "new": lambda raw, f: _str(raw, f.name),
     "prefix": lambda raw, f: _str(raw, f.name),
+    "checkpoint": lambda raw, f: _str(raw, f.name),
+    "flag": lambda raw, f: _bool(raw, f.name),
     "number": _parse_number,
     "choice": lambda raw, f: _enum(raw, f.name, f.choices),
     "row": _parse_row,

@@ -34,8 +34,20 @@ def comment_lines(prefix: str, i: int, op: dict, status: str, message: str | Non
     return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{status}`{msg}"]
 
 
-def step_fields(op: dict) -> tuple[str, float, float, list[float], float, float]:
-    """(optimizer, lr, momentum, betas, eps, weight_decay) of a ``step``, defaults filled in."""
+def step_fields(op: dict) -> dict:
+    """The hyper-parameters of a ``step`` or ``set_lr`` (optimizer, lr, momentum, dampening,
+    betas, eps, weight_decay), defaults filled in."""
     betas = op.get("betas") or [0.9, 0.999]
-    return (op["optimizer"], float(op.get("lr", 0.1)), float(op.get("momentum") or 0.0), [float(b) for b in betas],
-            float(op.get("eps") if op.get("eps") is not None else 1e-8), float(op.get("weight_decay") or 0.0))
+    return {"optimizer": op["optimizer"], "lr": float(op.get("lr", 0.1)),
+            "momentum": float(op.get("momentum") or 0.0), "dampening": float(op.get("dampening") or 0.0),
+            "betas": [float(b) for b in betas],
+            "eps": float(op.get("eps") if op.get("eps") is not None else 1e-8),
+            "weight_decay": float(op.get("weight_decay") or 0.0)}
+
+
+def optimizer_key(op: dict, lr: float | None = None) -> tuple:
+    """The live optimizer a ``step`` or ``set_lr`` names (with learning rate ``lr`` instead of the
+    op's, given one), as the probes key theirs."""
+    f = step_fields(op)
+    return (f["optimizer"], float(f["lr"] if lr is None else lr), f["momentum"], f["dampening"],
+            tuple(f["betas"]), f["eps"], f["weight_decay"])

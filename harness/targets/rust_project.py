@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Iterable
 from harness.case import ops
 from harness.case.ir import Program
 from harness.paths import PROBES_WORKSPACE
-from harness.targets.reproducer_base import comment_lines, op_text, statuses, step_fields
+from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields
 
 # The crates a reproducer of each framework depends on (their version and features are read from
 # the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
@@ -72,7 +72,8 @@ class MainWriter:
 
     def __init__(self) -> None:
         self.body: list[str] = []
-        self._optimizers: dict[str, str] = {}
+        self._optimizers: dict[tuple, str] = {}
+        self.checkpoints: dict[str, str] = {}  # what each translated ``save`` kept: "memory" | "file"
 
     def declare(self, tensor) -> None:
         raise NotImplementedError
@@ -86,28 +87,39 @@ class MainWriter:
 
     def untranslatable(self, op: dict) -> tuple[str, str] | None:
         """(status, message) where an op the framework ran cannot be written here: one of its
-        inputs has no translation."""
+        inputs (a name or a checkpoint) has no translation."""
         if any(not self.bound(name) for name in ops.reads(op)):
             return "not translated", "its input was not translated"
+        if any(c not in self.checkpoints for c in ops.checkpoints_read(op)):
+            return "not translated", "its checkpoint was not translated"
         return None
 
     def not_run(self, op: dict) -> None:
         """Called for an op that is only a comment (its snapshot, say, binds nothing)."""
 
     def optimizer(self, op: dict, ctor: str, args: Iterable[str], suffix: str = "") -> str:
-        """The optimizer variable of a ``step``: one per distinct step spec (the whole op), declared
-        at its first step as ``let mut optN = ctor(args)suffix;``, as the probes key theirs.
-        ``args`` names fields of the step (``kind``, ``lr``, ``momentum``, ``betas``, ``eps``,
-        ``weight_decay``) as Rust literals; anything else is passed as written."""
-        key = json.dumps(op, sort_keys=True)
+        """The variable of the live optimizer a ``step`` or ``set_lr`` names (``optimizer_key``),
+        declared where it is first named as ``let mut optN = ctor(args)suffix;``, as the probes
+        key theirs. ``args`` names hyper-parameters (``kind``, ``lr``, ``momentum``,
+        ``dampening``, ``betas``, ``eps``, ``weight_decay``) as Rust literals; anything else is
+        passed as written."""
+        key = optimizer_key(op)
         if key not in self._optimizers:
             self._optimizers[key] = var = f"opt{len(self._optimizers)}"
-            kind, lr, momentum, betas, eps, wd = step_fields(op)
-            fields = {"kind": f'"{kind}"', "lr": rust_float(lr), "momentum": rust_float(momentum),
-                      "betas": f"[{rust_float(betas[0])}, {rust_float(betas[1])}]", "eps": rust_float(eps),
-                      "weight_decay": rust_float(wd)}
+            f = step_fields(op)
+            fields = {"kind": f'"{f["optimizer"]}"', "lr": rust_float(f["lr"]),
+                      "momentum": rust_float(f["momentum"]), "dampening": rust_float(f["dampening"]),
+                      "betas": f"[{rust_float(f['betas'][0])}, {rust_float(f['betas'][1])}]",
+                      "eps": rust_float(f["eps"]), "weight_decay": rust_float(f["weight_decay"])}
             self.body.append(f"    let mut {var} = {ctor}({', '.join(fields.get(a, a) for a in args)}){suffix};")
         return self._optimizers[key]
+
+    def has_optimizer(self, op: dict) -> bool:
+        return optimizer_key(op) in self._optimizers
+
+    def refile_optimizer(self, op: dict) -> None:
+        """After a ``set_lr``: its optimizer is named by learning rate ``to`` from now on."""
+        self._optimizers[optimizer_key(op, op["to"])] = self._optimizers.pop(optimizer_key(op))
 
     def op(self, i: int, op: dict, status: str, message: str | None) -> None:
         self.body.append("")

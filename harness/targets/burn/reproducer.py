@@ -34,6 +34,7 @@ _TENSOR_METHODS = {
     "reshape": ("flatten({t})", 1), "view_row": ("{t}.slice([0..1])", None), "transpose": ("{t}.transpose()", None),
     "to_host": ("through_host({t})", None),
 }
+_OPTIMIZER_ARGS = ("kind", "momentum", "dampening", "betas", "eps", "weight_decay")
 _DEVICES = {"home": "cpu_device()", "cpu": "cpu_device()", "alt": "Device::ndarray().autodiff()"}
 
 
@@ -171,14 +172,55 @@ class _Writer(MainWriter):
         fn = "assign_tensor" if self.slots[op["target"]][0] == "tensor" else "assign_param"
         self.rebind(op["target"], lambda v: f"{fn}({v}, {index}, {src})")
 
+    def replace(self, op: dict) -> None:
+        """The value first (the probe's ``replace``), then ``Param::from_tensor`` (a new ParamId)
+        or ``Param::map`` (the id kept) in the param's slot."""
+        value, s = op["value"], self.slots[op["value"]]
+        src = self.new_var(f"{value}_value")
+        self.body.append(f"    let {src} = {self.ref(value)}{'.val()' if s[0] in ('model', 'param') else '.clone()'};")
+        if op["how"] == "new":
+            self.rebind(op["target"], lambda v: f"{{ let _ = {v}; Param::from_tensor({src}) }}")
+        else:
+            self.rebind(op["target"], lambda v: f"{v}.map(|_| {src})")
+
     def step(self, op: dict) -> None:
         """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
-        var = self.optimizer(op, "make_optimizer", ("kind", "momentum", "betas", "eps", "weight_decay"))
+        var = self.optimizer(op, "make_optimizer", _OPTIMIZER_ARGS)
         terms = [f"loss_term(&model.p{r}[{idx}], &{rust_f32_list(g)}, &dev)" for _, r, idx, g in self.params]
         self.body += ["    {", f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
                       "        let grads = loss.backward();",
                       "        let gp = GradientsParams::from_grads(grads, &model);",
-                      f"        model = {var}.step({rust_float(step_fields(op)[1])}, model, gp);", "    }"]
+                      f"        model = {var}.step({rust_float(step_fields(op)['lr'])}, model, gp);", "    }"]
+
+    def set_lr(self, op: dict) -> None:
+        """A burn optimizer holds no learning rate: the next step passes the new one (and one not
+        made yet has no state, so the step that names it makes it)."""
+        self.body.append(f"    // set_lr: burn's Optimizer::step takes the learning rate; from here on {rust_float(op['to'])}")
+        if self.has_optimizer(op):
+            self.refile_optimizer(op)
+
+    def save(self, op: dict) -> None:
+        """The record or file, and its entries read by loading it into a model (as the probe)."""
+        c = ident(op["name"])
+        if op["to"] == "memory":
+            self.body += [f"    let {c}_record = model.clone().into_record();",
+                          f"    let {c}_read = model.clone().load_record({c}_record.clone());"]
+        else:
+            self.body += [f'    let {c}_path = checkpoints.next().expect("checkpoint");',
+                          f'    let {c}_read = save_and_load(model.clone(), &{c}_path, &dev).expect("save_file");']
+        self.checkpoints[op["name"]] = op["to"]
+        for pname, r, idx, _ in self.params:
+            n = f"{op['name']}.{pname}"
+            self.cur[n] = v = self.new_var(n)
+            self.body.append(f"    let {v} = {c}_read.p{r}[{idx}].clone();")
+            self.bind(n, ("param", r))
+
+    def load(self, op: dict) -> None:
+        c = ident(op["from"])
+        if self.checkpoints.get(op["from"]) == "memory":
+            self.body.append(f"    model = model.load_record({c}_record.clone());")
+        else:
+            self.body.append(f"    model = model.load_file(&{c}_path);")
 
     def move(self, op: dict) -> None:
         call = "to_device" if op["method"] == "to" else "fork"
@@ -202,7 +244,7 @@ class _Writer(MainWriter):
 
     EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
                 "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
-                "read": read}
+                "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace}
 
     def bound(self, name: str) -> bool:
         return self.slots.get(name) is not None
@@ -219,6 +261,9 @@ class _Writer(MainWriter):
     def not_run(self, op: dict) -> None:
         if op["op"] == "snapshot":
             self.slots.setdefault(op["name"], None)
+        elif op["op"] == "save":
+            for pname, _, _, _ in self.params:
+                self.slots.setdefault(f"{op['name']}.{pname}", None)
 
 
 def burn_main(program: Program, repro: dict | None = None) -> str:

@@ -17,7 +17,9 @@ from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32,
 
 _USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, VarMap};",
          "use std::collections::HashMap;", ""]
-_MAIN = ["fn main() -> candle_core::Result<()> {", "    let dev = Device::Cpu;", "    let varmap = VarMap::new();",
+_MAIN = ["fn main() -> candle_core::Result<()> {", "    let dev = Device::Cpu;",
+         "    #[allow(unused_mut)] // only `load` needs it mutable",
+         "    let mut varmap = VarMap::new();",
          "    let mut grads: HashMap<String, Vec<f32>> = HashMap::new();"]
 
 # Snapshot methods that are one candle call on the source tensor, giving a plain Tensor
@@ -134,6 +136,42 @@ class _Writer(MainWriter):
         var = self.optimizer(op, "Opt::new", ("kind", "&varmap", "lr", "betas", "eps", "weight_decay"), "?")
         self.body += ["    if let Some(loss) = loss(&varmap, &grads)? {", f"        {var}.backward_step(&loss)?;", "    }"]
 
+    def set_lr(self, op: dict) -> None:
+        var = self.optimizer(op, "Opt::new", ("kind", "&varmap", "lr", "betas", "eps", "weight_decay"), "?")
+        self.body.append(f"    {var}.set_learning_rate({rust_float(op['to'])});")
+        self.refile_optimizer(op)
+
+    def save(self, op: dict) -> None:
+        c = ident(op["name"])
+        self.checkpoints[op["name"]] = op["to"]
+        if op["to"] == "memory":
+            self.body.append(f"    let {c}_map: HashMap<String, Var> = varmap.data().lock().unwrap().clone();")
+            entries, kind = f"{c}_map", "var"
+        else:
+            self.body += [f'    let {c}_path = std::env::temp_dir().join(format!("aliasfuzz-repro-{{}}-{c}.safetensors", '
+                          'std::process::id()));',
+                          f"    varmap.save(&{c}_path)?;",
+                          f"    let {c}_read = candle_core::safetensors::load(&{c}_path, &dev)?;"]
+            entries, kind = f"{c}_read", "tensor"
+        for p in self.params:
+            n = f"{op['name']}.{p}"
+            self.body.append(f'    let {ident(n)} = {entries}["{p}"].clone();')
+            self.bind(n, kind)
+
+    def load(self, op: dict) -> None:
+        c = ident(op["from"])
+        if self.checkpoints.get(op["from"]) == "memory":
+            self.body.append(f"    varmap.set({c}_map.iter().map(|(k, v)| (k, v.as_tensor())))?;")
+        else:
+            self.body.append(f"    varmap.load(&{c}_path)?;")
+
+    def replace(self, op: dict) -> None:
+        """``new`` only (the probe answers ``unsupported`` for the others)."""
+        tgt = op["target"]
+        self.body += [f"    let {ident(tgt)} = Var::from_tensor({self.ten_ref(op['value'])})?;",
+                      f'    insert_var(&varmap, "{tgt}", &{ident(tgt)});']
+        self.bind(tgt, "var")
+
     def move(self, op: dict) -> None:
         tgt = op["target"]
         self.body.append(f"    let {ident(tgt)} = {self.ten(tgt)}.to_device(&Device::Cpu)?;  "
@@ -151,7 +189,8 @@ class _Writer(MainWriter):
         self.body.append(f"    let _ = values({self.ten_ref(op['target'])})?;")
 
     EMITTERS = {"snapshot": snapshot, "write": write, "assign": assign, "fill": fill, "scale": scale, "step": step, "move": move,
-                "module_clone": module_clone, "read": read}
+                "module_clone": module_clone, "read": read, "set_lr": set_lr, "save": save, "load": load,
+                "replace": replace}
 
 
 def candle_main(program: Program, repro: dict | None = None) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from harness.case.ir import Program
-from harness.targets.reproducer_base import comment_lines, op_text, statuses, step_fields
+from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields
 
 _PRELUDE = '''#!/usr/bin/env python3
 """aliasfuzz reproducer (PyTorch, CPU): {title}
@@ -45,6 +45,7 @@ model = Model()
 names = {{}}
 grads = {{}}
 optimizers = {{}}
+checkpoints = {{}}  # name -> the state dict as returned (memory) or the bytes torch.save wrote (file)
 '''
 
 # Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
@@ -106,27 +107,75 @@ def _scale(op: dict) -> list[str]:
     return ["with torch.no_grad():", f"    {_name(op['target'])}.mul_({float(op['factor'])!r})"]
 
 
-def _optimizer(o: str, lr: float, mom: float, betas: list[float], eps: float, wd: float) -> str:
-    params = "list(model.parameters())"
-    adam = f"lr={lr!r}, betas={tuple(betas)!r}, eps={eps!r}, weight_decay={wd!r}, foreach=False"
+def _optimizer(op: dict) -> str:
+    f = step_fields(op)
+    params, lr = "list(model.parameters())", f["lr"]
+    adam = (f"lr={lr!r}, betas={tuple(f['betas'])!r}, eps={f['eps']!r}, weight_decay={f['weight_decay']!r}, "
+            "foreach=False")
     return {"sgd": f"torch.optim.SGD({params}, lr={lr!r}, foreach=False)",
-            "sgd_momentum": f"torch.optim.SGD({params}, lr={lr!r}, momentum={mom!r}, foreach=False)",
+            "sgd_momentum": f"torch.optim.SGD({params}, lr={lr!r}, momentum={f['momentum']!r}, "
+                            f"dampening={f['dampening']!r}, foreach=False)",
             "adam": f"torch.optim.Adam({params}, {adam})",
-            "adamw": f"torch.optim.AdamW({params}, {adam})"}[o]
+            "adamw": f"torch.optim.AdamW({params}, {adam})"}[f["optimizer"]]
+
+
+def _live_optimizer(op: dict) -> list[str]:
+    """``opt`` = the live optimizer of the op's hyper-parameters, made if none is."""
+    key = optimizer_key(op)
+    return [f"if {key!r} not in optimizers:", f"    optimizers[{key!r}] = {_optimizer(op)}",
+            f"opt = optimizers[{key!r}]"]
 
 
 def _step(op: dict) -> list[str]:
-    """One optimizer per distinct spec, created at its first step; loss = sum of (p * grad)."""
-    o, lr, mom, betas, eps, wd = step_fields(op)
-    key = (o, lr, mom, tuple(betas), eps, wd)
-    return [f"if {key!r} not in optimizers:", f"    optimizers[{key!r}] = {_optimizer(o, lr, mom, betas, eps, wd)}",
-            f"opt = optimizers[{key!r}]", "opt.zero_grad()", "loss = None",
-            "for n, p in model.named_parameters():",
-            "    g = grads.get(n)",
-            "    g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)",
-            "    term = (p * g.to(p.device)).sum()",
-            "    loss = term if loss is None else loss + term",
-            "loss.backward()", "opt.step()"]
+    """loss = the sum of (p * grad) over the model's params; backward; the live optimizer's step."""
+    return _live_optimizer(op) + [
+        "opt.zero_grad()", "loss = None",
+        "for n, p in model.named_parameters():",
+        "    g = grads.get(n)",
+        "    g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)",
+        "    term = (p * g.to(p.device)).sum()",
+        "    loss = term if loss is None else loss + term",
+        "loss.backward()", "opt.step()"]
+
+
+def _set_lr(op: dict) -> list[str]:
+    return _live_optimizer(op) + [
+        "for group in opt.param_groups:", f"    group['lr'] = {float(op['to'])!r}",
+        f"optimizers[{optimizer_key(op, op['to'])!r}] = optimizers.pop({optimizer_key(op)!r})"]
+
+
+def _save(op: dict) -> list[str]:
+    n = op["name"]
+    out = ["_sd = model.state_dict()  # param.detach() and the buffers: no copy"]
+    if op["to"] == "memory":
+        out.append(f"checkpoints[{n!r}] = _sd")
+    else:
+        out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{n!r}] = _buf.getvalue()",
+                f"_sd = torch.load(io.BytesIO(checkpoints[{n!r}]))  # what the file holds"]
+    return out + ["for _k in grads:", f"    names[{n!r} + '.' + _k] = _sd[_k]"]
+
+
+def _replace(op: dict) -> list[str]:
+    t, v = op["target"], _name(op["value"])
+    if op["how"] == "new":
+        return [f"_old = model._parameters[{t!r}]", f"model.{t} = nn.Parameter({v})",
+                f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
+    if op["how"] == "data":
+        return [f"model._parameters[{t!r}].data = {v}"]
+    return ["with torch.no_grad():", f"    model._parameters[{t!r}].set_({v})"]
+
+
+def _load(op: dict) -> list[str]:
+    """``load_state_dict``; with ``assign=True`` the model's slots hold new objects, which the
+    declared names read from then on (as the torch target rebinds them)."""
+    return [f"_ck = checkpoints[{op['from']!r}]",
+            "_sd = torch.load(io.BytesIO(_ck)) if isinstance(_ck, bytes) else _ck",
+            "_before = {**model._parameters, **model._buffers}",
+            f"model.load_state_dict(_sd, assign={bool(op['assign'])!r})",
+            "_after = {**model._parameters, **model._buffers}",
+            "for _k, _old in _before.items():",
+            "    if _after[_k] is not _old and names.get(_k) is _old:",
+            "        names[_k] = _after[_k]"]
 
 
 def _move(op: dict) -> list[str]:
@@ -155,6 +204,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
     "no_grad": lambda op: ["model.requires_grad_(False)"],
     "freeze": lambda op: ["model.requires_grad_(False)"],
     "read": lambda op: [f"_ = {_name(op['target'])}.tolist()"],
+    "set_lr": _set_lr, "save": _save, "load": _load, "replace": _replace,
 }
 
 

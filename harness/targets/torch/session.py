@@ -7,7 +7,7 @@ implements its ``Probe`` (``TorchProbe``: the handshake and ``open``) and ``Sess
 serves them.
 
 The op -> torch call mapping follows ``docs/SEMANTICS.md`` (torch column); each choice is
-commented where it is made (``_take``, ``_op_move``, ``_op_step``).
+commented where it is made (``_take``, ``_op_move``; the training ops in ``training.py``).
 
 Float values are reported as the shortest decimal that round-trips the float32 value (numpy's
 ``str(np.float32(x))``), the same digits serde_json prints for an ``f32`` in the Rust probes, so
@@ -17,7 +17,6 @@ Float values are reported as the shortest decimal that round-trips the float32 v
 from __future__ import annotations
 
 import copy
-import inspect
 import io
 import json
 import platform
@@ -29,6 +28,7 @@ from torch import nn
 from harness.case import ops as op_table
 from harness.targets.driver import Unsupported
 from harness.targets.protocol import Program, unreadable
+from harness.targets.torch.training import TrainingOps
 
 # ---------------------------------------------------------------------------------------------
 # Devices.
@@ -41,8 +41,6 @@ def _mps_available() -> bool:
 
 CUDA = torch.cuda.is_available()
 MPS = _mps_available()
-# The fused implementations are picked by keyword; SGD only gained ``fused`` in later releases.
-SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters
 
 
 def _device_table() -> dict:
@@ -125,7 +123,7 @@ def _obs(t) -> dict:
     }
 
 
-class TorchSession:
+class TorchSession(TrainingOps):
     """One program on one torch device: the driver's ``Session``.
 
     ``bound`` maps every name bound now to the object a user's variable of that name would hold;
@@ -149,7 +147,7 @@ class TorchSession:
         self._round: tuple[dict[str, tuple | None], set] | None = None
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
-        self.optimizers: dict[tuple, torch.optim.Optimizer] = {}
+        self._init_training()
         for spec in tensors:
             if spec["name"] in self.bound:
                 raise ValueError(f"tensor {spec['name']!r} declared twice")
@@ -260,6 +258,21 @@ class TorchSession:
                 t.copy_(src)  # "Copies the elements from src into self" (Tensor.copy_)
             else:
                 t[op["index"]] = src  # Tensor.__setitem__: copy_ into the row view
+
+    def _op_replace(self, op: dict) -> None:
+        name, value = op["target"], self.bound[op["value"]]
+        old = self.model._parameters[name]
+        if op["how"] == "new":
+            # `module.w = nn.Parameter(v)`: a new Parameter over v's storage (no copy,
+            # pytorch/pytorch#22821); nn.Module.__setattr__ puts it in _parameters.
+            setattr(self.model, name, nn.Parameter(value))
+            self._rebind_slot(self.model, name, old, self.model._parameters[name], name)
+        elif op["how"] == "data":
+            old.data = value  # the same object, now over v's storage (Tensor.data setter)
+        else:
+            with torch.no_grad():
+                old.set_(value)  # the same object rebound to v's storage (Tensor.set_)
+
     def _op_fill(self, op: dict) -> None:
         with torch.no_grad():
             self.bound[op["target"]].fill_(op["value"])
@@ -267,50 +280,6 @@ class TorchSession:
     def _op_scale(self, op: dict) -> None:
         with torch.no_grad():
             self.bound[op["target"]].mul_(op["factor"])
-
-    def _optimizer(self, op: dict) -> torch.optim.Optimizer:
-        key = (op["optimizer"], op["lr"], op["momentum"], op["betas"], op["eps"], op["weight_decay"])
-        opt = self.optimizers.get(key)
-        if opt is not None:
-            return opt
-        kind = op["optimizer"]
-        if self.variant == "plain":
-            impl = {"foreach": False}
-        elif self.variant == "foreach":
-            impl = {"foreach": True}
-        else:
-            if kind.startswith("sgd") and not SGD_HAS_FUSED:
-                raise Unsupported(f"torch {torch.__version__} has no fused SGD")
-            impl = {"fused": True}
-        # The optimizer holds whatever the model holds now (SEMANTICS.md): list(parameters()).
-        params = list(self.model.parameters())
-        if kind == "sgd":
-            opt = torch.optim.SGD(params, lr=op["lr"], **impl)
-        elif kind == "sgd_momentum":
-            opt = torch.optim.SGD(params, lr=op["lr"], momentum=op["momentum"], **impl)
-        elif kind == "adam":
-            opt = torch.optim.Adam(params, lr=op["lr"], betas=op["betas"], eps=op["eps"],
-                                   weight_decay=op["weight_decay"], **impl)
-        else:
-            opt = torch.optim.AdamW(params, lr=op["lr"], betas=op["betas"], eps=op["eps"],
-                                    weight_decay=op["weight_decay"], **impl)
-        self.optimizers[key] = opt
-        return opt
-
-    def _op_step(self, op: dict) -> None:
-        opt = self._optimizer(op)
-        opt.zero_grad()  # set_to_none=True by default
-        loss = None
-        for name, p in self.model.named_parameters():
-            g = self.grads.get(name)
-            g = (torch.ones(p.shape, dtype=torch.float32, device=p.device) if g is None
-                 else torch.tensor(g, dtype=torch.float32, device=p.device).reshape(p.shape))
-            term = (p * g).sum()
-            loss = term if loss is None else loss + term
-        if loss is None:
-            raise ValueError("the model has no parameters")
-        loss.backward()
-        opt.step()
 
     def _op_move(self, op: dict) -> None:
         if op["method"] == "fork":

@@ -3,17 +3,21 @@
 
 use crate::on_val;
 use crate::support::{
-    cpu_device, flatten, loss_term, make_optimizer, placeholder, record_round_trip, save_and_load,
+    cpu_device, flatten, placeholder, record_round_trip, save_and_load,
     through_host, to_own_device, uniform_param, Checkpoints, Edit, Model,
 };
-use crate::vals::{assign_val, edit_val, move_val, obs_param, observe_val, read_val, IntoVal, MoveKind, Val};
-use aliasfuzz_protocol::{
-    panic_message, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome,
-    Program, Session, TensorKind, TensorSpec,
+use crate::vals::{
+    assign_val, edit_val, move_val, obs_param, observe_val, read_val, replace_val, IntoVal, MoveKind, Val,
 };
+use aliasfuzz_protocol::{
+    panic_message, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op,
+    Outcome, Program, ReplaceHow, Session, TensorKind, TensorSpec,
+};
+use burn::store::ModuleRecord;
+use std::path::PathBuf;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
-use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::optim::ModuleOptimizer;
 use burn::tensor::{Device, Tensor, TensorData};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -44,9 +48,21 @@ pub struct BurnSession {
     order: Vec<String>,
     slots: HashMap<String, Slot>,
     optims: Vec<(String, ModuleOptimizer)>,
+    /// What each `save` kept, by checkpoint name.
+    saved: HashMap<String, Saved>,
     /// Checkpoint files written by `save_load`, kept until the session ends (a param loaded by
     /// `load_file` reads the file on access).
     checkpoints: Checkpoints,
+}
+
+mod training;
+
+/// What a `save` kept.
+enum Saved {
+    /// `model.clone().into_record()`.
+    Record(ModuleRecord),
+    /// The file `save_file` wrote.
+    File(PathBuf),
 }
 
 fn make<const D: usize>(spec: &TensorSpec, home: &Device) -> Result<Val, String>
@@ -125,6 +141,7 @@ impl BurnSession {
             order: vec![],
             slots: HashMap::new(),
             optims: vec![],
+            saved: HashMap::new(),
             checkpoints: Checkpoints::default(),
         };
         for spec in &program.tensors {
@@ -352,51 +369,22 @@ impl BurnSession {
         self.consume(target, |v| assign_val(v, index, &src))
     }
 
-    fn step(
-        &mut self,
-        kind: OptimizerKind,
-        lr: f64,
-        momentum: f64,
-        betas: [f64; 2],
-        eps: f64,
-        weight_decay: f64,
-    ) -> Outcome {
-        // loss = sum over the model's params of (p * g).sum(); backward; GradientsParams.
-        let mut loss: Option<Tensor<1>> = None;
-        for mp in &self.params {
-            if self.lost.contains(&(mp.rank, mp.idx)) {
-                continue;
-            }
-            let term = match mp.rank {
-                1 => loss_term(&self.model.p1[mp.idx], &mp.grad, &self.home),
-                2 => loss_term(&self.model.p2[mp.idx], &mp.grad, &self.home),
-                _ => loss_term(&self.model.p3[mp.idx], &mp.grad, &self.home),
-            };
-            loss = Some(match loss {
-                None => term,
-                Some(l) => l + term,
-            });
+    /// `replace`: the value taken first (so `value == target` reads the param itself), then the
+    /// param's slot rebound to `Param::from_tensor(value)` (`new`: a new ParamId, burn#2428) or
+    /// `param.map(|_| value)` (`data`: the id kept).
+    fn replace(&mut self, target: &str, value: &str, how: ReplaceHow) -> Outcome {
+        if how == ReplaceHow::Set {
+            return Outcome::Unsupported(
+                "burn has no storage rebinding (torch's set_): a burn tensor is a value; \
+                 Param::map (`data`) and Param::from_tensor (`new`) are its two calls"
+                    .into(),
+            );
         }
-        let Some(loss) = loss else {
-            return Outcome::Error("the model has no params".into());
+        let src = match self.get(value) {
+            Ok(v) => v,
+            Err(o) => return o,
         };
-        let grads = loss.backward();
-        let gp = GradientsParams::from_grads(grads, &self.model);
-        let key = format!("{kind:?}|{lr}|{momentum}|{betas:?}|{eps}|{weight_decay}");
-        let at = match self.optims.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                let opt = make_optimizer(kind.into(), momentum, betas, eps, weight_decay);
-                self.optims.push((key, opt));
-                self.optims.len() - 1
-            }
-        };
-        // The optimizer leaves the list while it steps (model_op borrows self), then goes back
-        // to the same place, so its state persists.
-        let (key, mut opt) = self.optims.remove(at);
-        let outcome = self.model_op(|m| opt.step(lr, m, gp));
-        self.optims.insert(at, (key, opt));
-        outcome
+        self.consume(target, |v| replace_val(v, &src, how == ReplaceHow::Data))
     }
 
     fn module_clone(&mut self, name: &str) -> Outcome {
@@ -435,9 +423,11 @@ impl Session for BurnSession {
             Op::Fill { target, value } => self.edit(target, Edit::Fill(*value)),
             Op::Scale { target, factor } => self.edit(target, Edit::Scale(*factor)),
             Op::Assign { target, source, index } => self.assign(target, source, *index),
-            Op::Step { optimizer, lr, momentum, betas, eps, weight_decay } => {
-                self.step(*optimizer, *lr, *momentum, *betas, *eps, *weight_decay)
-            }
+            Op::Step { .. } => self.step(&op.optimizer_spec().expect("a step names an optimizer")),
+            Op::SetLr { to, .. } => self.set_lr(&op.optimizer_spec().expect("set_lr names an optimizer"), *to),
+            Op::Save { name, to } => self.save(name, *to),
+            Op::Load { from, assign } => self.load(from, *assign),
+            Op::Replace { target, value, how } => self.replace(target, value, *how),
             Op::Move { target, device, method } => {
                 let dev = match device {
                     DeviceRole::Home => self.home.clone(),

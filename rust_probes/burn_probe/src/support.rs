@@ -258,16 +258,23 @@ pub fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32], home: &Devi
 }
 
 /// The optimizer of a `step`, by its case-format name (`sgd`, `sgd_momentum`, `adam`, `adamw`).
-pub fn make_optimizer(kind: &str, momentum: f64, betas: [f64; 2], eps: f64, weight_decay: f64) -> ModuleOptimizer {
+pub fn make_optimizer(
+    kind: &str,
+    momentum: f64,
+    dampening: f64,
+    betas: [f64; 2],
+    eps: f64,
+    weight_decay: f64,
+) -> ModuleOptimizer {
     // L2 weight decay, added to the gradient (burn-optim decay.rs `WeightDecay::transform`).
     let decay = (weight_decay != 0.0).then(|| WeightDecayConfig::new(weight_decay as f32));
     match kind {
         "sgd" => SgdConfig::new().with_weight_decay(decay).init(),
-        // MomentumConfig defaults to dampening 0.1 (burn-optim momentum.rs): set 0 explicitly.
+        // MomentumConfig defaults to dampening 0.1 (burn-optim momentum.rs): always set it.
         "sgd_momentum" => SgdConfig::new()
             .with_weight_decay(decay)
             .with_momentum(Some(
-                MomentumConfig::new().with_momentum(momentum).with_dampening(0.0).with_nesterov(false),
+                MomentumConfig::new().with_momentum(momentum).with_dampening(dampening).with_nesterov(false),
             ))
             .init(),
         "adam" => AdamConfig::new()

@@ -267,6 +267,30 @@ pub fn assign_val(v: Val, index: Option<usize>, src: &Val) -> Val {
     )
 }
 
+/// `replace` of a param by `src`'s value: `Param::from_tensor(value)`, a new ParamId
+/// (burn#2428), or `Param::map(|_| value)`, which keeps the id. A plain tensor is rebound to the
+/// value (`t = v`).
+pub fn replace_val(v: Val, src: &Val, keep_id: bool) -> Val {
+    on_val!(v,
+        param p => if keep_id {
+            p.map(|_| source_tensor(src)).into_val()
+        } else {
+            new_param(p, source_tensor(src)).into_val()
+        },
+        tensor t => rebound(t, source_tensor(src)).into_val(),
+    )
+}
+
+/// `Param::from_tensor(v)` in place of `old`, for a `v` of `old`'s rank.
+fn new_param<const D: usize>(_old: Param<Tensor<D>>, v: Tensor<D>) -> Param<Tensor<D>> {
+    Param::from_tensor(v)
+}
+
+/// `t = v`, for a `v` of `t`'s rank.
+fn rebound<const D: usize>(_t: Tensor<D>, v: Tensor<D>) -> Tensor<D> {
+    v
+}
+
 pub fn edit_val(v: Val, edit: &Edit) -> Val {
     on_val!(v, param p => edit_param(p, edit).into_val(), tensor t => edit_tensor(t, edit).into_val())
 }

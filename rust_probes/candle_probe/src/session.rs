@@ -27,6 +27,11 @@
 //! | read          | `t.flatten_all()?.to_vec1::<f32>()?`                                      |
 //! | assign (whole)| `Var::set(&src)` on a `Var`; `t.slice_set(&src, 0, 0)?` on a plain tensor |
 //! | assign (row)  | `t.slice_set(&src.unsqueeze(0)?, 0, index)?`                              |
+//! | set_lr        | `opt.set_learning_rate(to)` on the live optimizer                         |
+//! | save (memory) | a clone of the `VarMap::data()` map: the same `Var`s, under their names   |
+//! | save (file)   | `VarMap::save(path)`; `<name>.<p>` = `candle_core::safetensors::load(path)` |
+//! | load          | memory: `VarMap::set` of the map's tensors; file: `VarMap::load(path)`; `assign`: unsupported |
+//! | replace (new) | `Var::from_tensor(&v)?` inserted in the VarMap under the name; `data`, `set`: unsupported |
 //! | valid, train, no_grad, freeze | unsupported (candle has no module modes or requires-grad switch) |
 //!
 //! Handles. A name is bound either to a `Var` or to a `Tensor`, whichever type the user's
@@ -39,11 +44,11 @@
 //! only a `Var` can do (`Var::set`).
 
 use aliasfuzz_protocol::{
-    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, OptimizerKind, Outcome, Program, Session,
-    TensorKind,
+    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op,
+    Outcome, Program, ReplaceHow, Session, TensorKind,
 };
 use crate::support::{
-    assign_from, insert_var, lazy_var, loss, save_and_load, through_host, values, var_of, write_row, Opt,
+    assign_from, insert_var, lazy_var, save_and_load, through_host, values, var_of, write_row, Opt,
 };
 use candle_core::{Device, DeviceLocation, Tensor, Var};
 use candle_nn::{Init, VarMap};
@@ -52,8 +57,10 @@ use std::collections::HashMap;
 /// Ops this probe interprets (some answer `unsupported` for some inputs: `scale` on a plain
 /// tensor, `step` with `sgd_momentum`, `move` with `fork`). `valid`, `train`, `no_grad` and
 /// `freeze` are never supported and so are not listed.
-pub const OPS: &[&str] =
-    &["snapshot", "write", "fill", "scale", "step", "move", "module_clone", "read", "assign"];
+pub const OPS: &[&str] = &[
+    "snapshot", "write", "fill", "scale", "step", "set_lr", "move", "module_clone", "read", "assign",
+    "save", "load", "replace",
+];
 
 /// Snapshot methods this probe interprets (`state_dict` and `save_load` for params only).
 /// `deepcopy` is never supported (candle has no such call) and so is not listed.
@@ -89,8 +96,22 @@ pub struct CandleSession {
     /// Bound names in creation order; rebinding keeps the position.
     order: Vec<String>,
     bound: HashMap<String, Handle>,
-    /// One optimizer per distinct step spec (key: the serialized op), created at its first step.
+    /// The live optimizers, by the key of their hyper-parameters (`OptimizerSpec::key`).
     optimizers: HashMap<String, Opt>,
+    /// Checkpoints taken by `save`, by name.
+    checkpoints: HashMap<String, Checkpoint>,
+    /// Where `save` to a file writes, made at the first such save and removed with the session.
+    checkpoint_dir: Option<tempfile::TempDir>,
+}
+
+mod training;
+
+/// What a `save` kept.
+enum Checkpoint {
+    /// The VarMap's map as it was: the model's own `Var`s under their names.
+    Memory(HashMap<String, Var>),
+    /// The safetensors file `VarMap::save` wrote.
+    File(std::path::PathBuf),
 }
 
 /// A candle error as a one-line message (without the captured backtrace, if any).
@@ -126,6 +147,8 @@ impl CandleSession {
             order: vec![],
             bound: HashMap::new(),
             optimizers: HashMap::new(),
+            checkpoints: HashMap::new(),
+            checkpoint_dir: None,
         };
         for spec in &program.tensors {
             let name = spec.name.clone();
@@ -263,34 +286,22 @@ impl CandleSession {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn step(&mut self, op: &Op, kind: OptimizerKind, lr: f64, betas: [f64; 2], eps: f64, wd: f64) -> R<()> {
-        // `momentum` only matters to `sgd_momentum`; the harness fills it for every step.
-        let key = serde_json::to_string(op).expect("ops serialize");
-        if !self.optimizers.contains_key(&key) {
-            let opt = match kind {
-                OptimizerKind::SgdMomentum => {
-                    return Err(Outcome::Unsupported(
-                        "candle_nn::SGD has no momentum (optim.rs: \"this version does not support \
-                         momentum\") and candle-nn has no other SGD"
-                            .into(),
-                    ))
-                }
-                OptimizerKind::Adam if wd != 0.0 => {
-                    return Err(Outcome::Unsupported(
-                        "candle has no Adam with L2 weight decay: candle_nn::AdamW decays \
-                         decoupled (theta * (1 - lr*wd)), which is AdamW, not Adam"
-                            .into(),
-                    ))
-                }
-                _ => ce(Opt::new(kind.into(), &self.varmap, lr, betas, eps, wd))?,
-            };
-            self.optimizers.insert(key.clone(), opt);
+    /// `replace` with a new `Var`: `Var::from_tensor(&value)` (the value's own Var when it is one,
+    /// candle#2124; a copy otherwise) inserted in the VarMap under the param's name. Optimizers
+    /// made before keep the old Var.
+    fn replace(&mut self, target: &str, value: &str, how: ReplaceHow) -> R<()> {
+        if how != ReplaceHow::New {
+            return Err(Outcome::Unsupported(
+                "candle has no call that rebinds a Var's storage (torch's p.data = v, p.set_(v)): \
+                 Var::set copies values in, which is `assign`"
+                    .into(),
+            ));
         }
-        match ce(loss(&self.varmap, &self.grads))? {
-            None => Ok(()), // a model without params: nothing to train
-            Some(loss) => ce(self.optimizers.get_mut(&key).unwrap().backward_step(&loss)),
-        }
+        self.model_var(target, "replace")?;
+        let var = ce(Var::from_tensor(self.get(value)?.tensor()))?;
+        insert_var(&self.varmap, target, &var);
+        self.bind(target.to_string(), Handle::Var(var));
+        Ok(())
     }
 
     fn apply_inner(&mut self, op: &Op) -> R<()> {
@@ -310,9 +321,11 @@ impl CandleSession {
                         .into(),
                 )),
             },
-            Op::Step { optimizer, lr, momentum: _, betas, eps, weight_decay } => {
-                self.step(op, *optimizer, *lr, *betas, *eps, *weight_decay)
-            }
+            Op::Step { .. } => self.step(&op.optimizer_spec().expect("a step names an optimizer")),
+            Op::SetLr { to, .. } => self.set_lr(&op.optimizer_spec().expect("set_lr names an optimizer"), *to),
+            Op::Save { name, to } => self.save(name, *to),
+            Op::Load { from, assign } => self.load(from, *assign),
+            Op::Replace { target, value, how } => self.replace(target, value, *how),
             Op::Move { target, device, method } => {
                 if *method == MoveMethod::Fork {
                     return Err(Outcome::Unsupported(

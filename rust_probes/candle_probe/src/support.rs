@@ -117,6 +117,14 @@ impl Opt {
         Ok(Opt::AdamW(AdamW::new(varmap.all_vars(), params)?))
     }
 
+    /// `Optimizer::set_learning_rate`: the optimizer keeps its state.
+    pub fn set_learning_rate(&mut self, lr: f64) {
+        match self {
+            Opt::Sgd(o) => o.set_learning_rate(lr),
+            Opt::AdamW(o) => o.set_learning_rate(lr),
+        }
+    }
+
     pub fn backward_step(&mut self, loss: &Tensor) -> Result<()> {
         match self {
             Opt::Sgd(o) => o.backward_step(loss),

@@ -198,6 +198,58 @@ pub enum MoveMethod {
     Fork,
 }
 
+/// Where `save` keeps a checkpoint (the op table's `CHECKPOINT_STORES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum CheckpointStore {
+    /// What the framework returns, held in memory.
+    Memory,
+    /// A file written, and read back when loaded.
+    File,
+}
+
+/// How `replace` puts a new value in a param's slot (the op table's `REPLACE_HOWS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum ReplaceHow {
+    /// A new parameter object over the value (torch `nn.Parameter`, candle `Var::from_tensor`,
+    /// burn `Param::from_tensor`).
+    New,
+    /// The same parameter object holding the value (torch `p.data = v`, burn `Param::map`).
+    Data,
+    /// The parameter rebound to the value's storage (torch `p.set_(v)`).
+    Set,
+}
+
+/// The hyper-parameters that key a live optimizer: `step` and `set_lr` name one by them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct OptimizerSpec {
+    pub optimizer: OptimizerKind,
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub betas: [f64; 2],
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl OptimizerSpec {
+    /// The key a probe files the live optimizer of these hyper-parameters under.
+    pub fn key(&self) -> String {
+        format!("{:?}|{}|{}|{}|{:?}|{}|{}", self.optimizer, self.lr, self.momentum, self.dampening,
+                self.betas, self.eps, self.weight_decay)
+    }
+
+    /// The same hyper-parameters with another learning rate.
+    pub fn with_lr(&self, lr: f64) -> OptimizerSpec {
+        OptimizerSpec { lr, ..*self }
+    }
+}
+
 /// One op. The harness always sends every field (defaults already filled in).
 #[derive(Clone, Debug, Serialize, Deserialize, IntoStaticStr, VariantNames)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -217,9 +269,23 @@ pub enum Op {
         optimizer: OptimizerKind,
         lr: f64,
         momentum: f64,
+        dampening: f64,
         betas: [f64; 2],
         eps: f64,
         weight_decay: f64,
+    },
+    /// Sets the learning rate of the live optimizer these fields key to `to`; it is keyed by
+    /// lr `to` from then on.
+    /// (The fields repeat `Step`'s: serde's `flatten` does not combine with `deny_unknown_fields`.)
+    SetLr {
+        optimizer: OptimizerKind,
+        lr: f64,
+        momentum: f64,
+        dampening: f64,
+        betas: [f64; 2],
+        eps: f64,
+        weight_decay: f64,
+        to: f64,
     },
     Move { target: String, device: DeviceRole, method: MoveMethod },
     /// A snapshot of the whole model: creates `<name>.<param>` for every param and lazy param.
@@ -232,9 +298,27 @@ pub enum Op {
     /// Copies `source` in place into row `index` of `target` (`source` shaped like the row), or
     /// into all of `target` when `index` is `None` (`source` shaped like `target`).
     Assign { target: String, source: String, index: Option<usize> },
+    /// A checkpoint of the whole model named `name`: binds `<name>.<param>` to what it holds.
+    Save { name: String, to: CheckpointStore },
+    /// Loads checkpoint `from` into the live model. A probe answers [`Outcome::Skipped`] when
+    /// the `save` that took it did not run there.
+    Load { from: String, assign: bool },
+    /// Puts `value` (shaped like `target`) in the model's slot of param `target`, `how` says how.
+    Replace { target: String, value: String, how: ReplaceHow },
 }
 
 impl Op {
+    /// The optimizer a `step` or `set_lr` names.
+    pub fn optimizer_spec(&self) -> Option<OptimizerSpec> {
+        match *self {
+            Op::Step { optimizer, lr, momentum, dampening, betas, eps, weight_decay }
+            | Op::SetLr { optimizer, lr, momentum, dampening, betas, eps, weight_decay, .. } => {
+                Some(OptimizerSpec { optimizer, lr, momentum, dampening, betas, eps, weight_decay })
+            }
+            _ => None,
+        }
+    }
+
     /// Names this op needs to exist before it can run.
     pub fn uses(&self) -> Vec<&str> {
         match self {
@@ -245,6 +329,7 @@ impl Op {
             | Op::Move { target, .. }
             | Op::Read { target } => vec![target.as_str()],
             Op::Assign { target, source, .. } => vec![target.as_str(), source.as_str()],
+            Op::Replace { target, value, .. } => vec![target.as_str(), value.as_str()],
             _ => vec![],
         }
     }
@@ -389,6 +474,8 @@ pub enum Outcome {
     Ok,
     Unsupported(String),
     Error(String),
+    /// Something the op needs was never made here (a checkpoint whose `save` did not run).
+    Skipped(String),
 }
 
 /// One program being interpreted on one device.
@@ -469,6 +556,7 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
                             Ok(Outcome::Ok) => (OpStatus::Ok, None),
                             Ok(Outcome::Unsupported(m)) => (OpStatus::Unsupported, Some(m)),
                             Ok(Outcome::Error(m)) => (OpStatus::Error, Some(m)),
+                            Ok(Outcome::Skipped(m)) => (OpStatus::Skipped, Some(m)),
                             Err(p) => (OpStatus::Error, Some(panic_message(p))),
                         }
                     }
@@ -611,6 +699,8 @@ mod tests {
         check_unit_enum::<OptimizerKind>("optimizer");
         check_unit_enum::<DeviceRole>("device_role");
         check_unit_enum::<MoveMethod>("move_method");
+        check_unit_enum::<CheckpointStore>("checkpoint_store");
+        check_unit_enum::<ReplaceHow>("replace_how");
         check_unit_enum::<TensorKind>("tensor_kind");
         check_unit_enum::<LazyInit>("lazy_init");
         for m in <Method as strum::IntoEnumIterator>::iter() {
@@ -627,9 +717,20 @@ mod tests {
                 optimizer: OptimizerKind::Sgd,
                 lr: 0.1,
                 momentum: 0.0,
+                dampening: 0.0,
                 betas: [0.9, 0.999],
                 eps: 1e-8,
                 weight_decay: 0.0,
+            },
+            Op::SetLr {
+                optimizer: OptimizerKind::Sgd,
+                lr: 0.1,
+                momentum: 0.0,
+                dampening: 0.0,
+                betas: [0.9, 0.999],
+                eps: 1e-8,
+                weight_decay: 0.0,
+                to: 0.5,
             },
             Op::Move { target: t(), device: DeviceRole::Cpu, method: MoveMethod::To },
             Op::ModuleClone { name: "m".into() },
@@ -639,6 +740,9 @@ mod tests {
             Op::Freeze {},
             Op::Read { target: t() },
             Op::Assign { target: t(), source: "s".into(), index: None },
+            Op::Save { name: "c".into(), to: CheckpointStore::Memory },
+            Op::Load { from: "c".into(), assign: false },
+            Op::Replace { target: t(), value: "s".into(), how: ReplaceHow::New },
         ];
         let tags: Vec<String> = ops
             .iter()
