@@ -244,9 +244,14 @@ def _draw_load(draw, p: _Drawn) -> None:
 def _draw_replace(draw, p: _Drawn) -> None:
     if not p.params:
         return
-    target = _pick(draw, p.params)
-    values = [n for n in p.names if p.shape_of[n] == p.shape_of[target]]  # the target itself at least
-    p.ops.append({"op": "replace", "target": target, "value": _pick(draw, values), "how": draw(replace_hows)})
+    target, how = _pick(draw, p.params), draw(replace_hows)
+    shape = p.shape_of[target]
+    # A tie takes another parameter (a tensor is refused everywhere); without one, a new object.
+    values = [n for n in p.params if n != target and p.shape_of[n] == shape] if how == "tie" else []
+    if not values:
+        how = "new" if how == "tie" else how
+        values = [n for n in p.names if p.shape_of[n] == shape]  # the target itself at least
+    p.ops.append({"op": "replace", "target": target, "value": _pick(draw, values), "how": how})
 
 
 def _draw_assign(draw, p: _Drawn) -> None:

@@ -62,3 +62,24 @@ def test_an_entry_with_several_side_patterns_matches_any_of_them(tmp_path: Path)
     with pytest.raises(CaseError) as info:
         load_baseline(path)
     assert "known[0].sides" in str(info.value)
+
+
+def test_every_match_field_takes_a_list_and_role_matches_the_subjects_kind(tmp_path: Path):
+    from harness.judging.finding import Finding
+
+    path = tmp_path / "baseline.toml"
+    path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = ["copy", "save:*"]\n'
+                    'op = ["load", "write"]\nrole = "buffer"\n')
+    entry = load_baseline(path).entries[0]
+
+    def finding(method, op, role):
+        return Finding(kind="framework", aspect="verdict", targets=("candle:cpu", "torch:cpu"),
+                       op_label=op, method=method, sides=("none", "follows"), role=role)
+
+    assert entry.matches(finding("save:file", "load", "buffer")) and entry.matches(finding("copy", "write", "buffer"))
+    assert not entry.matches(finding("save:file", "load", "param")) and not entry.matches(finding("copy", "step", "buffer"))
+    assert not entry.matches(finding("clone", "write", "buffer")) and not entry.matches(finding("copy", "write", None))
+    path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nrole = []\n')
+    with pytest.raises(CaseError) as info:
+        load_baseline(path)
+    assert "known[0].role" in str(info.value)

@@ -268,3 +268,25 @@ def test_a_tensor_assigned_from_a_uniform_lazy_one_is_not_compared_by_value():
     a = trace(A, {"p0": [0.0], "l0": None}, [{"p0": [0.25], "l0": [0.25]}])
     b = trace(B, {"p0": [0.0], "l0": None}, [{"p0": [-0.5], "l0": [-0.5]}])
     assert compare(prog, {A: a, B: b}) == []
+
+
+def test_nothing_after_a_load_that_ran_on_one_side_only_is_compared():
+    # torch's load(assign=True) has no candle or burn call: unsupported there, the two models hold
+    # other tensors from then on, and the step's different effect is no finding of its own.
+    prog = program(P0, [{"op": "save", "name": "c", "to": "file"},
+                        {"op": "load", "from": "c", "assign": True}, STEP])
+    a = trace(A, {"p0": [0.0]}, [{"c.p0": [0.0]}, {}, {}])
+    b = trace(B, {"p0": [0.0]}, [{"c.p0": [0.0]}, {}, {"p0": [-1.0]}], ["ok", "unsupported", "ok"])
+    assert compare(prog, {A: a, B: b}) == []
+
+
+def test_a_replaced_parameter_is_judged_as_a_snapshot_of_its_value():
+    # After w = nn.Parameter(b) (alpha) against a copy (beta), a write into b moves w on alpha
+    # only: the finding is the replace relation's verdict, and it names the declared kinds.
+    prog = program({"w": {"kind": "param", "value": [0.0]}, "b": {"kind": "buffer", "value": [1.0]}},
+                   [{"op": "replace", "target": "w", "value": "b"}, {"op": "fill", "target": "b", "value": 2.0}])
+    a = trace(A, {"w": [0.0], "b": [1.0]}, [{"w": [1.0]}, {"b": [2.0], "w": [2.0]}])
+    b = trace(B, {"w": [0.0], "b": [1.0]}, [{"w": [1.0]}, {"b": [2.0]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "framework|alpha:cpu~beta:cpu|verdict|replace:new|write|follows~keeps"  # fill is write-class
+    assert f.subject == "w" and f.role == "param"

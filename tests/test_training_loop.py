@@ -243,3 +243,51 @@ def test_set_rebinds_the_parameter_to_the_storage_in_torch_only(run):
         assert _value(traces[t], 1, "w") == [5.0, 5.0], t
     for t in BURN + ("candle:cpu",):
         assert traces[t].steps[0].status == "unsupported", t
+
+
+# ---- tied parameters (replace with how = "tie") ---------------------------------------------
+
+
+def test_a_tied_parameter_across_one_step(run):
+    # Both slots' terms add to the gradient (2 per element). torch: parameters() lists a tied
+    # Parameter once (pytorch/pytorch#40967), so one update: 1 - 0.5 * 2 = 0. candle:
+    # VarMap::all_vars lists the Var once per key (candle-nn var_map.rs), so SGD updates it twice.
+    # burn: the optimizer maps each field and the gradient (by ParamId) is used up by the first,
+    # so the second field keeps its old value: the tie holds the id but not the values.
+    traces = run(_case("tied_parameters_across_a_step"))
+    for t in TORCH:
+        assert _identity(traces[t], 0, "a") == _identity(traces[t], 0, "b"), t
+        assert _value(traces[t], 1, "a") == [0.0, 1.0] and _value(traces[t], 1, "b") == [0.0, 1.0], t
+    candle = traces["candle:cpu"]
+    assert _value(candle, 1, "a") == [-1.0, 0.0] and _value(candle, 1, "b") == [-1.0, 0.0]
+    for t in BURN:
+        assert _identity(traces[t], 1, "a") == _identity(traces[t], 1, "b"), t
+        assert _value(traces[t], 1, "a") == [0.0, 1.0] and _value(traces[t], 1, "b") == [1.0, 2.0], t
+
+
+def test_load_state_dict_with_assign_unties_parameters(run):
+    # pytorch/pytorch#188346: assign=True installs each state-dict entry as its own Parameter.
+    traces = run(_case("load_assign_unties_parameters"))
+    for t in TORCH:
+        assert _identity(traces[t], 1, "a") == _identity(traces[t], 1, "b"), t
+        assert _identity(traces[t], 2, "a") != _identity(traces[t], 2, "b"), t
+
+
+def test_a_module_clone_keeps_the_tie(run):
+    # copy.deepcopy's memo copies one Parameter once, so the copy's two slots hold one object.
+    traces = run(_case("module_clone_of_tied_parameters"))
+    for t in TORCH:
+        assert _identity(traces[t], 1, "m.a") == _identity(traces[t], 1, "m.b"), t
+        assert _value(traces[t], 2, "m.b") == [5.0, 5.0] and _value(traces[t], 2, "a") == [1.0, 2.0], t
+
+
+def test_only_a_parameter_can_be_tied(run):
+    # torch Module.__setattr__ refuses a plain tensor for a parameter slot (TypeError); a VarMap
+    # holds Vars and a burn param field a Param.
+    program = _changed(_changed(_case("nn_parameter_shares_storage"), 0, "how", "tie"), 0, "value", "b")
+    traces = run(program)
+    for t in TORCH:
+        step = traces[t].steps[0]
+        assert step.status == "error" and "TypeError" in (step.message or ""), (t, step)
+    for t in BURN + ("candle:cpu",):
+        assert traces[t].steps[0].status == "unsupported", t

@@ -127,8 +127,10 @@ MOVE_METHODS = ("to", "fork")
 CHECKPOINT_STORES = ("memory", "file")
 #: How ``replace`` puts a value in a param's slot: a new parameter object over it (torch
 #: ``nn.Parameter(v)``, candle ``Var::from_tensor``, burn ``Param::from_tensor``), the same object
-#: holding it (torch ``p.data = v``, burn ``Param::map``), or rebound to its storage (``p.set_(v)``).
-REPLACE_HOWS = ("new", "data", "set")
+#: holding it (torch ``p.data = v``, burn ``Param::map``), rebound to its storage (``p.set_(v)``), or
+#: the value's own parameter object, tying the two names (torch ``b.w = a.w``, candle one ``Var``
+#: under two keys, burn one ``Param`` in two fields).
+REPLACE_HOWS = ("new", "data", "set", "tie")
 
 METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("alias", "the same tensor under a second name"),
@@ -246,7 +248,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
                        Field("how", "choice", default="new", choices=REPLACE_HOWS)),
            "puts `value` in the model's slot of param `target` (`how`: a new parameter object, the same "
            "object holding it, or rebound to its storage); `target` reads the slot from then on",
-           label=lambda op: f"replace:{op['how']}"),
+           label=lambda op: f"replace:{op['how']}", replaces_model=True),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)

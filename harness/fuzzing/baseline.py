@@ -27,33 +27,36 @@ class KnownDivergence:
     id: str
     reason: str
     case: str
-    kind: str = "*"
-    aspect: str = "*"
+    # Each match field is a pattern, or a tuple of patterns any of which matches.
+    kind: str | tuple[str, ...] = "*"
+    aspect: str | tuple[str, ...] = "*"
     frameworks: tuple[str, ...] = ()
-    method: str = "*"
-    op: str = "*"
-    # "<side a>~<side b>", in the finding's target order; several patterns: any of them
+    method: str | tuple[str, ...] = "*"
+    op: str | tuple[str, ...] = "*"
+    # "<side a>~<side b>", in the finding's target order
     sides: str | tuple[str, ...] = "*"
     # the declared kind of the tensor a verdict or value finding is about ("-": none)
-    role: str = "*"
+    role: str | tuple[str, ...] = "*"
     upstream: str = ""
 
     def matches(self, f: Finding) -> bool:
-        if not fnmatchcase(f.kind, self.kind) or not fnmatchcase(f.aspect, self.aspect):
+        if not _any(f.kind, self.kind) or not _any(f.aspect, self.aspect):
             return False
-        if not fnmatchcase(f.method or "-", self.method) or not fnmatchcase(f.op_label, self.op):
+        if not _any(f.method or "-", self.method) or not _any(f.op_label, self.op):
             return False
-        if not fnmatchcase(f.role or "-", self.role):
+        if not _any(f.role or "-", self.role):
             return False
         if self.frameworks:
             fws = sorted(t.split(":", 1)[0] for t in f.targets)
             if fws != sorted(self.frameworks) and not (len(self.frameworks) == 1 and
                                                       all(x == self.frameworks[0] for x in fws)):
                 return False
-        patterns = (self.sides,) if isinstance(self.sides, str) else self.sides
-        if not any(fnmatchcase("~".join(f.sides), p) for p in patterns):
-            return False
-        return True
+        return _any("~".join(f.sides), self.sides)
+
+
+def _any(value: str, patterns: str | tuple[str, ...]) -> bool:
+    """Whether ``value`` matches the pattern, or one of the patterns."""
+    return any(fnmatchcase(value, p) for p in ((patterns,) if isinstance(patterns, str) else patterns))
 
 
 @dataclass
@@ -118,19 +121,17 @@ def _entry(raw: Any, where: str, err) -> KnownDivergence:
             raise err(f"{where}.{key}", f"expected a non-empty string, got {cv.brief(raw[key])}")
     if not isinstance(raw.get("upstream", ""), str):
         raise err(f"{where}.upstream", f"expected a string (a reference), got {cv.brief(raw['upstream'])}")
-    for key in ("kind", "aspect", "method", "op", "role"):
-        if key in raw and not isinstance(raw[key], str):
-            raise err(f"{where}.{key}", f"expected a string (a shell-style pattern), got {cv.brief(raw[key])}")
     fields: dict[str, Any] = dict(raw)
+    for key in MATCH_FIELDS:
+        value = raw.get(key, "*")
+        if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+            fields[key] = tuple(value)
+        elif not isinstance(value, str):
+            raise err(f"{where}.{key}", f"a shell-style pattern or a non-empty list of them, got {cv.brief(value)}")
     frameworks = raw.get("frameworks", [])
     # A string would be taken letter by letter; matches() compares one or two framework names.
     if (not isinstance(frameworks, list) or len(frameworks) > 2
             or not all(isinstance(x, str) and x for x in frameworks)):
         raise err(f"{where}.frameworks", f"expected a list of one or two framework names, got {cv.brief(frameworks)}")
     fields["frameworks"] = tuple(frameworks)
-    sides = raw.get("sides", "*")
-    if isinstance(sides, list) and sides and all(isinstance(x, str) for x in sides):
-        fields["sides"] = tuple(sides)
-    elif not isinstance(sides, str):
-        raise err(f"{where}.sides", f"a pattern or a non-empty list of patterns, got {cv.brief(sides)}")
     return KnownDivergence(**fields)

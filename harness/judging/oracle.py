@@ -59,15 +59,21 @@ def nondeterministic_names(program: Program) -> set[str]:
     roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
     out = set(roots)
     params = [t.name for t in program.tensors if t.trainable]
+    source = {s.name: s.source for s in snapshots(program)}
     # To a fixpoint: an op that writes a name from a nondeterministic one (``assign``) makes it
-    # nondeterministic, and with it the snapshots taken of it before as well as after.
+    # nondeterministic, and with it what the write may reach through shared storage on some
+    # framework (the name's sources, transitively) and the snapshots of any of them.
     while True:
         before = len(out)
         for op in program.ops:
             out.update(b.name for b in ops.bindings(op, params) + ops.rebindings(op) if b.source in out)
             target = ops.written(op)
             if target is not None and any(n in out for n in ops.reads(op) if n != target):
-                out.add(target)
+                seen: set[str] = set()
+                while target is not None and target not in seen:
+                    seen.add(target)
+                    out.add(target)
+                    target = source.get(target)
         if len(out) == before:
             return out
 

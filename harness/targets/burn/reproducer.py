@@ -176,6 +176,9 @@ class _Writer(MainWriter):
         """The value first (the probe's ``replace``), then ``Param::from_tensor`` (a new ParamId)
         or ``Param::map`` (the id kept) in the param's slot."""
         value, s = op["value"], self.slots[op["value"]]
+        if op["how"] == "tie":  # the same Param (same ParamId) in a second field
+            self.rebind(op["target"], lambda v: f"{{ let _ = {v}; {self.ref(value)}.clone() }}")
+            return
         src = self.new_var(f"{value}_value")
         self.body.append(f"    let {src} = {self.ref(value)}{'.val()' if s[0] in ('model', 'param') else '.clone()'};")
         if op["how"] == "new":

@@ -166,10 +166,13 @@ class _Writer(MainWriter):
             self.body.append(f"    varmap.load(&{c}_path)?;")
 
     def replace(self, op: dict) -> None:
-        """``new`` only (the probe answers ``unsupported`` for the others)."""
+        """``new`` and ``tie`` (the probe answers ``unsupported`` for the others)."""
         tgt = op["target"]
-        self.body += [f"    let {ident(tgt)} = Var::from_tensor({self.ten_ref(op['value'])})?;",
-                      f'    insert_var(&varmap, "{tgt}", &{ident(tgt)});']
+        if op["how"] == "tie":
+            self.body.append(f"    let {ident(tgt)} = {ident(op['value'])}.clone();  // the same Var")
+        else:
+            self.body.append(f"    let {ident(tgt)} = Var::from_tensor({self.ten_ref(op['value'])})?;")
+        self.body.append(f'    insert_var(&varmap, "{tgt}", &{ident(tgt)});')
         self.bind(tgt, "var")
 
     def move(self, op: dict) -> None:

@@ -130,7 +130,7 @@ def _step(op: dict) -> list[str]:
     """loss = the sum of (p * grad) over the model's params; backward; the live optimizer's step."""
     return _live_optimizer(op) + [
         "opt.zero_grad()", "loss = None",
-        "for n, p in model.named_parameters():",
+        "for n, p in model.named_parameters(remove_duplicate=False):",
         "    g = grads.get(n)",
         "    g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)",
         "    term = (p * g.to(p.device)).sum()",
@@ -162,6 +162,9 @@ def _replace(op: dict) -> list[str]:
                 f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
     if op["how"] == "data":
         return [f"model._parameters[{t!r}].data = {v}"]
+    if op["how"] == "tie":
+        return [f"_old = model._parameters[{t!r}]", f"model.{t} = {v}  # the same Parameter in two slots",
+                f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
     return ["with torch.no_grad():", f"    model._parameters[{t!r}].set_({v})"]
 
 
@@ -192,7 +195,7 @@ def _move(op: dict) -> list[str]:
 
 
 def _module_clone(op: dict) -> list[str]:
-    return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters():",
+    return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters(remove_duplicate=False):",
             f"    names[{op['name']!r} + '.' + _k] = _p"]
 
 

@@ -269,9 +269,14 @@ class TorchSession(TrainingOps):
             self._rebind_slot(self.model, name, old, self.model._parameters[name], name)
         elif op["how"] == "data":
             old.data = value  # the same object, now over v's storage (Tensor.data setter)
-        else:
+        elif op["how"] == "set":
             with torch.no_grad():
                 old.set_(value)  # the same object rebound to v's storage (Tensor.set_)
+        else:
+            # `model.b = model.a`: the same Parameter in two slots (tied weights). Module.__setattr__
+            # refuses a tensor that is not a Parameter (TypeError).
+            setattr(self.model, name, value)
+            self._rebind_slot(self.model, name, old, self.model._parameters[name], name)
 
     def _op_fill(self, op: dict) -> None:
         with torch.no_grad():
@@ -322,7 +327,7 @@ class TorchSession(TrainingOps):
         clone = copy.deepcopy(self.model)
         self.modules.append(clone)
         self.clone_prefix[id(clone)] = op["name"] + "."
-        for pname, p in clone.named_parameters():
+        for pname, p in clone.named_parameters(remove_duplicate=False):  # a tied one under each name
             self._bind(f"{op['name']}.{pname}", p)
 
     def _op_valid(self, op: dict) -> None:

@@ -75,7 +75,9 @@ class TrainingOps:
         opt = self._optimizer(op)
         opt.zero_grad()  # set_to_none=True by default
         loss = None
-        for name, p in self.model.named_parameters():
+        # Every slot, a tied parameter once per slot (as each use of a tied weight adds to its
+        # gradient); the optimizer holds it once (parameters() removes duplicates).
+        for name, p in self.model.named_parameters(remove_duplicate=False):
             g = self.grads.get(name)
             g = (torch.ones(p.shape, dtype=torch.float32, device=p.device) if g is None
                  else torch.tensor(g, dtype=torch.float32, device=p.device).reshape(p.shape))

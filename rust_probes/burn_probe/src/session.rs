@@ -284,7 +284,10 @@ impl BurnSession {
     /// one-param model for a Param bound outside it.
     fn module_of(&self, of: &str, src: Val) -> Result<(Model, usize, usize), Outcome> {
         match self.slots.get(of) {
-            Some(Slot::Model(r, i)) => Ok((self.model.clone(), *r, *i)),
+            Some(Slot::Model(r, i)) => {
+                self.refuse_lost_params()?;
+                Ok((self.model.clone(), *r, *i))
+            }
             _ => match src {
                 v @ (Val::P1(_) | Val::P2(_) | Val::P3(_)) => {
                     let mut m = Model::empty();
@@ -298,6 +301,18 @@ impl BurnSession {
                         .into(),
                 )),
             },
+        }
+    }
+
+    /// An error when a param was lost to an earlier failed call: its slot holds this probe's
+    /// placeholder, which no user's model has, so a record or file of the model would show it.
+    fn refuse_lost_params(&self) -> Result<(), Outcome> {
+        match self.params.iter().find(|mp| self.lost.contains(&(mp.rank, mp.idx))) {
+            Some(mp) => Err(Outcome::Error(format!(
+                "{} was lost to an earlier failed call: the model cannot be recorded",
+                mp.name
+            ))),
+            None => Ok(()),
         }
     }
 
@@ -370,8 +385,8 @@ impl BurnSession {
     }
 
     /// `replace`: the value taken first (so `value == target` reads the param itself), then the
-    /// param's slot rebound to `Param::from_tensor(value)` (`new`: a new ParamId, burn#2428) or
-    /// `param.map(|_| value)` (`data`: the id kept).
+    /// param's slot rebound to `Param::from_tensor(value)` (`new`: a new ParamId, burn#2428),
+    /// `param.map(|_| value)` (`data`: the id kept) or the value's own Param (`tie`).
     fn replace(&mut self, target: &str, value: &str, how: ReplaceHow) -> Outcome {
         if how == ReplaceHow::Set {
             return Outcome::Unsupported(
@@ -384,6 +399,17 @@ impl BurnSession {
             Ok(v) => v,
             Err(o) => return o,
         };
+        if how == ReplaceHow::Tie {
+            // The same Param (same ParamId, one shared lazy state) in a second field.
+            if !matches!(src, Val::P1(_) | Val::P2(_) | Val::P3(_)) {
+                return Outcome::Unsupported(
+                    "a burn param field holds a Param: a plain tensor there is a module constant, \
+                     which burn neither records nor trains"
+                        .into(),
+                );
+            }
+            return self.consume(target, |_old| src);
+        }
         self.consume(target, |v| replace_val(v, &src, how == ReplaceHow::Data))
     }
 

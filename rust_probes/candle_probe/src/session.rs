@@ -32,6 +32,7 @@
 //! | save (file)   | `VarMap::save(path)`; `<name>.<p>` = `candle_core::safetensors::load(path)` |
 //! | load          | memory: `VarMap::set` of the map's tensors; file: `VarMap::load(path)`; `assign`: unsupported |
 //! | replace (new) | `Var::from_tensor(&v)?` inserted in the VarMap under the name; `data`, `set`: unsupported |
+//! | replace (tie) | the value's own `Var` inserted under the name (one Var, two keys); a plain tensor: unsupported |
 //! | valid, train, no_grad, freeze | unsupported (candle has no module modes or requires-grad switch) |
 //!
 //! Handles. A name is bound either to a `Var` or to a `Tensor`, whichever type the user's
@@ -290,6 +291,20 @@ impl CandleSession {
     /// candle#2124; a copy otherwise) inserted in the VarMap under the param's name. Optimizers
     /// made before keep the old Var.
     fn replace(&mut self, target: &str, value: &str, how: ReplaceHow) -> R<()> {
+        if how == ReplaceHow::Tie {
+            // One Var under two VarMap keys: what tying two layers' weights is in candle.
+            self.model_var(target, "replace")?;
+            let Handle::Var(var) = self.get(value)? else {
+                return Err(Outcome::Unsupported(
+                    "a VarMap holds Vars: a plain tensor cannot be tied in (Var::from_tensor would \
+                     copy it, which is `new`)"
+                        .into(),
+                ));
+            };
+            insert_var(&self.varmap, target, &var);
+            self.bind(target.to_string(), Handle::Var(var));
+            return Ok(());
+        }
         if how != ReplaceHow::New {
             return Err(Outcome::Unsupported(
                 "candle has no call that rebinds a Var's storage (torch's p.data = v, p.set_(v)): \

@@ -223,6 +223,9 @@ pub enum ReplaceHow {
     Data,
     /// The parameter rebound to the value's storage (torch `p.set_(v)`).
     Set,
+    /// The value's own parameter object in the slot: the two names are one tied parameter
+    /// (torch `b.w = a.w`, candle one `Var` under two keys, burn one `Param` in two fields).
+    Tie,
 }
 
 /// The hyper-parameters that key a live optimizer: `step` and `set_lr` name one by them.

@@ -75,9 +75,8 @@ impl BurnSession {
     /// checkpoint holds, read by loading it into a model (a ModuleRecord has no per-tensor
     /// reader): a clone of the model for a record, a fresh one for a file.
     pub(super) fn save(&mut self, name: &str, to: CheckpointStore) -> Outcome {
-        if let Some(mp) = self.params.iter().find(|mp| self.lost.contains(&(mp.rank, mp.idx))) {
-            // Its slot holds this probe's placeholder, which no user's model has.
-            return Outcome::Error(format!("{} was lost to an earlier failed call: the model cannot be saved", mp.name));
+        if let Err(o) = self.refuse_lost_params() {
+            return o;
         }
         let taken = catch_unwind(AssertUnwindSafe(|| -> Result<(Saved, Model), String> {
             match to {
