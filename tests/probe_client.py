@@ -60,7 +60,7 @@ class Probe:
         return self.send_raw(json.dumps(obj))
 
     def hello(self) -> dict:
-        reply = self.request({"type": "hello", "protocol": 1})
+        reply = self.request({"type": "hello", "protocol": 2})
         assert reply["type"] == "hello"
         return reply
 

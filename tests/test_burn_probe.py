@@ -29,7 +29,7 @@ def _accelerators() -> list[str]:
     binary = probe_binary("burn_probe")
     if not binary.exists():
         return []  # the `probe` fixture fails with the build hint
-    out = subprocess.run([str(binary)], input='{"type": "hello", "protocol": 1}\n', capture_output=True,
+    out = subprocess.run([str(binary)], input='{"type": "hello", "protocol": 2}\n', capture_output=True,
                          text=True, timeout=180).stdout
     hello = json.loads(out.splitlines()[0])
     return [d["name"] for d in hello["devices"] if d["kind"] == "gpu"]
@@ -104,7 +104,7 @@ def move(target, device, method):
 
 def test_hello(probe):
     h = probe.hello()
-    assert h["protocol"] == 1 and h["framework"] == "burn"
+    assert h["protocol"] == 2 and h["framework"] == "burn"
     lock = (ROOT / "rust_probes" / "Cargo.lock").read_text()
     locked = re.search(r'name = "burn"\nversion = "([^"]+)"', lock).group(1)
     assert h["versions"]["burn"] == locked == "0.22.1"
@@ -131,7 +131,7 @@ def test_hello(probe):
 
 
 def test_hello_other_protocol_still_answers_its_own_number(probe):
-    assert probe.request({"type": "hello", "protocol": 99})["protocol"] == 1
+    assert probe.request({"type": "hello", "protocol": 99})["protocol"] == 2
 
 
 # ---------------------------------------------------------------------------------------------

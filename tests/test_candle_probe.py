@@ -81,7 +81,7 @@ def _lock_version(krate: str) -> str:
 
 def test_hello(probe):
     h = probe.hello()
-    assert h["protocol"] == 1
+    assert h["protocol"] == 2
     assert h["framework"] == "candle"
     assert h["versions"]["candle-core"] == _lock_version("candle-core")
     ws = (ROOT / "rust_probes" / "Cargo.toml").read_text()

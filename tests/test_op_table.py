@@ -101,7 +101,7 @@ def test_the_docs_name_every_op_and_method(doc):
 
 
 def _hello(plugin) -> dict:
-    proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": 1}) + "\n",
+    proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": 2}) + "\n",
                           capture_output=True, text=True, cwd=plugin.CWD, timeout=120)
     assert proc.stdout, f"{plugin.FRAMEWORK}: no hello ({proc.stderr[-500:]})"
     return json.loads(proc.stdout.splitlines()[0])

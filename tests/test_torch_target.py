@@ -78,7 +78,7 @@ class Worker:
         return msg
 
     def hello(self) -> dict:
-        self.send({"type": "hello", "protocol": 1})
+        self.send({"type": "hello", "protocol": 2})
         return self.recv()
 
     def run(self, tensors, ops, device="cpu", check=True) -> dict:
@@ -177,7 +177,7 @@ def test_hello(worker):
     import torch
 
     h = worker.hello()
-    assert h["type"] == "hello" and h["protocol"] == 1 and h["framework"] == "torch"
+    assert h["type"] == "hello" and h["protocol"] == 2 and h["framework"] == "torch"
     assert h["versions"]["torch"] == torch.__version__
     assert set(h["versions"]) == {"torch", "python", "numpy"}
     devices = {d["name"]: d for d in h["devices"]}
@@ -197,7 +197,7 @@ def test_hello(worker):
 
 def test_hello_with_another_protocol_number_answers_its_own(worker):
     worker.send({"type": "hello", "protocol": 99})
-    assert worker.recv()["protocol"] == 1
+    assert worker.recv()["protocol"] == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -197,15 +197,20 @@ def _write_path(program: Program, k: int) -> list[str]:
 
     When a write moves the sources of several snapshots on one side only, a snapshot on this
     path is the link that carried the write (candle's ``clone`` of p0 sharing its storage); a
-    snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link."""
-    name = ops.written(program.ops[k])
-    if name is None:
-        return []
+    snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link.
+
+    A ``step`` writes every trainable tensor: its path is theirs, each followed by its sources.
+    A declared tensor has a source only where a ``replace`` made it one (w = nn.Parameter(b):
+    a step moves b through w's link, and the snapshots of b only saw b move)."""
+    op = program.ops[k]
+    names = ([t.name for t in program.tensors if t.trainable] if op["op"] == "step"
+             else [ops.written(op)] if ops.written(op) is not None else [])
     source = {s.name: s.source for s in snapshots(program) if s.op < k}
-    path = []
-    while name is not None and name not in path:
-        path.append(name)
-        name = source.get(name)
+    path: list[str] = []
+    for name in names:
+        while name is not None and name not in path:
+            path.append(name)
+            name = source.get(name)
     return path
 
 

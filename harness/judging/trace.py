@@ -263,7 +263,7 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
     if snap.name not in trace.state_after(snap.op):
         return Verdict(snap, "error", message=f"{snap.name} was not observed")
     events = []
-    for k in range(snap.op + 1, len(trace.steps)):
+    for k in range(snap.op + 1, _relation_end(program, snap, len(trace.steps))):
         changed = trace.steps[k].changed
         if snap.source not in changed and snap.name not in changed:
             continue  # neither side moved: no event (the states are merged from ``changed``)
@@ -297,8 +297,25 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
     return Verdict(snap, "ok", tuple(events))
 
 
+def _relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
+    """The op at which the snapshot's relation ends: the first after it that binds its source or
+    itself again (a ``replace`` puts another tensor in the param's slot, so the name denotes
+    another object from then on); ``n`` when none does."""
+    for k in range(snap.op + 1, min(n, len(program.ops))):
+        if any(b.name in (snap.source, snap.name) for b in ops.rebindings(program.ops[k])):
+            return k
+    return n
+
+
 def verdicts(program: Program, trace: Trace) -> dict[str, Verdict]:
-    return {s.name: snapshot_verdict(program, trace, s) for s in snapshots(program)}
+    """Every snapshot relation's verdict, by name. A param a ``replace`` rebinds twice has two
+    relations: the first is judged (up to the second, ``_relation_end``), where a divergence of
+    the link it made shows first."""
+    out: dict[str, Verdict] = {}
+    for s in snapshots(program):
+        if s.name not in out:
+            out[s.name] = snapshot_verdict(program, trace, s)
+    return out
 
 
 def identity_partition(state: Mapping[str, Observation]) -> frozenset[frozenset[str]]:
