@@ -162,7 +162,7 @@ BAD_BASELINES = {
     "case_table": ('[[known]]\nid = "x"\nreason = "r"\ncase = { a = 1 }\n', "known[0].case"),
     "kind_int": (ENTRY + "kind = 1\n", "known[0].kind"),
     "aspect_bool": (ENTRY + "aspect = true\n", "known[0].aspect"),
-    "method_list": (ENTRY + 'method = ["clone"]\n', "known[0].method"),
+    "method_list": (ENTRY + "method = [1]\n", "known[0].method"),  # a list of patterns, not of numbers
     "op_float": (ENTRY + "op = 1.5\n", "known[0].op"),
     "upstream_int": (ENTRY + "upstream = 3\n", "known[0].upstream"),
     "sides_ints": (ENTRY + "sides = [1]\n", "known[0].sides"),

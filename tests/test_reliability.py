@@ -147,11 +147,11 @@ def test_missing_binary_is_one_line_pointing_at_make_probes(tmp_path: Path):
 
 
 def test_stale_probe_protocol_is_one_line_asking_for_a_rebuild():
-    proc = ProbeProcess("fake:ref", [sys.executable, str(FAKE), "--protocol", "2"], start_timeout_s=10)
+    proc = ProbeProcess("fake:ref", [sys.executable, str(FAKE), "--protocol", "1"], start_timeout_s=10)
     with pytest.raises(SetupError) as info:
         proc.start()
     message = str(info.value)
-    assert "protocol 2" in message and "stale" in message and "make probes" in message and "\n" not in message
+    assert "protocol 1" in message and "stale" in message and "make probes" in message and "\n" not in message
     assert proc.proc is None  # stopped, not leaked
 
 
@@ -181,7 +181,7 @@ def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
         probes = tmp_path / "empty"
         probes.mkdir()
     else:
-        probes = _probe_dir(tmp_path, {"stale": "--protocol 2", "bad-hello": "--bad-hello",
+        probes = _probe_dir(tmp_path, {"stale": "--protocol 1", "bad-hello": "--bad-hello",
                                        "exit-at-start": "--exit-at-start"}[fault])
     result = run_cli("repro", str(CASES / "example_sgd_snapshots.toml"), "--targets", "candle",
                      env={"ALIASFUZZ_PROBE_DIR": str(probes)}, timeout=120)
