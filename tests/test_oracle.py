@@ -290,3 +290,45 @@ def test_a_replaced_parameter_is_judged_as_a_snapshot_of_its_value():
     [f] = compare(prog, {A: a, B: b})
     assert f.signature == "framework|alpha:cpu~beta:cpu|verdict|replace:new|write|follows~keeps"  # fill is write-class
     assert f.subject == "w" and f.role == "param"
+
+
+def test_a_parameter_replaced_by_itself_keeps_the_relations_of_its_snapshots():
+    # s0 = reshape(w), then w = nn.Parameter(w) (alpha: over w's storage; beta: a new value). A
+    # write into w reaches s0 on alpha only: the relation of s0 to w goes on across the
+    # self-replace, so the finding names reshape, not a later snapshot of s0.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "reshape"},
+                        {"op": "replace", "target": "p0", "value": "p0"},
+                        {"op": "snapshot", "name": "s1", "of": "s0", "method": "to_home"},
+                        {"op": "fill", "target": "p0", "value": 1.0}])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {"p0": [0.0]}, {"s1": [0.0]}, {"p0": [1.0], "s0": [1.0], "s1": [1.0]}])
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {"p0": [0.0]}, {"s1": [0.0]}, {"p0": [1.0]}])
+    found = compare(prog, {A: a, B: b})
+    assert [(f.signature, f.subject) for f in found] == [
+        ("framework|alpha:cpu~beta:cpu|verdict|reshape|write|follows~keeps", "s0")]
+
+
+def test_a_second_replace_of_a_parameter_is_judged_as_its_own_relation():
+    # w = nn.Parameter(w), then w = nn.Parameter(b): the second link (over b's storage on alpha,
+    # a copy on beta) is judged from the op that made it, and a write into w reaching b on alpha
+    # only is its finding.
+    prog = program({"w": {"kind": "param", "value": [0.0]}, "b": {"kind": "buffer", "value": [1.0]}},
+                   [{"op": "replace", "target": "w", "value": "w"}, {"op": "replace", "target": "w", "value": "b"},
+                    {"op": "fill", "target": "w", "value": 2.0}])
+    a = trace(A, {"w": [0.0], "b": [1.0]}, [{}, {"w": [1.0]}, {"w": [2.0], "b": [2.0]}])
+    b = trace(B, {"w": [0.0], "b": [1.0]}, [{}, {"w": [1.0]}, {"w": [2.0]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "framework|alpha:cpu~beta:cpu|verdict|replace:new|write|rev follows~rev keeps"
+    assert f.subject == "w"
+
+
+def test_a_step_that_trains_a_replaced_parameter_on_one_side_only_is_the_steps_effect():
+    # w = nn.Parameter(b) after the optimizer was made: alpha's optimizer trains w (and b moves
+    # with it), beta's holds the old object and trains nothing. The finding is the step's effect
+    # on w, not the replace relation seeing no change on beta.
+    prog = program({"w": {"kind": "param", "value": [0.0]}, "b": {"kind": "buffer", "value": [1.0]}},
+                   [STEP, {"op": "replace", "target": "w", "value": "b"}, STEP])
+    a = trace(A, {"w": [0.0], "b": [1.0]}, [{"w": [-1.0]}, {"w": [1.0]}, {"w": [0.0], "b": [0.0]}])
+    b = trace(B, {"w": [0.0], "b": [1.0]}, [{"w": [-1.0]}, {"w": [1.0]}, {}])
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|-|step:sgd|changed~unchanged"
+    assert f.subject == "w" and f.role == "param"

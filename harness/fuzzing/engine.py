@@ -28,7 +28,7 @@ from harness.judging.harness_errors import harness_error, is_harness_error, safe
 from harness.case.ir import Program
 from harness.shrinking.minimize import MinimizeResult, cost, minimize
 from harness.judging.finding import Finding
-from harness.judging.oracle import split_target_id
+from harness.judging.pairs import split_target_id
 from harness.targets.runner import Runner
 from harness.targets.base import CANCELLED
 from harness.judging.trace import Trace

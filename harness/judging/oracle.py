@@ -44,13 +44,13 @@ import numpy as np
 from harness.case import ops
 from harness.case.ir import Program, names_bound
 from harness.judging.finding import Finding
+from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values,
                                    snapshots, subject_role, verdicts, writes_into)
 from harness.judging.value_compare import adam_lr, elements_differ, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
 SHOWN_ELEMENTS = 4
-REFERENCE_FRAMEWORK = "torch"
 
 
 def nondeterministic_names(program: Program) -> set[str]:
@@ -151,7 +151,8 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
             if sa != sb:
                 f = Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
                             op_label=ops.signature_class(ctx.program.ops[k]), method=a.snapshot.method,
-                            sides=(sa, sb), op_index=k, subject=name, role=subject_role(ctx.program, name))
+                            sides=(sa, sb), op_index=k, subject=a.snapshot.name,
+                            role=subject_role(ctx.program, a.snapshot.name))
                 if "none" in (sa, sb):
                     effect = _one_sided(ctx, a.snapshot, k, hidden)
                     if effect is _DERIVED:
@@ -227,7 +228,10 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     a, b = ctx.traces
     if not _values_agree(ctx, k - 1):
         return _DERIVED
-    name = snap.name if writes_into(ctx.program.ops[k], snap.name) else snap.source
+    op = ctx.program.ops[k]
+    # A step acts on a trainable snapshot (a replaced param) itself: whether it trains it comes first.
+    on_snap = writes_into(op, snap.name) or (op["op"] == "step" and _acts_on(ctx.program, op, snap.name))
+    name = snap.name if on_snap else snap.source
     if name in nondeterministic_names(ctx.program) and any(j < k for j in hidden):
         # Its values differ by design, so _values_agree cannot tell whether an op one side could
         # not run left it different (a scale by 0 through a detach, unsupported on one side: a
@@ -245,7 +249,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         # because that side already held it, which an earlier op (an alias's write) did.
         return _DERIVED
     moved = [_moved_at(t, k, name) for t in (a, b)]
-    if moved[0] == moved[1] or not _acts_on(ctx.program, ctx.program.ops[k], name):
+    if moved[0] == moved[1] or not _acts_on(ctx.program, op, name):
         return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
     return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
 
@@ -280,7 +284,6 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                    at="[" + ", ".join(map(str, first)) + "]",
                    detail=(f"{int(differ.sum())} of {x.size} elements differ. {ctx.ids[0]}: {_render_value(x)};"
                            f" {ctx.ids[1]}: {_render_value(y)}"))
-
 
 
 def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
@@ -403,46 +406,6 @@ def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tupl
     if not diverged:
         _compare_values(ctx, hidden)
     return ctx.findings
-
-
-def split_target_id(target_id: str) -> tuple[str, str, str]:
-    """``framework:device`` -> (framework, device, plain device): ``torch:cpu+foreach`` gives
-    (torch, cpu+foreach, cpu)."""
-    framework, device = target_id.split(":", 1)
-    base = device.split("+", 1)[0]
-    return framework, device, base
-
-
-def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
-    """Which targets are compared with which, and as what kind of finding."""
-    out: list[tuple[str, tuple[str, str]]] = []
-    ids = sorted(target_ids)
-    primary: dict[str, str] = {}
-    for t in ids:
-        fw, device, base = split_target_id(t)
-        if device == base and fw not in primary:
-            primary[fw] = t
-    for i, a in enumerate(ids):
-        for b in ids[i + 1:]:
-            fa, da, ba = split_target_id(a)
-            fb, db, bb = split_target_id(b)
-            if fa != fb:
-                continue
-            if ba == bb:
-                if da == ba or db == bb:  # a device against its own variant
-                    out.append(("variant", (a, b)))
-            elif da == ba and db == bb:
-                out.append(("device", (a, b)))
-    # Porting hazards are measured against the framework code is ported *from*: with torch
-    # present, every other framework is compared with torch only (candle against burn would
-    # repeat each of their differences from torch); without it, every pair.
-    prim = sorted(primary.values())
-    reference = primary.get(REFERENCE_FRAMEWORK)
-    for i, a in enumerate(prim):
-        for b in prim[i + 1:]:
-            if reference is None or reference in (a, b):
-                out.append(("framework", (a, b)))
-    return out
 
 
 def fingerprint(trace: Trace) -> tuple:

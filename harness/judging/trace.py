@@ -207,9 +207,14 @@ class Verdict:
 
 
 def snapshots(program: Program) -> list[SnapshotInfo]:
+    """Every snapshot relation, in op order. A name a ``replace`` rebinds from another has one
+    relation per rebinding; one rebound from itself (``replace p0 value = p0``) has none: the new
+    object is made of the old one, so the relations of the old one's snapshots go on
+    (``_relation_end``), and a relation of a name to itself could never diverge."""
     params = [t.name for t in program.tensors if t.trainable]
     return [SnapshotInfo(b.name, i, b.source, b.method)
-            for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)]
+            for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)
+            if b.name != b.source]
 
 
 def subject_role(program: Program, name: str) -> str | None:
@@ -299,22 +304,29 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
 
 def _relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
     """The op at which the snapshot's relation ends: the first after it that binds its source or
-    itself again (a ``replace`` puts another tensor in the param's slot, so the name denotes
-    another object from then on); ``n`` when none does."""
+    itself again from another name (a ``replace`` puts another tensor in the param's slot, so the
+    name denotes another object from then on); ``n`` when none does. A name rebound from itself
+    denotes a parameter made of the object it denoted (``nn.Parameter(w)`` over w's storage, the
+    same Var in candle, a new value in burn): its snapshots are compared with that one on, and
+    whether they follow it is the finding."""
     for k in range(snap.op + 1, min(n, len(program.ops))):
-        if any(b.name in (snap.source, snap.name) for b in ops.rebindings(program.ops[k])):
+        if any(b.name in (snap.source, snap.name) and b.name != b.source for b in ops.rebindings(program.ops[k])):
             return k
     return n
 
 
+def relation_key(snap: SnapshotInfo, first: bool) -> str:
+    """A relation's key in ``verdicts``: its name for a name's first relation, ``name@op`` for a
+    later one (a param a second ``replace`` rebound)."""
+    return snap.name if first else f"{snap.name}@{snap.op}"
+
+
 def verdicts(program: Program, trace: Trace) -> dict[str, Verdict]:
-    """Every snapshot relation's verdict, by name. A param a ``replace`` rebinds twice has two
-    relations: the first is judged (up to the second, ``_relation_end``), where a divergence of
-    the link it made shows first."""
+    """Every snapshot relation's verdict, keyed by ``relation_key``. A param a ``replace`` rebinds
+    twice has two relations, each judged up to the op that ends it (``_relation_end``)."""
     out: dict[str, Verdict] = {}
     for s in snapshots(program):
-        if s.name not in out:
-            out[s.name] = snapshot_verdict(program, trace, s)
+        out[relation_key(s, s.name not in out)] = snapshot_verdict(program, trace, s)
     return out
 
 
