@@ -260,6 +260,13 @@ def _draw_assign(draw, p: _Drawn) -> None:
     index = draw(_maybe_index(shape[0]))
     want = shape if index is None else shape[1:]
     sources = [n for n in p.names if p.shape_of[n] == want]  # the target itself, views of it, ...
+    # Or a row of a name (dst[i] = src[j], the KV-cache write from a transposed snapshot).
+    row_sources = [n for n in p.names if p.shape_of[n] and p.shape_of[n][1:] == want]
+    if row_sources and (not sources or draw(st.booleans())):
+        source = _pick(draw, row_sources)
+        row = draw(st.integers(0, p.shape_of[source][0] - 1))
+        p.ops.append({"op": "assign", "target": target, "source": source, "index": index, "source_index": row})
+        return
     if not sources:  # no name has the row's shape: copy a whole tensor, which the target fits
         index, sources = None, [n for n in p.names if p.shape_of[n] == shape]
     p.ops.append({"op": "assign", "target": target, "source": _pick(draw, sources), "index": index})

@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from harness.paths import SCHEMA as SCHEMA_PATH, probe_binary
+from harness.targets.protocol import PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -60,7 +61,7 @@ class Probe:
         return self.send_raw(json.dumps(obj))
 
     def hello(self) -> dict:
-        reply = self.request({"type": "hello", "protocol": 2})
+        reply = self.request({"type": "hello", "protocol": PROTOCOL_VERSION})
         assert reply["type"] == "hello"
         return reply
 

@@ -58,3 +58,21 @@ def test_a_copy_from_a_view_of_the_destination(runner):
     step = traces["candle:cpu"].steps[2]
     assert step.status == "error", step
     assert _value(traces["burn:flex"], 2, "b") == [[1.0, 2.0], [1.0, 2.0]]
+
+
+def test_rows_of_a_transposed_snapshot_are_copied_by_row(runner):
+    # dst[i] = src[j] (source_index), the KV-cache write of candle#3902: torch `cache[i] = kv[j]`
+    # and burn `slice_assign` of `kv.slice([j..j+1])` copy a strided row; candle's slice_set of the
+    # row view refuses it ("slice-set only supports contiguous tensors") and copies the row of a
+    # contiguous() copy. Every cache keeps its rows when w is written afterwards.
+    traces = runner.run_one(load_case(CASES / "assign_rows_of_a_transposed_snapshot.toml"), every_target=True)
+    for t in ("torch:cpu", "burn:flex", "burn:ndarray"):
+        assert _value(traces[t], 3, "cache")[1] == [3.0, 6.0], t
+        assert _value(traces[t], 5, "cache")[1] == [3.0, 6.0], t
+    candle = traces["candle:cpu"]
+    assert candle.steps[3].status == "error" and "contiguous" in (candle.steps[3].message or "")
+    for t in ("torch:cpu", "candle:cpu"):  # the contiguous copy: burn has no contiguous call
+        assert _value(traces[t], 2, "cache")[0] == [2.0, 5.0], t
+        assert _value(traces[t], 4, "last") == [1.0, 4.0], t  # a row into the whole of `last`
+        assert _value(traces[t], 5, "last") == [1.0, 4.0], t
+    assert traces["burn:flex"].steps[1].status == "unsupported"

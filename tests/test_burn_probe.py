@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tests.probe_client import ROOT, Probe as ProbeClient, states
+from harness.targets.protocol import PROTOCOL_VERSION
 
 def _accelerators() -> list[str]:
     """The accelerator devices this build of the probe opens here (``make fuzz FULL=1`` builds
@@ -29,7 +30,7 @@ def _accelerators() -> list[str]:
     binary = probe_binary("burn_probe")
     if not binary.exists():
         return []  # the `probe` fixture fails with the build hint
-    out = subprocess.run([str(binary)], input='{"type": "hello", "protocol": 2}\n', capture_output=True,
+    out = subprocess.run([str(binary)], input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n", capture_output=True,
                          text=True, timeout=180).stdout
     hello = json.loads(out.splitlines()[0])
     return [d["name"] for d in hello["devices"] if d["kind"] == "gpu"]
@@ -104,7 +105,7 @@ def move(target, device, method):
 
 def test_hello(probe):
     h = probe.hello()
-    assert h["protocol"] == 2 and h["framework"] == "burn"
+    assert h["protocol"] == PROTOCOL_VERSION and h["framework"] == "burn"
     lock = (ROOT / "rust_probes" / "Cargo.lock").read_text()
     locked = re.search(r'name = "burn"\nversion = "([^"]+)"', lock).group(1)
     assert h["versions"]["burn"] == locked == "0.22.1"
@@ -131,7 +132,7 @@ def test_hello(probe):
 
 
 def test_hello_other_protocol_still_answers_its_own_number(probe):
-    assert probe.request({"type": "hello", "protocol": 99})["protocol"] == 2
+    assert probe.request({"type": "hello", "protocol": 99})["protocol"] == PROTOCOL_VERSION
 
 
 # ---------------------------------------------------------------------------------------------

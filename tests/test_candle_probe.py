@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.probe_client import ROOT, Probe as ProbeClient, states
+from harness.targets.protocol import PROTOCOL_VERSION
 
 
 W = [[1.0, 2.0], [3.0, 4.0]]  # the param most tests snapshot
@@ -81,7 +82,7 @@ def _lock_version(krate: str) -> str:
 
 def test_hello(probe):
     h = probe.hello()
-    assert h["protocol"] == 2
+    assert h["protocol"] == PROTOCOL_VERSION
     assert h["framework"] == "candle"
     assert h["versions"]["candle-core"] == _lock_version("candle-core")
     ws = (ROOT / "rust_probes" / "Cargo.toml").read_text()

@@ -16,6 +16,7 @@ from harness.case import ops, schema
 from harness.case.ir import load_case
 from harness.targets import registry
 from tests.conftest import CASES
+from harness.targets.protocol import PROTOCOL_VERSION
 
 
 def test_the_schema_file_is_generated_from_the_table():
@@ -39,7 +40,11 @@ def test_op_table_invariants(spec):
     required = [f.required for f in spec.fields]
     assert required == sorted(required, reverse=True), "required fields come first (canonical order)"
     assert sum(f.writes for f in spec.fields) <= 1
-    assert len(spec.of_kind("row")) <= 1 and len(spec.of_kind("values")) <= 1
+    rows = spec.of_kind("row")
+    assert sum(f.of is None for f in rows) <= 1 and len(spec.of_kind("values")) <= 1
+    assert [f.of is None for f in rows] == sorted((f.of is None for f in rows), reverse=True), \
+        "the written name's row comes first"
+    assert all(f.of in names and spec.field(f.of).kind == "name" for f in rows if f.of is not None)
     if spec.of_kind("row") or spec.of_kind("values") or spec.of_kind("new"):
         assert spec.of_kind("name"), "rows, values and snapshots are of a named tensor"
     for f in spec.fields:
@@ -101,7 +106,7 @@ def test_the_docs_name_every_op_and_method(doc):
 
 
 def _hello(plugin) -> dict:
-    proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": 2}) + "\n",
+    proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n",
                           capture_output=True, text=True, cwd=plugin.CWD, timeout=120)
     assert proc.stdout, f"{plugin.FRAMEWORK}: no hello ({proc.stderr[-500:]})"
     return json.loads(proc.stdout.splitlines()[0])

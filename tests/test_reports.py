@@ -162,6 +162,8 @@ def test_reproducer_translates_every_snapshot_method(framework, target, tmp_path
 @pytest.mark.parametrize("framework,target,case", [
     ("candle", "candle:cpu", "assign_row_into_a_shared_clone.toml"),  # Var clone: the row reaches w
     ("burn", "burn:flex", "assign_from_a_transposed_snapshot.toml"),  # slice_assign of a transposed value
+    ("candle", "candle:cpu", "assign_rows_of_a_transposed_snapshot.toml"),  # a row view refused by slice_set
+    ("burn", "burn:flex", "assign_rows_of_a_transposed_snapshot.toml"),  # row_of: dst[i] = src[j]
 ])
 def test_reproducer_translates_assign(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from harness.targets.protocol import PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -78,7 +79,7 @@ class Worker:
         return msg
 
     def hello(self) -> dict:
-        self.send({"type": "hello", "protocol": 2})
+        self.send({"type": "hello", "protocol": PROTOCOL_VERSION})
         return self.recv()
 
     def run(self, tensors, ops, device="cpu", check=True) -> dict:
@@ -177,7 +178,7 @@ def test_hello(worker):
     import torch
 
     h = worker.hello()
-    assert h["type"] == "hello" and h["protocol"] == 2 and h["framework"] == "torch"
+    assert h["type"] == "hello" and h["protocol"] == PROTOCOL_VERSION and h["framework"] == "torch"
     assert h["versions"]["torch"] == torch.__version__
     assert set(h["versions"]) == {"torch", "python", "numpy"}
     devices = {d["name"]: d for d in h["devices"]}
@@ -197,7 +198,7 @@ def test_hello(worker):
 
 def test_hello_with_another_protocol_number_answers_its_own(worker):
     worker.send({"type": "hello", "protocol": 99})
-    assert worker.recv()["protocol"] == 2
+    assert worker.recv()["protocol"] == PROTOCOL_VERSION
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,9 +85,17 @@ class _FieldCheck:
         shape, role = self.scope.bound[name]
         if f.roles and role not in f.roles:
             raise self._fail(f, f"{self.kind} takes a {f.roles[0]}, {name!r} is a {role}")
-        if f.fits and shape != self._written_shape():
-            raise self._fail(f, f"shape {list(shape)} does not fit the target's {list(self._written_shape()) or 'scalar'}")
+        if f.fits:
+            row = self._row_of(f.name)
+            if row is not None and self.row(row) is not None:
+                shape = shape[1:]  # the source's row is what is copied
+            if shape != self._written_shape():
+                raise self._fail(f, f"shape {list(shape)} does not fit the target's {list(self._written_shape()) or 'scalar'}")
         return name
+
+    def _row_of(self, name_field: str | None) -> ops.Field | None:
+        """The op's ``row`` field indexing ``name_field`` (None: the written name)."""
+        return next((g for g in ops.OPS[self.kind].of_kind("row") if g.of == name_field), None)
 
     def _new(self, f: ops.Field, name: Any) -> str:
         if not is_identifier(name):
@@ -151,7 +159,8 @@ class _FieldCheck:
         return value
 
     def row(self, f: ops.Field) -> int | None:
-        index, rows = self.op[f.name], self._target_shape()[0]
+        shape = self._target_shape() if f.of is None else self.scope.bound[self.op[f.of]][0]
+        index, rows = self.op[f.name], shape[0]
         if index is not None and (not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < rows):
             raise self._fail(f, f"must be an integer in 0..{rows - 1}, got {cv.brief(index)}")
         return index
@@ -159,8 +168,8 @@ class _FieldCheck:
     def _written_shape(self) -> tuple[int, ...]:
         """The shape of what the op writes: the target's row (its row field set) or all of it."""
         shape = self._target_shape()
-        rows = ops.OPS[self.kind].of_kind("row")
-        return shape[1:] if rows and self.row(rows[0]) is not None else shape
+        row = self._row_of(None)
+        return shape[1:] if row is not None and self.row(row) is not None else shape
 
     def values(self, f: ops.Field) -> list[float]:
         shape = self._written_shape()

@@ -18,6 +18,7 @@ checkpoint  a checkpoint an earlier op took (a ``checkpoint`` prefix)    renames
 number    a finite float32 (``positive``: > 0)                         tries ``shrink(x)``
 choice    one of ``choices`` (``ordered``: simplest first)            tries the earlier choices
 row       ``None`` (the whole tensor) or a first-dimension index       tries row 0
+          of the written name (``of``: of that ``name`` field instead)
 values    row-major floats shaped like the ``name`` field's row/whole  smaller, rounder values
 betas     two numbers in [0, 1)                                        leaves them
 flag      ``true`` or ``false``                                        tries ``false``
@@ -29,7 +30,9 @@ Invariants, which ``tests/test_op_table.py`` checks:
   fields a written case file shows); ``op`` itself is not a field;
 - a field with a ``Derived`` default is computed from the op's other fields when absent, and
   recomputed when the minimizer simplifies a field it depends on;
-- every op has at most one ``name`` field with ``writes``, one ``row`` and one ``values`` field;
+- every op has at most one ``name`` field with ``writes``, one ``row`` field of it and one
+  ``values`` field; a ``row`` field with ``of`` follows the one without (``of_kind("row")[0]``
+  is the written name's row);
 - the schema file, the Rust protocol's enums and every probe's handshake name exactly these ops
   and methods.
 """
@@ -65,6 +68,7 @@ class Field:
     writes: bool = False  # ``name``: the op changes the named tensor's values
     roles: tuple[str, ...] = ()  # ``name``: the roles it accepts (empty: any bound name)
     fits: bool = False  # ``name``: shaped like the row (or whole) of the op's written name
+    of: str | None = None  # ``row``: the ``name`` field it indexes (None: the written one)
     checkpoint: bool = False  # ``prefix``: the prefix also names a checkpoint a ``load`` can read
     rebinds: bool = False  # ``name``: the op rebinds it to what it makes of the op's other name
     positive: bool = False  # ``number``: strictly positive
@@ -234,8 +238,9 @@ OP_TABLE: tuple[OpSpec, ...] = (
     OpSpec("freeze", (), "freezes the model (burn: no_grad on the module)"),
     OpSpec("read", (Field("target", "name"),), "reads `target` (forces a lazy param's initialisation)"),
     OpSpec("assign", (Field("target", "name", writes=True), Field("source", "name", fits=True),
-                      Field("index", "row", default=None)),
-           "copies `source` in place into row `index` of `target`, or into all of it",
+                      Field("index", "row", default=None), Field("source_index", "row", default=None, of="source")),
+           "copies `source` (its row `source_index`, or all of it) in place into row `index` of `target`, "
+           "or into all of it",
            label=lambda op: "assign:whole" if op.get("index") is None else "assign:row",
            signature_class=_write_class),
     OpSpec("save", (Field("name", "prefix", checkpoint=True), Field("to", "choice", default="memory", choices=CHECKPOINT_STORES)),

@@ -119,10 +119,12 @@ def _terminal_note(program: Program, n: Note) -> str:
 
 def render(result: ReproResult, console=None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table as RichTable
 
     console = console or Console()
-    title = result.program.title or "case"
+    # Titles, names and values hold brackets (``dst[i] = src[j]``, ``[[1., 2.]]``): text, not markup.
+    title = escape(result.program.title or "case")
     model = result_table(result)
     table = RichTable(title=title, show_lines=False)
     table.add_column("tensor / snapshot", style="bold")
@@ -130,8 +132,8 @@ def render(result: ReproResult, console=None) -> None:
         table.add_column(tid)
     for row in model.rows:
         style = "bold red" if row.divergent else None
-        cells = [terminal_cell(row, c) for c in row.cells]
-        table.add_row(row.label, *[f"[{style}]{c}[/]" if style else c for c in cells])
+        cells = [escape(terminal_cell(row, c)) for c in row.cells]
+        table.add_row(escape(row.label), *[f"[{style}]{c}[/]" if style else c for c in cells])
     console.print(table)
     notes = [_terminal_note(result.program, n) for n in model.notes]
     if notes:
@@ -147,6 +149,6 @@ def render(result: ReproResult, console=None) -> None:
     for f in result.findings:
         entry = result.known.get(f.signature)
         tag = f"[yellow]known ({entry.id})[/]" if entry else "[bold red]new[/]"
-        console.print(f"  {tag} [{f.kind}] ", end="")
+        console.print(f"  {tag} {escape(f'[{f.kind}]')} ", end="")
         console.print(f.sentence(), markup=False, highlight=False)
         console.print(f"      signature: {f.signature}", markup=False, highlight=False, style="dim")

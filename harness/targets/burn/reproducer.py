@@ -167,7 +167,8 @@ class _Writer(MainWriter):
         source, s = op["source"], self.slots[op["source"]]
         value = f"{self.ref(source)}.val()" if s[0] in ("model", "param") else f"{self.ref(source)}.clone()"
         src = self.new_var(f"{source}_value")
-        self.body.append(f"    let {src} = {value}.unsqueeze();")
+        j = op.get("source_index")
+        self.body.append(f"    let {src} = {value}.unsqueeze();" if j is None else f"    let {src} = row_of({value}, {j});")
         index = "None" if op.get("index") is None else f"Some({op['index']})"
         fn = "assign_tensor" if self.slots[op["target"]][0] == "tensor" else "assign_param"
         self.rebind(op["target"], lambda v: f"{fn}({v}, {index}, {src})")

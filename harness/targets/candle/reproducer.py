@@ -119,6 +119,8 @@ class _Writer(MainWriter):
 
     def assign(self, op: dict) -> None:
         tgt, src = op["target"], self.ten_ref(op["source"])
+        if op.get("source_index") is not None:  # a view of the row, as the probe takes it
+            src = f"&{src.lstrip('&')}.narrow(0, {op['source_index']}, 1)?.squeeze(0)?"
         if op.get("index") is None and self.kinds[tgt] == "var":
             self.body.append(f"    {ident(tgt)}.set({src})?;")
             return

@@ -94,6 +94,8 @@ def _write(op: dict) -> list[str]:
 
 def _assign(op: dict) -> list[str]:
     t, src = _name(op["target"]), _name(op["source"])
+    if op.get("source_index") is not None:
+        src = f"{src}[{op['source_index']}]"
     if op.get("index") is None:
         return ["with torch.no_grad():", f"    {t}.copy_({src})"]
     return ["with torch.no_grad():", f"    {t}[{op['index']}] = {src}"]

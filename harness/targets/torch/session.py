@@ -253,6 +253,8 @@ class TorchSession(TrainingOps):
 
     def _op_assign(self, op: dict) -> None:
         t, src = self.bound[op["target"]], self.bound[op["source"]]
+        if op["source_index"] is not None:
+            src = src[op["source_index"]]  # a view of the row: dst[i] = src[j]
         with torch.no_grad():
             if op["index"] is None:
                 t.copy_(src)  # "Copies the elements from src into self" (Tensor.copy_)

@@ -376,12 +376,12 @@ impl BurnSession {
 
     /// `assign`: a handle to the source (taken before the target is consumed, so `source ==
     /// target` reads the target's own values), then `slice_assign` into the target.
-    fn assign(&mut self, target: &str, source: &str, index: Option<usize>) -> Outcome {
+    fn assign(&mut self, target: &str, source: &str, index: Option<usize>, source_index: Option<usize>) -> Outcome {
         let src = match self.get(source) {
             Ok(v) => v,
             Err(o) => return o,
         };
-        self.consume(target, |v| assign_val(v, index, &src))
+        self.consume(target, |v| assign_val(v, index, &src, source_index))
     }
 
     /// `replace`: the value taken first (so `value == target` reads the param itself), then the
@@ -448,7 +448,7 @@ impl Session for BurnSession {
             }
             Op::Fill { target, value } => self.edit(target, Edit::Fill(*value)),
             Op::Scale { target, factor } => self.edit(target, Edit::Scale(*factor)),
-            Op::Assign { target, source, index } => self.assign(target, source, *index),
+            Op::Assign { target, source, index, source_index } => self.assign(target, source, *index, *source_index),
             Op::Step { .. } => self.step(&op.optimizer_spec().expect("a step names an optimizer")),
             Op::SetLr { to, .. } => self.set_lr(&op.optimizer_spec().expect("set_lr names an optimizer"), *to),
             Op::Save { name, to } => self.save(name, *to),

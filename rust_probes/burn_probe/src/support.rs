@@ -236,6 +236,17 @@ pub fn assign_tensor<const D: usize>(dst: Tensor<D>, index: Option<usize>, src: 
     dst.slice_assign([rows], src)
 }
 
+/// Row `j` of an `assign`'s source (`dst[i] = src[j]`): `t.slice([j..j + 1])`, reshaped to rank
+/// `D` (the row's dimensions with leading 1s: a row of the target keeps the leading 1 that
+/// `slice_assign` wants, the whole target drops it).
+pub fn row_of<const S: usize, const D: usize>(t: Tensor<S>, j: usize) -> Tensor<D> {
+    let dims = t.dims();
+    let tail = &dims[1..];
+    let mut shape = [1usize; D];
+    shape[D - tail.len()..].copy_from_slice(tail);
+    t.slice([j..j + 1]).reshape(shape)
+}
+
 /// `assign` into a parameter: `Param::map` over `assign_tensor`, keeping its ParamId.
 pub fn assign_param<const D: usize>(p: Param<Tensor<D>>, index: Option<usize>, src: Tensor<D>) -> Param<Tensor<D>> {
     map_values(p, |t| assign_tensor(t, index, src))

@@ -5,7 +5,7 @@
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
 use crate::support::{
-    assign_param, assign_tensor, edit_param, edit_tensor, placeholder, read_values, Edit, Model,
+    assign_param, assign_tensor, edit_param, edit_tensor, placeholder, read_values, row_of, Edit, Model,
 };
 use aliasfuzz_protocol::Obs;
 use burn::module::{Module, Param};
@@ -258,12 +258,20 @@ pub fn source_tensor<const D: usize>(v: &Val) -> Tensor<D> {
     on_val!(v, param p => p.val().unsqueeze::<D>(), tensor t => t.clone().unsqueeze::<D>())
 }
 
-/// `assign` of `src` into `v`: a param through `Param::map` (same ParamId), a tensor rebound
-/// to `slice_assign`'s result.
-pub fn assign_val(v: Val, index: Option<usize>, src: &Val) -> Val {
+/// Row `row` of what `v` holds (`support::row_of`), or all of it (`source_tensor`).
+fn source_part<const D: usize>(v: &Val, row: Option<usize>) -> Tensor<D> {
+    match row {
+        None => source_tensor(v),
+        Some(j) => on_val!(v, param p => row_of(p.val(), j), tensor t => row_of(t.clone(), j)),
+    }
+}
+
+/// `assign` of `src` (its row `source_index`, or all of it) into `v`: a param through
+/// `Param::map` (same ParamId), a tensor rebound to `slice_assign`'s result.
+pub fn assign_val(v: Val, index: Option<usize>, src: &Val, source_index: Option<usize>) -> Val {
     on_val!(v,
-        param p => assign_param(p, index, source_tensor(src)).into_val(),
-        tensor t => assign_tensor(t, index, source_tensor(src)).into_val(),
+        param p => assign_param(p, index, source_part(src, source_index)).into_val(),
+        tensor t => assign_tensor(t, index, source_part(src, source_index)).into_val(),
     )
 }
 

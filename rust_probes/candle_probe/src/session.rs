@@ -27,6 +27,7 @@
 //! | read          | `t.flatten_all()?.to_vec1::<f32>()?`                                      |
 //! | assign (whole)| `Var::set(&src)` on a `Var`; `t.slice_set(&src, 0, 0)?` on a plain tensor |
 //! | assign (row)  | `t.slice_set(&src.unsqueeze(0)?, 0, index)?`                              |
+//! | source_index  | `src.narrow(0, j, 1)?.squeeze(0)?` (a view of row j), then as above       |
 //! | set_lr        | `opt.set_learning_rate(to)` on the live optimizer                         |
 //! | save (memory) | a clone of the `VarMap::data()` map: the same `Var`s, under their names   |
 //! | save (file)   | `VarMap::save(path)`; `<name>.<p>` = `candle_core::safetensors::load(path)` |
@@ -391,8 +392,14 @@ impl CandleSession {
             }
             // As `write`: a whole-tensor copy into a `Var` is `Var::set` (what a candle user
             // calls on a parameter), anything else `slice_set` into the tensor's storage.
-            Op::Assign { target, source, index } => {
+            Op::Assign { target, source, index, source_index } => {
                 let src = self.get(source)?.tensor().clone();
+                let src = match source_index {
+                    None => src,
+                    // A view of row j, as `src.i(j)` takes it; `Tensor::get` would copy a
+                    // strided row (its `reshape`), hiding what slice_set does with a view.
+                    Some(j) => ce(src.narrow(0, *j, 1).and_then(|r| r.squeeze(0)))?,
+                };
                 match (self.get(target)?, index) {
                     (Handle::Var(v), None) => ce(v.set(&src)),
                     (h, _) => ce(assign_from(h.tensor(), *index, &src)),

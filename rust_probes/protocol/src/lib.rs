@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
 /// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
@@ -299,8 +299,9 @@ pub enum Op {
     Freeze {},
     Read { target: String },
     /// Copies `source` in place into row `index` of `target` (`source` shaped like the row), or
-    /// into all of `target` when `index` is `None` (`source` shaped like `target`).
-    Assign { target: String, source: String, index: Option<usize> },
+    /// into all of `target` when `index` is `None` (`source` shaped like `target`). With
+    /// `source_index`, row `source_index` of `source` is what is copied (`dst[i] = src[j]`).
+    Assign { target: String, source: String, index: Option<usize>, source_index: Option<usize> },
     /// A checkpoint of the whole model named `name`: binds `<name>.<param>` to what it holds.
     Save { name: String, to: CheckpointStore },
     /// Loads checkpoint `from` into the live model. A probe answers [`Outcome::Skipped`] when
@@ -742,7 +743,7 @@ mod tests {
             Op::NoGrad {},
             Op::Freeze {},
             Op::Read { target: t() },
-            Op::Assign { target: t(), source: "s".into(), index: None },
+            Op::Assign { target: t(), source: "s".into(), index: None, source_index: Some(0) },
             Op::Save { name: "c".into(), to: CheckpointStore::Memory },
             Op::Load { from: "c".into(), assign: false },
             Op::Replace { target: t(), value: "s".into(), how: ReplaceHow::New },
