@@ -41,7 +41,7 @@ class Profile:
     weights: tuple[tuple[str, int], ...] = (
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2),
+        ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2), ("backward", 2),
     )
 
     def op_menu(self) -> tuple[str, ...]:
@@ -54,7 +54,7 @@ PROFILES = {
     "deep": Profile("deep", max_ops=40, weights=(
         ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2))),
+        ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2))),
 }
 
 

@@ -177,6 +177,8 @@ def test_reproducer_translates_assign(framework, target, case, tmp_path):
     ("burn", "burn:flex", "set_lr_keeps_the_optimizer_state.toml"),  # set_lr: the next step's lr
     ("candle", "candle:cpu", "nn_parameter_shares_storage.toml"),  # replace: Var::from_tensor
     ("burn", "burn:flex", "replace_new_param_is_left_by_the_optimizer.toml"),  # replace: Param::from_tensor
+    ("candle", "candle:cpu", "gradient_accumulation_sums_two_passes.toml"),  # backward: accumulate
+    ("burn", "burn:flex", "gradient_accumulation_sums_two_passes.toml"),  # backward: GradientsAccumulator
 ])
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)

@@ -1,5 +1,5 @@
-"""The training-loop ops (``save``, ``load``, ``set_lr``, ``step``'s ``dampening``) on each
-framework, against what its documentation and upstream reports say. Each program is a bundled
+"""The training-loop ops (``save``, ``load``, ``set_lr``, ``replace``, ``backward``, ``step``'s
+``dampening``) on each framework, against what its documentation and upstream reports say. Each program is a bundled
 case file (or that case with one field changed), run on every CPU target; each test names the
 documentation or report its expectation rests on."""
 
@@ -291,3 +291,28 @@ def test_only_a_parameter_can_be_tied(run):
         assert step.status == "error" and "TypeError" in (step.message or ""), (t, step)
     for t in BURN + ("candle:cpu",):
         assert traces[t].steps[0].status == "unsupported", t
+
+
+def test_a_step_after_a_backward_pass_uses_both_passes_gradients(run):
+    # torch backward() "accumulates gradients in the leaves"; burn GradientsAccumulator; candle
+    # GradStores added var by var (the case file names the sources). SGD lr 0.5, grad [1, -1]:
+    # two passes move w by [-1, 1], the next step (one pass) by [-0.5, 0.5].
+    traces = run(_case("gradient_accumulation_sums_two_passes"))
+    for t in (*TORCH, "candle:cpu", *BURN):
+        assert [s.status for s in traces[t].steps] == ["ok"] * 3, t
+        assert _value(traces[t], 0, "w") == [1.0, 2.0], t  # a backward pass alone changes nothing
+        assert _value(traces[t], 1, "w") == [0.0, 3.0], t
+        assert _value(traces[t], 2, "w") == [-0.5, 3.5], t
+
+
+def test_an_accumulated_gradient_stays_with_the_parameter_object(run):
+    # torch: w.data = b keeps the object, and so its .grad: two passes' worth, w = b - 2 * 0.5 g.
+    # nn.Parameter(b) (how = new) starts without one: one pass. candle's Var::from_tensor of the
+    # plain tensor b is a new Var, whose id the pending GradStore does not hold; burn's
+    # Param::from_tensor a new ParamId, which the accumulator does not hold: one pass as well.
+    data = run(_case("accumulated_gradient_follows_the_parameter_object"))
+    for t in TORCH:
+        assert _value(data[t], 2, "w") == [4.0, 6.0], t
+    new = run(_changed(_case("accumulated_gradient_follows_the_parameter_object"), 1, "how", "new"))
+    for t in (*TORCH, "candle:cpu", *BURN):
+        assert _value(new[t], 2, "w") == [4.5, 5.5], t

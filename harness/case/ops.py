@@ -219,6 +219,8 @@ OP_TABLE: tuple[OpSpec, ...] = (
     OpSpec("step", _OPTIMIZER_FIELDS, "one optimizer step over every trainable tensor, with each tensor's "
            "`grad`, by the live optimizer of these hyper-parameters (a new one at the first such step)",
            label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step"),
+    OpSpec("backward", (), "one backward pass of the loss (the same as a step's) without a step: the "
+           "gradients accumulate, and the next `step` adds its own backward pass and steps with the sum"),
     # `to` before the optional hyper-parameters: required fields come first (canonical order).
     OpSpec("set_lr", _OPTIMIZER_FIELDS[:2] + (Field("to", "number", positive=True, wide=True,
                                                      shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),

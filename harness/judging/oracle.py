@@ -229,8 +229,11 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     if not _values_agree(ctx, k - 1):
         return _DERIVED
     op = ctx.program.ops[k]
-    # A step acts on a trainable snapshot (a replaced param) itself: whether it trains it comes first.
-    on_snap = writes_into(op, snap.name) or (op["op"] == "step" and _acts_on(ctx.program, op, snap.name))
+    on_snap = writes_into(op, snap.name)
+    if not on_snap and op["op"] == "step" and _acts_on(ctx.program, op, snap.name):
+        # A step acts on a trainable snapshot (a replaced param) itself: one that trains it on one
+        # side only is the finding; one that trains it on both moved the source through its link.
+        on_snap = _moved_at(a, k, snap.name) != _moved_at(b, k, snap.name)
     name = snap.name if on_snap else snap.source
     if name in nondeterministic_names(ctx.program) and any(j < k for j in hidden):
         # Its values differ by design, so _values_agree cannot tell whether an op one side could

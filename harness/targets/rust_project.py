@@ -74,6 +74,7 @@ class MainWriter:
         self.body: list[str] = []
         self._optimizers: dict[tuple, str] = {}
         self.checkpoints: dict[str, str] = {}  # what each translated ``save`` kept: "memory" | "file"
+        self.accumulating = False  # a translated ``backward`` ran since the last step
 
     def declare(self, tensor) -> None:
         raise NotImplementedError

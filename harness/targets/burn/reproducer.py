@@ -190,11 +190,23 @@ class _Writer(MainWriter):
     def step(self, op: dict) -> None:
         """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
         var = self.optimizer(op, "make_optimizer", _OPTIMIZER_ARGS)
+        self.body += ["    {", *self._backward_lines()]
+        if self.accumulating:  # this pass accumulated into the backward ops' (as the probe steps)
+            self.body += ["        let mut acc = _acc;", "        acc.accumulate(&model, gp);", "        let gp = acc.grads();"]
+            self.accumulating = False
+        self.body += [f"        model = {var}.step({rust_float(step_fields(op)['lr'])}, model, gp);", "    }"]
+
+    def _backward_lines(self) -> list[str]:
         terms = [f"loss_term(&model.p{r}[{idx}], &{rust_f32_list(g)}, &dev)" for _, r, idx, g in self.params]
-        self.body += ["    {", f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
-                      "        let grads = loss.backward();",
-                      "        let gp = GradientsParams::from_grads(grads, &model);",
-                      f"        model = {var}.step({rust_float(step_fields(op)['lr'])}, model, gp);", "    }"]
+        return [f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
+                "        let gp = GradientsParams::from_grads(loss.backward(), &model);"]
+
+    def backward(self, op: dict) -> None:
+        """A ``GradientsAccumulator`` (keyed by ParamId) given this pass's gradients."""
+        start = "_acc" if self.accumulating else "burn::optim::GradientsAccumulator::<Model>::new()"
+        self.body += ["    let _acc = {", f"        let mut acc = {start};", *self._backward_lines(),
+                      "        acc.accumulate(&model, gp);", "        acc", "    };"]
+        self.accumulating = True
 
     def set_lr(self, op: dict) -> None:
         """A burn optimizer holds no learning rate: the next step passes the new one (and one not
@@ -248,6 +260,7 @@ class _Writer(MainWriter):
 
     EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
                 "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
+                "backward": backward,
                 "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace}
 
     def bound(self, name: str) -> bool:

@@ -136,7 +136,18 @@ class _Writer(MainWriter):
 
     def step(self, op: dict) -> None:
         var = self.optimizer(op, "Opt::new", ("kind", "&varmap", "lr", "betas", "eps", "weight_decay"), "?")
+        if self.accumulating:  # the backward passes' sum and this one's, as the probe steps it
+            self.body += ["    if let Some(sum) = accumulate(_pending, loss(&varmap, &grads)?, &varmap)? {",
+                          f"        {var}.step(&sum)?;", "    }"]
+            self.accumulating = False
+            return
         self.body += ["    if let Some(loss) = loss(&varmap, &grads)? {", f"        {var}.backward_step(&loss)?;", "    }"]
+
+    def backward(self, op: dict) -> None:
+        """``support::accumulate``: candle has no gradient accumulator; its users add GradStores."""
+        before = "_pending" if self.accumulating else "None"
+        self.body.append(f"    let _pending = accumulate({before}, loss(&varmap, &grads)?, &varmap)?;")
+        self.accumulating = True
 
     def set_lr(self, op: dict) -> None:
         var = self.optimizer(op, "Opt::new", ("kind", "&varmap", "lr", "betas", "eps", "weight_decay"), "?")
@@ -195,7 +206,7 @@ class _Writer(MainWriter):
 
     EMITTERS = {"snapshot": snapshot, "write": write, "assign": assign, "fill": fill, "scale": scale, "step": step, "move": move,
                 "module_clone": module_clone, "read": read, "set_lr": set_lr, "save": save, "load": load,
-                "replace": replace}
+                "replace": replace, "backward": backward}
 
 
 def candle_main(program: Program, repro: dict | None = None) -> str:

@@ -37,6 +37,17 @@ def _save_load(t):
     return torch.load(buf)
 
 
+def loss():
+    """The sum of (p * grad) over the model's slots (a tied parameter once per slot)."""
+    total = None
+    for n, p in model.named_parameters(remove_duplicate=False):
+        g = grads.get(n)
+        g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)
+        term = (p * g.to(p.device)).sum()
+        total = term if total is None else total + term
+    return total
+
+
 class Model(nn.Module):
     pass
 
@@ -46,6 +57,7 @@ names = {{}}
 grads = {{}}
 optimizers = {{}}
 checkpoints = {{}}  # name -> the state dict as returned (memory) or the bytes torch.save wrote (file)
+accumulating = False  # a backward pass ran since the last step: its gradients are kept
 '''
 
 # Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
@@ -129,15 +141,15 @@ def _live_optimizer(op: dict) -> list[str]:
 
 
 def _step(op: dict) -> list[str]:
-    """loss = the sum of (p * grad) over the model's params; backward; the live optimizer's step."""
+    """The live optimizer's step: zero_grad (unless a ``backward`` accumulated since the last
+    step), backward of the loss, step."""
     return _live_optimizer(op) + [
-        "opt.zero_grad()", "loss = None",
-        "for n, p in model.named_parameters(remove_duplicate=False):",
-        "    g = grads.get(n)",
-        "    g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)",
-        "    term = (p * g.to(p.device)).sum()",
-        "    loss = term if loss is None else loss + term",
-        "loss.backward()", "opt.step()"]
+        "if not accumulating:", "    opt.zero_grad()", "loss().backward()", "opt.step()", "accumulating = False"]
+
+
+def _backward(op: dict) -> list[str]:
+    """Gradient accumulation: zero_grad before the first backward pass, then add into ``.grad``."""
+    return ["if not accumulating:", "    model.zero_grad()", "    accumulating = True", "loss().backward()"]
 
 
 def _set_lr(op: dict) -> list[str]:
@@ -209,7 +221,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
     "no_grad": lambda op: ["model.requires_grad_(False)"],
     "freeze": lambda op: ["model.requires_grad_(False)"],
     "read": lambda op: [f"_ = {_name(op['target'])}.tolist()"],
-    "set_lr": _set_lr, "save": _save, "load": _load, "replace": _replace,
+    "set_lr": _set_lr, "save": _save, "load": _load, "replace": _replace, "backward": _backward,
 }
 
 

@@ -1,5 +1,6 @@
-"""The torch session's training-loop ops: the live optimizers (``step``, ``set_lr``) and the
-model's checkpoints (``save``, ``load``), each as the torch call a user writes.
+"""The torch session's training-loop ops: the live optimizers (``step``, ``backward``,
+``set_lr``) and the model's checkpoints (``save``, ``load``), each as the torch call a user
+writes.
 
 ``TrainingOps`` is a part of ``TorchSession`` (``harness.targets.torch.session``), kept apart so
 that each file holds one concern; it uses the session's ``model``, ``bound``, ``grads``,
@@ -26,7 +27,7 @@ def optimizer_key(op: dict, lr: float) -> tuple:
 
 
 class TrainingOps:
-    """``step``, ``set_lr``, ``save`` and ``load`` of a ``TorchSession``.
+    """``step``, ``backward``, ``set_lr``, ``save`` and ``load`` of a ``TorchSession``.
 
     Live optimizers are keyed by their hyper-parameters (``optimizer_key``): a ``step`` with other
     hyper-parameters makes a new optimizer over what the model holds then, a ``set_lr`` changes a
@@ -34,6 +35,7 @@ class TrainingOps:
 
     def _init_training(self) -> None:
         self.optimizers: dict[tuple, torch.optim.Optimizer] = {}
+        self.accumulating = False  # a ``backward`` ran since the last step: its grads are kept
         # name -> ("memory", the state dict as returned) or ("file", the bytes torch.save wrote)
         self.checkpoints: dict[str, tuple[str, object]] = {}
 
@@ -73,7 +75,22 @@ class TrainingOps:
 
     def _op_step(self, op: dict) -> None:
         opt = self._optimizer(op)
-        opt.zero_grad()  # set_to_none=True by default
+        if not self.accumulating:
+            opt.zero_grad()  # set_to_none=True by default
+        self._loss().backward()
+        opt.step()
+        self.accumulating = False
+
+    def _op_backward(self, op: dict) -> None:
+        """Gradient accumulation as the torch docs write it: ``zero_grad()`` before the first
+        backward pass, ``loss.backward()`` adding into every ``.grad`` until a step consumes them."""
+        if not self.accumulating:
+            self.model.zero_grad()  # set_to_none=True; the optimizer is not known yet
+            self.accumulating = True
+        self._loss().backward()
+
+    def _loss(self) -> torch.Tensor:
+        """Sum over the model's slots of (p * g).sum(), g being the param's declared ``grad``."""
         loss = None
         # Every slot, a tied parameter once per slot (as each use of a tied weight adds to its
         # gradient); the optimizer holds it once (parameters() removes duplicates).
@@ -85,8 +102,7 @@ class TrainingOps:
             loss = term if loss is None else loss + term
         if loss is None:
             raise ValueError("the model has no parameters")
-        loss.backward()
-        opt.step()
+        return loss
 
     def _op_set_lr(self, op: dict) -> None:
         opt = self._optimizer(op)

@@ -17,7 +17,7 @@ use burn::store::ModuleRecord;
 use std::path::PathBuf;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
-use burn::optim::ModuleOptimizer;
+use burn::optim::{GradientsAccumulator, ModuleOptimizer};
 use burn::tensor::{Device, Tensor, TensorData};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -48,6 +48,8 @@ pub struct BurnSession {
     order: Vec<String>,
     slots: HashMap<String, Slot>,
     optims: Vec<(String, ModuleOptimizer)>,
+    /// The gradients `backward` ops accumulated since the last step (burn's GradientsAccumulator).
+    accumulated: Option<GradientsAccumulator<Model>>,
     /// What each `save` kept, by checkpoint name.
     saved: HashMap<String, Saved>,
     /// Checkpoint files written by `save_load`, kept until the session ends (a param loaded by
@@ -141,6 +143,7 @@ impl BurnSession {
             order: vec![],
             slots: HashMap::new(),
             optims: vec![],
+            accumulated: None,
             saved: HashMap::new(),
             checkpoints: Checkpoints::default(),
         };
@@ -450,6 +453,7 @@ impl Session for BurnSession {
             Op::Scale { target, factor } => self.edit(target, Edit::Scale(*factor)),
             Op::Assign { target, source, index, source_index } => self.assign(target, source, *index, *source_index),
             Op::Step { .. } => self.step(&op.optimizer_spec().expect("a step names an optimizer")),
+            Op::Backward {} => self.backward(),
             Op::SetLr { to, .. } => self.set_lr(&op.optimizer_spec().expect("set_lr names an optimizer"), *to),
             Op::Save { name, to } => self.save(name, *to),
             Op::Load { from, assign } => self.load(from, *assign),

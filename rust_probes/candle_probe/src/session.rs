@@ -52,6 +52,7 @@ use aliasfuzz_protocol::{
 use crate::support::{
     assign_from, insert_var, lazy_var, save_and_load, through_host, values, var_of, write_row, Opt,
 };
+use candle_core::backprop::GradStore;
 use candle_core::{Device, DeviceLocation, Tensor, Var};
 use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
@@ -60,7 +61,7 @@ use std::collections::HashMap;
 /// tensor, `step` with `sgd_momentum`, `move` with `fork`). `valid`, `train`, `no_grad` and
 /// `freeze` are never supported and so are not listed.
 pub const OPS: &[&str] = &[
-    "snapshot", "write", "fill", "scale", "step", "set_lr", "move", "module_clone", "read", "assign",
+    "snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "read", "assign",
     "save", "load", "replace",
 ];
 
@@ -100,6 +101,8 @@ pub struct CandleSession {
     bound: HashMap<String, Handle>,
     /// The live optimizers, by the key of their hyper-parameters (`OptimizerSpec::key`).
     optimizers: HashMap<String, Opt>,
+    /// The gradients `backward` ops accumulated since the last step (`support::add_grads`).
+    pending: Option<GradStore>,
     /// Checkpoints taken by `save`, by name.
     checkpoints: HashMap<String, Checkpoint>,
     /// Where `save` to a file writes, made at the first such save and removed with the session.
@@ -149,6 +152,7 @@ impl CandleSession {
             order: vec![],
             bound: HashMap::new(),
             optimizers: HashMap::new(),
+            pending: None,
             checkpoints: HashMap::new(),
             checkpoint_dir: None,
         };
@@ -338,6 +342,7 @@ impl CandleSession {
                 )),
             },
             Op::Step { .. } => self.step(&op.optimizer_spec().expect("a step names an optimizer")),
+            Op::Backward {} => self.backward(),
             Op::SetLr { to, .. } => self.set_lr(&op.optimizer_spec().expect("set_lr names an optimizer"), *to),
             Op::Save { name, to } => self.save(name, *to),
             Op::Load { from, assign } => self.load(from, *assign),

@@ -6,9 +6,10 @@
 //! code the probe ran and this is the one copy of it. What the protocol needs (handles, error
 //! outcomes, observations) stays in `session.rs`.
 
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, Var};
 use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarMap, SGD};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// Registers a param in the model's VarMap under its name, as a user building a model does.
@@ -96,6 +97,40 @@ pub fn loss(varmap: &VarMap, grads: &HashMap<String, Vec<f32>>) -> Result<Option
     Ok(total)
 }
 
+/// Gradient accumulation as candle users write it (candle has no accumulator): `acc` plus the
+/// gradients of a second backward pass, var by var over the VarMap's vars (a Var under two keys
+/// once). A var `acc` has and the map no longer holds keeps its accumulated gradient.
+pub fn add_grads(mut acc: GradStore, g: &GradStore, varmap: &VarMap) -> Result<GradStore> {
+    let mut seen = HashSet::new();
+    for var in varmap.all_vars() {
+        let t = var.as_tensor();
+        if !seen.insert(t.id()) {
+            continue;
+        }
+        if let Some(new) = g.get(t) {
+            let sum = match acc.get(t) {
+                Some(old) => (old + new)?,
+                None => new.clone(),
+            };
+            acc.insert(t, sum);
+        }
+    }
+    Ok(acc)
+}
+
+/// One backward pass of `loss` added to the `pending` gradients (`add_grads`); `pending` as it
+/// is for a model without params (no loss).
+pub fn accumulate(pending: Option<GradStore>, loss: Option<Tensor>, varmap: &VarMap) -> Result<Option<GradStore>> {
+    let Some(loss) = loss else {
+        return Ok(pending);
+    };
+    let g = loss.backward()?;
+    Ok(Some(match pending {
+        None => g,
+        Some(acc) => add_grads(acc, &g, varmap)?,
+    }))
+}
+
 /// The optimizers candle-nn has.
 pub enum Opt {
     Sgd(SGD),
@@ -129,6 +164,13 @@ impl Opt {
         match self {
             Opt::Sgd(o) => o.backward_step(loss),
             Opt::AdamW(o) => o.backward_step(loss),
+        }
+    }
+
+    pub fn step(&mut self, grads: &GradStore) -> Result<()> {
+        match self {
+            Opt::Sgd(o) => o.step(grads),
+            Opt::AdamW(o) => o.step(grads),
         }
     }
 }

@@ -277,6 +277,9 @@ pub enum Op {
         eps: f64,
         weight_decay: f64,
     },
+    /// One backward pass of the step's loss without a step: the gradients accumulate until the
+    /// next `Step`, which adds its own pass and steps with the sum.
+    Backward {},
     /// Sets the learning rate of the live optimizer these fields key to `to`; it is keyed by
     /// lr `to` from then on.
     /// (The fields repeat `Step`'s: serde's `flatten` does not combine with `deny_unknown_fields`.)
@@ -726,6 +729,7 @@ mod tests {
                 eps: 1e-8,
                 weight_decay: 0.0,
             },
+            Op::Backward {},
             Op::SetLr {
                 optimizer: OptimizerKind::Sgd,
                 lr: 0.1,

@@ -1,4 +1,4 @@
-//! The training-loop ops of a [`BurnSession`]: the live optimizers (`step`, `set_lr`) and the
+//! The training-loop ops of a [`BurnSession`]: the live optimizers (`step`, `backward`, `set_lr`) and the
 //! model's checkpoints (`save`, `load`), each the burn call a user writes.
 
 use super::{BurnSession, Saved, Slot};
@@ -31,8 +31,8 @@ impl BurnSession {
         }
     }
 
-    pub(super) fn step(&mut self, spec: &OptimizerSpec) -> Outcome {
-        // loss = sum over the model's params of (p * g).sum(); backward; GradientsParams.
+    /// loss = sum over the model's params of (p * g).sum(); backward; `GradientsParams`.
+    fn backward_grads(&self) -> Result<GradientsParams, Outcome> {
         let mut loss: Option<Tensor<1>> = None;
         for mp in &self.params {
             if self.lost.contains(&(mp.rank, mp.idx)) {
@@ -49,10 +49,22 @@ impl BurnSession {
             });
         }
         let Some(loss) = loss else {
-            return Outcome::Error("the model has no params".into());
+            return Err(Outcome::Error("the model has no params".into()));
         };
-        let grads = loss.backward();
-        let gp = GradientsParams::from_grads(grads, &self.model);
+        Ok(GradientsParams::from_grads(loss.backward(), &self.model))
+    }
+
+    /// The live optimizer's `step(lr, model, grads)`; after `backward` ops, with the grads of
+    /// this pass accumulated into theirs (`GradientsAccumulator::accumulate`, then `grads()`).
+    pub(super) fn step(&mut self, spec: &OptimizerSpec) -> Outcome {
+        let mut gp = match self.backward_grads() {
+            Ok(gp) => gp,
+            Err(o) => return o,
+        };
+        if let Some(mut acc) = self.accumulated.take() {
+            acc.accumulate(&self.model, gp);
+            gp = acc.grads();
+        }
         let at = self.optimizer_at(spec);
         // The optimizer leaves the list while it steps (model_op borrows self), then goes back
         // to the same place, so its state persists.
@@ -61,6 +73,19 @@ impl BurnSession {
         let outcome = self.model_op(|m| opt.step(lr, m, gp));
         self.optims.insert(at, (key, opt));
         outcome
+    }
+
+    /// Gradient accumulation as the burn book writes it: the pass's `GradientsParams` given to a
+    /// `GradientsAccumulator` (keyed by ParamId, over the params the model holds now).
+    pub(super) fn backward(&mut self) -> Outcome {
+        let gp = match self.backward_grads() {
+            Ok(gp) => gp,
+            Err(o) => return o,
+        };
+        let mut acc = self.accumulated.take().unwrap_or_default();
+        acc.accumulate(&self.model, gp);
+        self.accumulated = Some(acc);
+        Outcome::Ok
     }
 
     /// A burn optimizer holds no learning rate (`Optimizer::step(lr, ..)` takes it each time):

@@ -1,8 +1,8 @@
-//! The training-loop ops of a [`CandleSession`]: the live optimizers (`step`, `set_lr`) and the
+//! The training-loop ops of a [`CandleSession`]: the live optimizers (`step`, `backward`, `set_lr`) and the
 //! model's checkpoints (`save`, `load`), each the candle call a user writes.
 
 use super::{ce, Checkpoint, CandleSession, Handle, R};
-use crate::support::{loss, Opt};
+use crate::support::{accumulate, loss, Opt};
 use aliasfuzz_protocol::{CheckpointStore, OptimizerKind, OptimizerSpec, Outcome};
 use std::collections::HashMap;
 
@@ -33,13 +33,28 @@ impl CandleSession {
         Ok(self.optimizers.get_mut(&key).unwrap())
     }
 
+    /// `opt.backward_step(&loss)`, or after `backward` ops the sum of their gradients and this
+    /// pass's (`accumulate`) given to `opt.step(&grads)`.
     pub(super) fn step(&mut self, spec: &OptimizerSpec) -> R<()> {
         // `momentum` and `dampening` only matter to `sgd_momentum`, which candle does not have.
         self.optimizer(spec)?;
-        match ce(loss(&self.varmap, &self.grads))? {
-            None => Ok(()), // a model without params: nothing to train
-            Some(loss) => ce(self.optimizer(spec)?.backward_step(&loss)),
+        let loss = ce(loss(&self.varmap, &self.grads))?;
+        match (self.pending.take(), loss) {
+            (_, None) => Ok(()), // a model without params: nothing to train
+            (None, Some(loss)) => ce(self.optimizer(spec)?.backward_step(&loss)),
+            (pending, loss) => match ce(accumulate(pending, loss, &self.varmap))? {
+                Some(sum) => ce(self.optimizer(spec)?.step(&sum)),
+                None => Ok(()),
+            },
         }
+    }
+
+    /// `loss.backward()` without a step, its GradStore added to the pending one: candle has no
+    /// gradient accumulator, and this is what its users write (`support::accumulate`).
+    pub(super) fn backward(&mut self) -> R<()> {
+        let loss = ce(loss(&self.varmap, &self.grads))?;
+        self.pending = ce(accumulate(self.pending.take(), loss, &self.varmap))?;
+        Ok(())
     }
 
     /// `opt.set_learning_rate(to)` (candle#687: the optimizer keeps its state), refiled under
