@@ -18,13 +18,15 @@ def program(tensors: dict, ops: list):
     return parse_case({"format": FORMAT, "tensors": tensors, "ops": ops})
 
 
-def trace(target: str, initial: dict, steps: list, statuses: list | None = None) -> Trace:
+def trace(target: str, initial: dict, steps: list, statuses: list | None = None, same: dict | None = None) -> Trace:
     """``initial`` and each step: name -> value list (flat, shape [n]); identity tokens are the
-    names themselves, so no identity divergence is made up here."""
+    names themselves (``same`` maps a name to the name whose object it is), so no identity
+    divergence is made up here."""
+    same = same or {}
 
     def obs(name, value):  # None: a lazy parameter not initialised yet
         return {"shape": [1 if value is None else len(value)], "value": value, "device": "cpu",
-                "requires_grad": None, "identity": f"{target}:{name}", "initialized": value is not None}
+                "requires_grad": None, "identity": f"{target}:{same.get(name, name)}", "initialized": value is not None}
 
     statuses = statuses or ["ok"] * len(steps)
     return Trace.from_wire(target, {
@@ -332,3 +334,45 @@ def test_a_step_that_trains_a_replaced_parameter_on_one_side_only_is_the_steps_e
     [f] = compare(prog, {A: a, B: b})
     assert f.signature == "value|alpha:cpu~beta:cpu|value|-|step:sgd|changed~unchanged"
     assert f.subject == "w" and f.role == "param"
+
+
+def test_an_identity_divergence_is_named_by_the_relation_that_made_it_then():
+    # s1 = clone(s0), s0 = alias(p0): s1 is p0 itself on alpha (a clone that is the same tensor)
+    # from op 1 on. A later replace of p0 by s1 relates them too, but the divergence came first,
+    # from the clone.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "alias"},
+                        {"op": "snapshot", "name": "s1", "of": "s0", "method": "clone"},
+                        {"op": "replace", "target": "p0", "value": "s1"}])
+    steps = [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [0.0]}]
+    a = trace(A, {"p0": [0.0]}, steps, same={"s0": "p0", "s1": "p0"})
+    b = trace(B, {"p0": [0.0]}, steps, same={"s0": "p0"})
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "framework|alpha:cpu~beta:cpu|identity|clone|snapshot|same~distinct"
+
+
+def test_an_alias_of_a_param_follows_a_data_swap_of_it():
+    # w.data = b keeps the object, so s0 = alias(w) goes on being a snapshot of it: alpha's s0
+    # takes b's values with w, beta's keeps (burn's Param::map gives w a new value). The finding
+    # is the alias relation, not a value of s0 with no relation.
+    prog = program({"w": {"kind": "param", "value": [1.0]}, "b": {"kind": "param", "value": [0.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "w", "method": "alias"},
+                    {"op": "replace", "target": "w", "value": "b", "how": "data"}])
+    a = trace(A, {"w": [1.0], "b": [0.0]}, [{"s0": [1.0]}, {"w": [0.0], "s0": [0.0]}])
+    b = trace(B, {"w": [1.0], "b": [0.0]}, [{"s0": [1.0]}, {"w": [0.0]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert (f.signature, f.subject) == ("framework|alpha:cpu~beta:cpu|verdict|alias|replace|follows~keeps", "s0")
+
+
+def test_a_source_that_is_the_written_tensor_on_one_side_is_that_identity_divergence():
+    # s0 and s1 are clones of w; on alpha both are w itself (one tensor). w is then replaced by
+    # nn.Parameter(s0), and a write into s1 moves s0 on alpha only, because there s0 is s1: the
+    # clones' identity is the finding, not the replace relation seeing its source move.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+                        {"op": "snapshot", "name": "s1", "of": "p0", "method": "clone"},
+                        {"op": "replace", "target": "p0", "value": "s0"},
+                        {"op": "write", "target": "s1", "index": None, "value": [1.0]}])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {}, {"s0": [1.0], "s1": [1.0], "p0": [1.0]}],
+              same={"s0": "p0", "s1": "p0"})
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [0.0]}, {"s1": [1.0]}])
+    sigs = [f.signature for f in compare(prog, {A: a, B: b})]
+    assert sigs == ["framework|alpha:cpu~beta:cpu|identity|clone|snapshot|same~distinct"]

@@ -135,6 +135,9 @@ CHECKPOINT_STORES = ("memory", "file")
 #: the value's own parameter object, tying the two names (torch ``b.w = a.w``, candle one ``Var``
 #: under two keys, burn one ``Param`` in two fields).
 REPLACE_HOWS = ("new", "data", "set", "tie")
+#: ``replace`` hows that leave the same parameter object in the slot over another storage (torch
+#: ``w.data = v``, ``w.set_(v)``; burn's ``Param::map`` keeps the ParamId): the name still denotes it.
+SAME_OBJECT_HOWS = ("data", "set")
 
 METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("alias", "the same tensor under a second name"),
@@ -333,6 +336,12 @@ def rebindings(op: Mapping[str, Any]) -> tuple[Binding, ...]:
             source = next(op[g.name] for g in s.fields if g.kind == "name" and g is not f)
             out.append(Binding(op[f.name], source, label(op)))
     return tuple(out)
+
+
+def keeps_object(op: Mapping[str, Any]) -> bool:
+    """Whether the names ``op`` rebinds still denote the objects they did (``SAME_OBJECT_HOWS``):
+    what was a snapshot of such a name goes on being one."""
+    return op["op"] == "replace" and op["how"] in SAME_OBJECT_HOWS
 
 
 def bound_shape(b: Binding, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:

@@ -235,6 +235,8 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         # side only is the finding; one that trains it on both moved the source through its link.
         on_snap = _moved_at(a, k, snap.name) != _moved_at(b, k, snap.name)
     name = snap.name if on_snap else snap.source
+    if _is_written_on_one_side(ctx, op, name, k):
+        return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
     if name in nondeterministic_names(ctx.program) and any(j < k for j in hidden):
         # Its values differ by design, so _values_agree cannot tell whether an op one side could
         # not run left it different (a scale by 0 through a detach, unsupported on one side: a
@@ -255,6 +257,23 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     if moved[0] == moved[1] or not _acts_on(ctx.program, op, name):
         return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
     return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
+
+
+def _is_written_on_one_side(ctx: PairContext, op: Mapping[str, Any], name: str, k: int) -> bool:
+    """Whether op ``k`` writes a tensor that is ``name`` itself (one identity token) on one side
+    only: ``name`` then moved there because it is the written object (two candle clones of one
+    param are one tensor), an identity divergence that came first."""
+    written = ops.written(op)
+    if written is None or written == name:
+        return False
+    same = []
+    for t in ctx.traces:
+        state = t.state_after(k - 1)
+        x, y = state.get(written), state.get(name)
+        if x is None or y is None or x.identity is None or y.identity is None:
+            return False
+        same.append(x.identity == y.identity)
+    return same[0] != same[1]
 
 
 def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
@@ -312,7 +331,7 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
                 same_b = sb[x].identity == sb[y].identity
                 if same_a != same_b:
                     ctx.add(aspect="identity", op_label=ops.signature_class(ctx.program.ops[i]),
-                            method=_relating_method(ctx.program, x, y),
+                            method=_relating_method(ctx.program, x, y, i),
                             sides=("same" if same_a else "distinct", "same" if same_b else "distinct"),
                             op_index=i, subject=f"{x},{y}",
                             detail=f"{ctx.ids[0]}: {_render_partition(pa)}; {ctx.ids[1]}: {_render_partition(pb)}")
@@ -326,9 +345,9 @@ def _identity_moved(trace: Trace, i: int) -> bool:
     return any(n not in before or before[n].identity != o.identity for n, o in trace.steps[i].changed.items())
 
 
-def _relating_method(program: Program, x: str, y: str) -> str | None:
-    """The snapshot method that made ``y`` from ``x`` (or from a common source), if any."""
-    snaps = {s.name: s for s in snapshots(program)}
+def _relating_method(program: Program, x: str, y: str, i: int) -> str | None:
+    """The snapshot method that made ``y`` from ``x`` (or from a common source) by op ``i``, if any."""
+    snaps = {s.name: s for s in snapshots(program) if s.op <= i}
     if y in snaps and snaps[y].source == x:
         return snaps[y].method
     if x in snaps and snaps[x].source == y:

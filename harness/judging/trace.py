@@ -303,15 +303,21 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
 
 
 def _relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
-    """The op at which the snapshot's relation ends: the first after it that binds its source or
-    itself again from another name (a ``replace`` puts another tensor in the param's slot, so the
-    name denotes another object from then on); ``n`` when none does. A name rebound from itself
+    """The op at which the snapshot's relation ends: the first after it that binds itself again
+    from another name, or its source to another object (a ``replace`` puts another tensor in the
+    param's slot, so the name denotes another object from then on); ``n`` when none does. A name rebound from itself
     denotes a parameter made of the object it denoted (``nn.Parameter(w)`` over w's storage, the
     same Var in candle, a new value in burn): its snapshots are compared with that one on, and
     whether they follow it is the finding."""
     for k in range(snap.op + 1, min(n, len(program.ops))):
-        if any(b.name in (snap.source, snap.name) and b.name != b.source for b in ops.rebindings(program.ops[k])):
-            return k
+        op = program.ops[k]
+        for b in ops.rebindings(op):
+            if b.name == b.source:
+                continue
+            # The snapshot's own link ends at any rebinding; its source's only when the source
+            # becomes another object (``w.data = v`` keeps the object: an alias of w follows it).
+            if b.name == snap.name or (b.name == snap.source and not ops.keeps_object(op)):
+                return k
     return n
 
 

@@ -142,9 +142,10 @@ def _live_optimizer(op: dict) -> list[str]:
 
 def _step(op: dict) -> list[str]:
     """The live optimizer's step: zero_grad (unless a ``backward`` accumulated since the last
-    step), backward of the loss, step."""
+    step), backward of the loss, step, zero_grad."""
     return _live_optimizer(op) + [
-        "if not accumulating:", "    opt.zero_grad()", "loss().backward()", "opt.step()", "accumulating = False"]
+        "if not accumulating:", "    opt.zero_grad()", "loss().backward()", "opt.step()", "opt.zero_grad()",
+        "accumulating = False"]
 
 
 def _backward(op: dict) -> list[str]:

@@ -79,6 +79,9 @@ class TrainingOps:
             opt.zero_grad()  # set_to_none=True by default
         self._loss().backward()
         opt.step()
+        # The accumulation loop of the torch docs zeroes after its step: no gradient of this
+        # step is left on what the optimizer holds (a param the model no longer holds included).
+        opt.zero_grad()
         self.accumulating = False
 
     def _op_backward(self, op: dict) -> None:
