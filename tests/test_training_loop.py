@@ -316,3 +316,14 @@ def test_an_accumulated_gradient_stays_with_the_parameter_object(run):
     new = run(_changed(_case("accumulated_gradient_follows_the_parameter_object"), 1, "how", "new"))
     for t in (*TORCH, "candle:cpu", *BURN):
         assert _value(new[t], 2, "w") == [4.5, 5.5], t
+
+
+def test_a_load_into_parameters_sharing_storage_ends_with_the_last_entry(run):
+    # Module._load_from_state_dict copies entry by entry (param.copy_(input_param)): after
+    # w.data = b they are one storage, so b's entry, copied last, is what both hold. burn's
+    # load_record restores each param's own value.
+    traces = run(_case("torch_load_writes_through_shared_storage"))
+    for t in TORCH:
+        assert _value(traces[t], 2, "w") == [0.0, 1.0] == _value(traces[t], 2, "b"), t
+    for t in BURN:
+        assert _value(traces[t], 2, "w") == [0.0, 0.0] and _value(traces[t], 2, "b") == [0.0, 1.0], t

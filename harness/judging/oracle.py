@@ -277,10 +277,10 @@ def _is_written_on_one_side(ctx: PairContext, op: Mapping[str, Any], name: str, 
 
 
 def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
-    """Whether ``op`` names ``name`` itself (a write into it, a snapshot of it) or, for a step,
-    ``name`` is one of the model's trainable tensors: an op whose effect on its own operand
+    """Whether ``op`` names ``name`` itself (a write into it, a snapshot of it) or, for a step or
+    a load, ``name`` is one of the model's trainable tensors: an op whose effect on its own operand
     differs is the finding, not the relation of some snapshot to it."""
-    if op["op"] == "step":
+    if op["op"] in ("step", "load"):  # both act on every param the model holds
         return any(t.name == name and t.trainable for t in program.tensors)
     return name in (op.get("target"), op.get("of"))
 
