@@ -113,9 +113,18 @@ def _compare(printed: dict, expected: dict, label: str, ops_status: list[dict]) 
 TORCH_CASES = sorted(CASES.glob("*.toml"))
 
 
+@pytest.fixture(scope="module")
+def torch_repro_docs() -> dict[str, dict]:
+    """The repro JSON of every bundled case on torch:cpu, from one ``repro`` run (one torch
+    worker for all of them, not one per case), by case file name."""
+    r = run_cli("repro", "--json", "--targets", "torch:cpu", *map(str, TORCH_CASES))
+    assert r.returncode in (0, 1), r.stderr
+    return {Path(d["case"]).name: d for d in json.loads(r.stdout)["cases"]}
+
+
 @pytest.mark.parametrize("case", TORCH_CASES, ids=[c.stem for c in TORCH_CASES])
-def test_torch_script_prints_what_the_worker_observed(case, tmp_path):
-    doc = _repro_json(case, "torch:cpu")
+def test_torch_script_prints_what_the_worker_observed(case, tmp_path, torch_repro_docs):
+    doc = torch_repro_docs[case.name]
     tj = doc["targets"]["torch:cpu"]
     assert tj["status"] == "ok", tj
     script = tmp_path / "repro.torch.py"
