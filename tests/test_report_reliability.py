@@ -188,7 +188,7 @@ def test_odd_field_types_are_shown_not_a_traceback(tmp_path):
 # 2. An unwritable destination: one line, the journal intact, the old report whole.
 
 
-def _mount(path: Path, size: str = "64k") -> None:
+def _mount(path: Path, size: str = "256k") -> None:
     path.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
     if r.returncode != 0:

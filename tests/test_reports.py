@@ -54,6 +54,26 @@ def test_reports_are_written_with_summary_and_findings(fake_run):
         assert (fake_run / f"{stem}-candle" / "Cargo.toml").exists()
 
 
+def test_a_new_finding_has_an_upstream_report_draft(fake_run):
+    findings = json.loads((fake_run / "findings.json").read_text())
+    page = (fake_run / "report.html").read_text()
+    new = [f for f in findings if f["status"] == "new"]
+    assert new, "the planted divergence is new"
+    for f in findings:
+        stem = f["case"][: -len(".toml")]
+        draft = fake_run / f"{stem}.issue.md"
+        if f["status"] != "new":
+            assert not draft.exists(), f"{draft}: a known finding has its baseline entry, not a draft"
+            continue
+        text = draft.read_text()
+        assert text.startswith(f"# candle: {f['sentence']}"[:60]) and f"{stem}.issue.md" in page
+        for heading in ("## Versions", "## What happens", "## The program", "## In candle's own calls",
+                        "## To reproduce"):
+            assert heading in text, heading
+        assert f"aliasfuzz repro {f['case']}" in text and f"cd {stem}-candle && cargo run" in text
+        assert "fn main()" in text and (fake_run / f"{stem}-candle" / "src" / "main.rs").read_text().strip() in text
+
+
 def test_report_command_and_history(fake_run, tmp_path):
     (fake_run / "report.html").unlink()
     r = run_cli("report", str(fake_run))

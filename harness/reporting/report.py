@@ -1,6 +1,7 @@
 """Reports of a run folder: ``report.md`` and a single-file ``report.html`` (inline CSS, no
-network, no JavaScript), with each finding's stand-alone reproducers. The history page over many
-run folders is ``harness.reporting.history``.
+network, no JavaScript), with each finding's stand-alone reproducers and, for a new finding, its
+upstream report draft (``issue_draft``). The history page over many run folders is
+``harness.reporting.history``.
 
 Everything is rendered from the run folder alone (campaign.json, findings.json or the journal,
 the case files and their repro JSON; ``loading.load_run``), so ``aliasfuzz report DIR`` can
@@ -64,6 +65,8 @@ def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
             (stage / "repro.json").write_text(repro_text, encoding="utf-8")
         made = reproducers.write_reproducers(stage, {"targets": list(rec.targets), "case": rel.name,
                                                      "repro": "repro.json" if repro_text is not None else None})
+        if rec.status == "new":
+            made.append(_write_issue_draft(stage, rel, view))
         for p in made:
             for src in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
                 dest_rel = (rel.parent / src.relative_to(stage).as_posix()).as_posix()
@@ -77,6 +80,26 @@ def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
     finally:
         if stage is not None:
             _remove_stage(stage, warn)
+
+
+def _write_issue_draft(stage: Path, rel: PurePosixPath, view: FindingView) -> Path:
+    """``<stem>.issue.md`` in the staging folder, with the reproducer of the framework it is
+    addressed to (its cargo project's main.rs, or the torch script)."""
+    from harness.reporting.issue_draft import filed_against, issue_markdown
+
+    rec, stem = view.finding.record, rel.name[: -len(".toml")]
+    framework = filed_against(rec)
+    code = stage / f"{stem}-{framework}" / "src" / "main.rs"
+    language = "rust"
+    if not code.is_file():
+        code, language = stage / f"{stem}.torch.py", "python"
+    reproducer = None
+    if code.is_file():
+        reproducer = ((rel.parent / code.relative_to(stage).as_posix()).as_posix(), language,
+                      code.read_text(encoding="utf-8"))
+    draft = stage / f"{stem}.issue.md"
+    draft.write_text(issue_markdown(rec, rel.as_posix(), view.case_text or "", reproducer), encoding="utf-8")
+    return draft
 
 
 def _remove_stage(stage: Path, warn: Warn | None) -> None:
