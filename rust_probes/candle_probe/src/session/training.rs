@@ -2,7 +2,7 @@
 //! model's checkpoints (`save`, `load`), each the candle call a user writes.
 
 use super::{ce, Checkpoint, CandleSession, Handle, R};
-use crate::support::{accumulate, loss, Opt};
+use crate::support::{accumulate, add_grads, loss, Opt};
 use aliasfuzz_protocol::{CheckpointStore, OptimizerKind, OptimizerSpec, Outcome};
 use std::collections::HashMap;
 
@@ -34,18 +34,20 @@ impl CandleSession {
     }
 
     /// `opt.backward_step(&loss)`, or after `backward` ops the sum of their gradients and this
-    /// pass's (`accumulate`) given to `opt.step(&grads)`.
+    /// pass's (`add_grads`) given to `opt.step(&grads)`.
     pub(super) fn step(&mut self, spec: &OptimizerSpec) -> R<()> {
         // `momentum` and `dampening` only matter to `sgd_momentum`, which candle does not have.
         self.optimizer(spec)?;
-        let loss = ce(loss(&self.varmap, &self.grads))?;
-        match (self.pending.take(), loss) {
-            (_, None) => Ok(()), // a model without params: nothing to train
-            (None, Some(loss)) => ce(self.optimizer(spec)?.backward_step(&loss)),
-            (pending, loss) => match ce(accumulate(pending, loss, &self.varmap))? {
-                Some(sum) => ce(self.optimizer(spec)?.step(&sum)),
-                None => Ok(()),
-            },
+        let pending = self.pending.take();
+        let Some(loss) = ce(loss(&self.varmap, &self.grads))? else {
+            return Ok(()); // a model without params: nothing to train
+        };
+        match pending {
+            None => ce(self.optimizer(spec)?.backward_step(&loss)),
+            Some(acc) => {
+                let sum = ce(loss.backward().and_then(|g| add_grads(acc, &g, &self.varmap)))?;
+                ce(self.optimizer(spec)?.step(&sum))
+            }
         }
     }
 
