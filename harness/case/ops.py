@@ -95,6 +95,9 @@ class OpSpec:
     #: The op replaces what the model holds: run on one side only, the two models differ from
     #: then on by construction (the oracle compares nothing after it).
     replaces_model: bool = False
+    #: The op changes every trainable tensor the model holds without naming one (a step trains
+    #: them, a load overwrites them): its effect on each is its own, not a snapshot relation's.
+    acts_on_params: bool = False
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -221,7 +224,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
            "multiplies `target` in place by `factor`", signature_class=_write_class),
     OpSpec("step", _OPTIMIZER_FIELDS, "one optimizer step over every trainable tensor, with each tensor's "
            "`grad`, by the live optimizer of these hyper-parameters (a new one at the first such step)",
-           label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step"),
+           label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step", acts_on_params=True),
     OpSpec("backward", (), "one backward pass of the loss (the same as a step's) without a step: the "
            "gradients accumulate, and the next `step` adds its own backward pass and steps with the sum"),
     # `to` before the optional hyper-parameters: required fields come first (canonical order).
@@ -253,7 +256,8 @@ OP_TABLE: tuple[OpSpec, ...] = (
            "for every trainable tensor p", label=lambda op: f"save:{op['to']}"),
     OpSpec("load", (Field("from", "checkpoint"), Field("assign", "flag", default=False)),
            "loads checkpoint `from` into the live model (`assign`: torch's load_state_dict(assign=True))",
-           label=lambda op: "load:assign" if op["assign"] else "load", replaces_model=True),
+           label=lambda op: "load:assign" if op["assign"] else "load", replaces_model=True,
+           acts_on_params=True),
     OpSpec("replace", (Field("target", "name", roles=("param", "lazy"), rebinds=True), Field("value", "name", fits=True),
                        Field("how", "choice", default="new", choices=REPLACE_HOWS)),
            "puts `value` in the model's slot of param `target` (`how`: a new parameter object, the same "

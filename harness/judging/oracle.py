@@ -277,10 +277,11 @@ def _is_written_on_one_side(ctx: PairContext, op: Mapping[str, Any], name: str, 
 
 
 def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
-    """Whether ``op`` names ``name`` itself (a write into it, a snapshot of it) or, for a step or
-    a load, ``name`` is one of the model's trainable tensors: an op whose effect on its own operand
-    differs is the finding, not the relation of some snapshot to it."""
-    if op["op"] in ("step", "load"):  # both act on every param the model holds
+    """Whether ``op`` names ``name`` itself (a write into it, a snapshot of it) or, for an op that
+    acts on every param (``OpSpec.acts_on_params``: a step, a load), ``name`` is one of the model's
+    trainable tensors: an op whose effect on its own operand differs is the finding, not the
+    relation of some snapshot to it."""
+    if ops.spec(op).acts_on_params:
         return any(t.name == name and t.trainable for t in program.tensors)
     return name in (op.get("target"), op.get("of"))
 
