@@ -42,6 +42,7 @@ class Profile:
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
         ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2), ("backward", 2),
+        ("append", 2),
     )
 
     def op_menu(self) -> tuple[str, ...]:
@@ -54,7 +55,8 @@ PROFILES = {
     "deep": Profile("deep", max_ops=40, weights=(
         ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2))),
+        ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2),
+        ("append", 3))),
 }
 
 
@@ -81,6 +83,7 @@ momenta = st.sampled_from((0.5, 0.9))
 dampenings = st.sampled_from((0.0, 0.5))
 checkpoint_stores = st.sampled_from(ops.CHECKPOINT_STORES)
 replace_hows = st.sampled_from(ops.REPLACE_HOWS)
+append_hows = st.sampled_from(ops.APPEND_HOWS)
 assign_flags = st.sampled_from((False, True))
 weight_decays = st.sampled_from((0.0, 0.5, 0.01))
 
@@ -149,6 +152,7 @@ class _Drawn:
     def __init__(self, decls: tuple[TensorDecl, ...]):
         self.shape_of: dict[str, tuple[int, ...]] = {t.name: t.shape for t in decls}
         self.base = [t.name for t in decls]
+        self.buffers = [t.name for t in decls if t.kind == "buffer"]
         self.params = [t.name for t in decls if t.trainable]
         self.names = list(self.base)
         self.ops: list[dict[str, Any]] = []
@@ -272,6 +276,26 @@ def _draw_assign(draw, p: _Drawn) -> None:
     p.ops.append({"op": "assign", "target": target, "source": _pick(draw, sources), "index": index})
 
 
+def _draw_append(draw, p: _Drawn) -> None:
+    """A buffer or snapshot grown by a row or rows of a name (itself included), within
+    ``ops.CACHE_ROWS``; a snapshot instead when there is none to grow or it is full (so
+    ``max_ops=N`` still gives N ops)."""
+    targets = [n for n in p.names if n in p.buffers or n not in p.base]
+    if not targets:
+        _draw_snapshot(draw, p)
+        return
+    target = _pick(draw, targets)
+    shape = p.shape_of[target]
+    sources = [n for n in p.names
+               if (rows := ops.appended_rows(shape, p.shape_of[n])) is not None and shape[0] + rows <= ops.CACHE_ROWS]
+    if not sources:
+        _draw_snapshot(draw, p)
+        return
+    source = _pick(draw, sources)
+    p.ops.append({"op": "append", "target": target, "source": source, "how": draw(append_hows)})
+    p.shape_of[target] = (shape[0] + ops.appended_rows(shape, p.shape_of[source]),) + shape[1:]
+
+
 #: How each op kind of the op table is drawn; an op with no fields is drawn as itself.
 #: ``tests/test_generators.py`` checks that every op of the table can be drawn.
 DRAWERS = {
@@ -289,6 +313,7 @@ DRAWERS = {
     "load": _draw_load,
     "set_lr": _draw_set_lr,
     "replace": _draw_replace,
+    "append": _draw_append,
 }
 
 

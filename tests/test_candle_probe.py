@@ -95,7 +95,7 @@ def test_hello(probe):
         assert h["devices"][0]["alt"] == names[1] and h["devices"][1]["alt"] == "cpu"
     # every op but the module modes (candle has none: test_module_modes_unsupported)
     assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "read",
-                             "assign", "save", "load", "replace"}
+                             "assign", "save", "load", "replace", "append"}
     # deepcopy: candle has no deep-copy call (no such fn in candle-core/src/tensor.rs)
     assert "deepcopy" not in h["methods"]
     assert set(h["methods"]) == {"alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu",

@@ -208,6 +208,10 @@ def test_reproducer_translates_assign(framework, target, case, tmp_path):
     ("burn", "burn:flex", "replace_new_param_is_left_by_the_optimizer.toml"),  # replace: Param::from_tensor
     ("candle", "candle:cpu", "gradient_accumulation_sums_two_passes.toml"),  # backward: accumulate
     ("burn", "burn:flex", "gradient_accumulation_sums_two_passes.toml"),  # backward: GradientsAccumulator
+    ("candle", "candle:cpu", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: kv_cache::Cache
+    ("burn", "burn:flex", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: RowCache
+    ("candle", "candle:cpu", "kv_cache_append_of_a_transposed_view.toml"),  # append: Tensor::cat; a refused Cache
+    ("burn", "burn:flex", "appended_cache_keeps_its_source.toml"),  # append: cat_rows of a param's value
 ])
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)

@@ -60,6 +60,9 @@ def check_op(raw: Mapping[str, Any], i: int, scope: Scope, err) -> dict[str, Any
     # Reads before binds: a snapshot of itself is "no tensor named", never "already bound".
     for f in sorted(spec.fields, key=lambda f: f.kind in ("new", "prefix")):
         op[f.name] = getattr(check, f.kind)(f)
+    grown = ops.grown(op)
+    if grown is not None:
+        scope.bound[grown] = (ops.grown_shape(op, check.shapes()), scope.bound[grown][1])
     return op
 
 
@@ -85,6 +88,15 @@ class _FieldCheck:
         shape, role = self.scope.bound[name]
         if f.roles and role not in f.roles:
             raise self._fail(f, f"{self.kind} takes a {f.roles[0]}, {name!r} is a {role}")
+        if f.extends:
+            target = self._target_shape()
+            rows = ops.appended_rows(target, shape)
+            if rows is None:
+                raise self._fail(f, f"shape {list(shape)} is neither a row of the target's {list(target)} "
+                                    f"nor rows of it")
+            if target[0] + rows > ops.CACHE_ROWS:
+                raise self._fail(f, f"appending {rows} rows to the target's {target[0]} makes more than "
+                                    f"{ops.CACHE_ROWS}")
         if f.fits:
             row = self._row_of(f.name)
             if row is not None and self.row(row) is not None:

@@ -10,7 +10,9 @@ it (``harness.shrinking.minimize``):
 kind      value                                                        the minimizer
 ========  ===========================================================  ===========================
 name      a name bound earlier; ``writes``: the op changes its values; renames only
-          ``fits``: shaped like the written name's row (or whole)
+          ``fits``: shaped like the written name's row (or whole);
+          ``grows``: the op binds it again, with ``extends``'s rows appended;
+          ``extends``: shaped like a row of the grown name, or like rows of it
 new       a new identifier the op binds (a snapshot)                   renames only
 prefix    binds ``<prefix>.<p>`` for every trainable tensor ``p``      renames only
           (``checkpoint``: and names a checkpoint)
@@ -71,6 +73,8 @@ class Field:
     of: str | None = None  # ``row``: the ``name`` field it indexes (None: the written one)
     checkpoint: bool = False  # ``prefix``: the prefix also names a checkpoint a ``load`` can read
     rebinds: bool = False  # ``name``: the op rebinds it to what it makes of the op's other name
+    grows: bool = False  # ``name``: the op rebinds it to a new, longer tensor: it with ``extends`` appended
+    extends: bool = False  # ``name``: what the grown name is extended by (a row of it, or rows)
     positive: bool = False  # ``number``: strictly positive
     wide: bool = False  # ``number``/``betas``: f64 in the probes (optimizer hyper-parameters), else f32
     shrink: Callable[[float], tuple[float, ...]] = lambda x: ()  # ``number``: simpler values
@@ -141,6 +145,15 @@ REPLACE_HOWS = ("new", "data", "set", "tie")
 #: ``replace`` hows that leave the same parameter object in the slot over another storage (torch
 #: ``w.data = v``, ``w.set_(v)``; burn's ``Param::map`` keeps the ParamId): the name still denotes it.
 SAME_OBJECT_HOWS = ("data", "set")
+#: How ``append`` grows a tensor along its first dimension: the framework's concatenation, a new
+#: tensor (torch ``torch.cat``, candle ``Tensor::cat``, burn ``Tensor::cat``), or a preallocated
+#: buffer of ``CACHE_ROWS`` rows written in place and read as its first rows (the KV cache: torch
+#: ``buf[n:n+k] = src; kv = buf[:n + k]``, candle ``candle_nn::kv_cache::Cache``, burn
+#: ``slice_assign`` then ``slice``).
+APPEND_HOWS = ("cat", "cache")
+#: The most rows ``append`` may grow a name to, and the rows of a ``cache`` buffer: a cache never
+#: has to grow, so no framework's growth policy (candle's ``grow_by``) enters a program.
+CACHE_ROWS = 16
 
 METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("alias", "the same tensor under a second name"),
@@ -263,6 +276,11 @@ OP_TABLE: tuple[OpSpec, ...] = (
            "puts `value` in the model's slot of param `target` (`how`: a new parameter object, the same "
            "object holding it, or rebound to its storage); `target` reads the slot from then on",
            label=lambda op: f"replace:{op['how']}", replaces_model=True),
+    OpSpec("append", (Field("target", "name", roles=("buffer", "snapshot"), grows=True), Field("source", "name", extends=True),
+                      Field("how", "choice", default="cat", choices=APPEND_HOWS)),
+           "binds `target` to a longer tensor: `target` with `source` (a row of it, or rows) appended along "
+           "the first dimension (`how`: a concatenation, or a preallocated KV-cache buffer)",
+           label=lambda op: f"append:{op['how']}"),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)
@@ -342,6 +360,34 @@ def rebindings(op: Mapping[str, Any]) -> tuple[Binding, ...]:
     return tuple(out)
 
 
+def grown(op: Mapping[str, Any]) -> str | None:
+    """The name ``op`` binds again to a longer tensor (``append``): the name denotes a new object
+    from then on, made of the old one and the op's other name."""
+    for f in spec(op).fields:
+        if f.grows:
+            return op[f.name]
+    return None
+
+
+def appended_rows(target: tuple[int, ...], source: tuple[int, ...]) -> int | None:
+    """How many rows a source of shape ``source`` appends to a tensor of shape ``target``: 1 for
+    a row (the dims after the first), its first dim for rows of it; None when it fits neither."""
+    if source == target[1:] and len(target) > 1:
+        return 1
+    if len(source) == len(target) and source[1:] == target[1:]:
+        return source[0]
+    return None
+
+
+def grown_shape(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
+    """The shape of the name ``op`` grows (``grown``), after it; unchanged when the source fits
+    neither way (only in an op not checked yet: the minimizer's candidates)."""
+    s = spec(op)
+    target = shapes[op[next(f.name for f in s.fields if f.grows)]]
+    rows = appended_rows(target, shapes[op[next(f.name for f in s.fields if f.extends)]])
+    return target if rows is None else (target[0] + rows,) + target[1:]
+
+
 def keeps_object(op: Mapping[str, Any]) -> bool:
     """Whether the names ``op`` rebinds still denote the objects they did (``SAME_OBJECT_HOWS``):
     what was a snapshot of such a name goes on being one."""
@@ -362,6 +408,8 @@ def walk(tensors, ops: Sequence[Mapping[str, Any]]):
         yield i, op, shapes
         for b in bindings(op, params):
             shapes[b.name] = bound_shape(b, shapes)
+        if grown(op) is not None:
+            shapes[grown(op)] = grown_shape(op, shapes)
 
 
 def snapshot_method(op: Mapping[str, Any]) -> MethodSpec | None:

@@ -32,6 +32,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("move_method", ops.MOVE_METHODS),
     ("checkpoint_store", ops.CHECKPOINT_STORES),
     ("replace_how", ops.REPLACE_HOWS),
+    ("append_how", ops.APPEND_HOWS),
     ("tensor_kind", ops.TENSOR_KINDS),
     ("lazy_init", ops.LAZY_INITS),
 )

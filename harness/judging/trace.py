@@ -210,7 +210,7 @@ def snapshots(program: Program) -> list[SnapshotInfo]:
     """Every snapshot relation, in op order. A name a ``replace`` rebinds from another has one
     relation per rebinding; one rebound from itself (``replace p0 value = p0``) has none: the new
     object is made of the old one, so the relations of the old one's snapshots go on
-    (``_relation_end``), and a relation of a name to itself could never diverge."""
+    (``relation_end``), and a relation of a name to itself could never diverge."""
     params = [t.name for t in program.tensors if t.trainable]
     return [SnapshotInfo(b.name, i, b.source, b.method)
             for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)
@@ -268,7 +268,7 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
     if snap.name not in trace.state_after(snap.op):
         return Verdict(snap, "error", message=f"{snap.name} was not observed")
     events = []
-    for k in range(snap.op + 1, _relation_end(program, snap, len(trace.steps))):
+    for k in range(snap.op + 1, relation_end(program, snap, len(trace.steps))):
         changed = trace.steps[k].changed
         if snap.source not in changed and snap.name not in changed:
             continue  # neither side moved: no event (the states are merged from ``changed``)
@@ -302,15 +302,18 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
     return Verdict(snap, "ok", tuple(events))
 
 
-def _relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
+def relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
     """The op at which the snapshot's relation ends: the first after it that binds itself again
     from another name, or its source to another object (a ``replace`` puts another tensor in the
-    param's slot, so the name denotes another object from then on); ``n`` when none does. A name rebound from itself
+    param's slot, an ``append`` binds a longer one, so the name denotes another object from then
+    on); ``n`` when none does. A name rebound from itself
     denotes a parameter made of the object it denoted (``nn.Parameter(w)`` over w's storage, the
     same Var in candle, a new value in burn): its snapshots are compared with that one on, and
     whether they follow it is the finding."""
     for k in range(snap.op + 1, min(n, len(program.ops))):
         op = program.ops[k]
+        if ops.grown(op) in (snap.name, snap.source):
+            return k  # an ``append`` binds the name to a new, longer tensor
         for b in ops.rebindings(op):
             if b.name == b.source:
                 continue
@@ -329,7 +332,7 @@ def relation_key(snap: SnapshotInfo, first: bool) -> str:
 
 def verdicts(program: Program, trace: Trace) -> dict[str, Verdict]:
     """Every snapshot relation's verdict, keyed by ``relation_key``. A param a ``replace`` rebinds
-    twice has two relations, each judged up to the op that ends it (``_relation_end``)."""
+    twice has two relations, each judged up to the op that ends it (``relation_end``)."""
     out: dict[str, Verdict] = {}
     for s in snapshots(program):
         out[relation_key(s, s.name not in out)] = snapshot_verdict(program, trace, s)

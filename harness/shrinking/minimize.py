@@ -72,7 +72,10 @@ def without_ops(program: Program, drop: set[int]) -> Program | None:
         kept.append(op)
     if len(kept) == len(program.ops):
         return None
+    # A dropped ``append`` leaves its name shorter: later writes of it are cut to fit.
     p = _valid(program.tensors, kept)
+    if p is None and (reshaped := _reshaped_ops(program.tensors, kept)) is not None:
+        p = _valid(program.tensors, reshaped)
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -102,15 +105,21 @@ def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program |
     grad = None if decl.grad is None else tuple((list(decl.grad) * n)[:n])
     tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t
                     for t in program.tensors)
-    new = replace(program, tensors=tensors)
+    out = _reshaped_ops(tensors, program.ops)
+    p = _valid(tensors, out) if out is not None else None
+    return replace(p, title=program.title, meta=program.meta) if p else None
+
+
+def _reshaped_ops(tensors, program_ops) -> list | None:
+    """The ops adapted to the shapes their names have with ``tensors`` (``_reshaped_op``); None
+    when one no longer applies."""
     out = []
-    for i, op, shapes in ops.walk(new.tensors, new.ops):
+    for _, op, shapes in ops.walk(tensors, program_ops):
         op = _reshaped_op(op, shapes)
         if op is None:
             return None
         out.append(op)
-    p = _valid(tensors, out)
-    return replace(p, title=program.title, meta=program.meta) if p else None
+    return out
 
 
 def _reshaped_op(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Mapping[str, Any] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from harness.case import ops
 from harness.case.ir import Program
 from harness.targets.reproducer_base import step_fields
 from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
@@ -66,6 +67,7 @@ class _Writer(MainWriter):
         self.params: list[tuple[str, int, int, list[float]]] = []  # (name, rank, idx, grad)
         self.counts = {1: 0, 2: 0, 3: 0}
         self.fresh = 0
+        self.caches: set[str] = set()  # names whose `RowCache` a cache append started
 
     def bind(self, name: str, slot: tuple) -> None:
         self.slots[name] = slot
@@ -187,6 +189,28 @@ class _Writer(MainWriter):
         else:
             self.rebind(op["target"], lambda v: f"{v}.map(|_| {src})")
 
+    def append(self, op: dict) -> None:
+        """The source's value first (the probe's ``append``), then ``cat_rows``, or the name's
+        ``RowCache`` (its first cache append starts one with the name's rows); the name is a
+        tensor from then on."""
+        source, s = op["source"], self.slots[op["source"]]
+        tgt, t = op["target"], self.slots[op["target"]]
+        value = f"{self.ref(source)}.val()" if s[0] in ("model", "param") else f"{self.ref(source)}.clone()"
+        src = self.new_var(f"{source}_value")
+        self.body.append(f"    let {src} = {value}.unsqueeze();  // a row gets a leading 1")
+        cur, cache, v = self.cur[tgt] + (".val()" if t[0] == "param" else ""), f"{ident(tgt)}_cache", self.new_var(tgt)
+        if op["how"] == "cat":
+            self.caches.discard(tgt)
+            self.body.append(f"    let {v} = cat_rows({cur}, {src});")
+        else:
+            if tgt not in self.caches:
+                self.caches.add(tgt)
+                self.body += [f"    let mut {cache} = RowCache::new(&{cur}, {ops.CACHE_ROWS});",
+                              f"    let _ = {cache}.append({cur});"]
+            self.body.append(f"    let {v} = {cache}.append({src});")
+        self.cur[tgt] = v
+        self.bind(tgt, ("tensor", t[1]))
+
     def step(self, op: dict) -> None:
         """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
         var = self.optimizer(op, "make_optimizer", _OPTIMIZER_ARGS)
@@ -261,7 +285,7 @@ class _Writer(MainWriter):
     EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
                 "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
                 "backward": backward,
-                "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace}
+                "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace, "append": append}
 
     def bound(self, name: str) -> bool:
         return self.slots.get(name) is not None

@@ -12,6 +12,7 @@ result is a comment.
 
 from __future__ import annotations
 
+from harness.case import ops
 from harness.case.ir import Program
 from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
 
@@ -42,6 +43,7 @@ class _Writer(MainWriter):
         self.kinds: dict[str, str] = {}  # name -> "var" | "tensor"
         self.order: list[str] = []
         self.params = [t.name for t in program.tensors if t.kind != "buffer"]
+        self.caches: set[str] = set()  # names whose KV cache a cache append started
 
     def bind(self, name: str, kind: str) -> None:
         self.kinds[name] = kind
@@ -188,6 +190,24 @@ class _Writer(MainWriter):
         self.body.append(f'    insert_var(&varmap, "{tgt}", &{ident(tgt)});')
         self.bind(tgt, "var")
 
+    def append(self, op: dict) -> None:
+        """``Tensor::cat``, or the name's ``candle_nn::kv_cache::Cache`` (its first cache append
+        starts one with the name's rows), as the probe appends."""
+        tgt, t = op["target"], ident(op["target"])
+        self.body += [f"    let _src = {self.ten(op['source'])}.clone();",
+                      f"    let _src = if _src.rank() < {self.ten(tgt)}.rank() {{ _src.unsqueeze(0)? }} else {{ _src }};"]
+        if op["how"] == "cat":
+            self.caches.discard(tgt)
+            self.body.append(f"    let {t} = Tensor::cat(&[{self.ten_ref(tgt)}, &_src], 0)?;")
+        else:
+            if tgt not in self.caches:
+                self.caches.add(tgt)
+                self.body += [f"    let mut {t}_cache = candle_nn::kv_cache::Cache::new(0, {ops.CACHE_ROWS});",
+                              f"    {t}_cache.append({self.ten_ref(tgt)})?;"]
+            self.body += [f"    {t}_cache.append(&_src)?;",
+                          f'    let {t} = {t}_cache.current_data()?.expect("an append filled the cache");']
+        self.bind(tgt, "tensor")
+
     def move(self, op: dict) -> None:
         tgt = op["target"]
         self.body.append(f"    let {ident(tgt)} = {self.ten(tgt)}.to_device(&Device::Cpu)?;  "
@@ -206,7 +226,7 @@ class _Writer(MainWriter):
 
     EMITTERS = {"snapshot": snapshot, "write": write, "assign": assign, "fill": fill, "scale": scale, "step": step, "move": move,
                 "module_clone": module_clone, "read": read, "set_lr": set_lr, "save": save, "load": load,
-                "replace": replace, "backward": backward}
+                "replace": replace, "backward": backward, "append": append}
 
 
 def candle_main(program: Program, repro: dict | None = None) -> str:

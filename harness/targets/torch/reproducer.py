@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from harness.case import ops
 from harness.case.ir import Program
 from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields
 
@@ -58,6 +59,7 @@ grads = {{}}
 optimizers = {{}}
 checkpoints = {{}}  # name -> the state dict as returned (memory) or the bytes torch.save wrote (file)
 accumulating = False  # a backward pass ran since the last step: its gradients are kept
+caches = {{}}  # name -> [the KV-cache buffer of its cache appends, rows filled]
 '''
 
 # Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
@@ -111,6 +113,26 @@ def _assign(op: dict) -> list[str]:
     if op.get("index") is None:
         return ["with torch.no_grad():", f"    {t}.copy_({src})"]
     return ["with torch.no_grad():", f"    {t}[{op['index']}] = {src}"]
+
+
+def _append(op: dict) -> list[str]:
+    """``torch.cat``, or the preallocated KV cache the torch target keeps (``caches``: name ->
+    [buffer, rows filled])."""
+    t, src, n = _name(op["target"]), _name(op["source"]), op["target"]
+    out = [f"_src = {src} if {src}.dim() == {t}.dim() else {src}.unsqueeze(0)"]
+    if op["how"] == "cat":
+        return out + [f"caches.pop({n!r}, None)", f"{t} = torch.cat([{t}, _src])"]
+    return out + [
+        f"if {n!r} not in caches:  # a buffer of {ops.CACHE_ROWS} rows, starting with the name's",
+        f"    _buf = torch.zeros(({ops.CACHE_ROWS},) + tuple({t}.shape[1:]))",
+        "    with torch.no_grad():",
+        f"        _buf[:{t}.shape[0]] = {t}",
+        f"    caches[{n!r}] = [_buf, {t}.shape[0]]",
+        f"_buf, _n = caches[{n!r}]",
+        "with torch.no_grad():",
+        "    _buf[_n:_n + _src.shape[0]] = _src",
+        f"caches[{n!r}] = [_buf, _n + _src.shape[0]]",
+        f"{t} = _buf[:_n + _src.shape[0]]  # a view of the buffer"]
 
 
 def _fill(op: dict) -> list[str]:
@@ -223,6 +245,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
     "freeze": lambda op: ["model.requires_grad_(False)"],
     "read": lambda op: [f"_ = {_name(op['target'])}.tolist()"],
     "set_lr": _set_lr, "save": _save, "load": _load, "replace": _replace, "backward": _backward,
+    "append": _append,
 }
 
 

@@ -147,6 +147,8 @@ class TorchSession(TrainingOps):
         self._round: tuple[dict[str, tuple | None], set] | None = None
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
+        # name -> (the KV-cache buffer of its ``append how=cache`` ops, rows filled)
+        self.caches: dict[str, tuple[torch.Tensor, int]] = {}
         self._init_training()
         for spec in tensors:
             if spec["name"] in self.bound:
@@ -279,6 +281,28 @@ class TorchSession(TrainingOps):
             # refuses a tensor that is not a Parameter (TypeError).
             setattr(self.model, name, value)
             self._rebind_slot(self.model, name, old, self.model._parameters[name], name)
+
+    def _op_append(self, op: dict) -> None:
+        name, t, src = op["target"], self.bound[op["target"]], self.bound[op["source"]]
+        if src.dim() < t.dim():
+            src = src.unsqueeze(0)  # one row: a view of shape [1, rest]
+        if op["how"] == "cat":
+            self.caches.pop(name, None)
+            self._bind(name, torch.cat([t, src]))  # a new tensor (torch.cat)
+            return
+        # A preallocated KV cache (transformers' StaticCache): a buffer of CACHE_ROWS rows written
+        # in place, the name bound to the view of its filled rows. The name's first cache append
+        # (or its first after a `cat`) starts a buffer holding the name's rows.
+        if name not in self.caches:
+            with torch.no_grad():
+                buf = torch.zeros((op_table.CACHE_ROWS,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
+                buf[:t.shape[0]] = t
+            self.caches[name] = (buf, t.shape[0])
+        buf, n = self.caches[name]
+        with torch.no_grad():
+            buf[n:n + src.shape[0]] = src  # Tensor.__setitem__: copy_ into the rows' view
+        self.caches[name] = (buf, n + src.shape[0])
+        self._bind(name, buf[:n + src.shape[0]])  # basic slicing: a view of the buffer
 
     def _op_fill(self, op: dict) -> None:
         with torch.no_grad():

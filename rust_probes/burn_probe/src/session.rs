@@ -7,10 +7,10 @@ use crate::support::{
     through_host, to_own_device, uniform_param, Checkpoints, Edit, Model,
 };
 use crate::vals::{
-    assign_val, edit_val, move_val, obs_param, observe_val, read_val, replace_val, IntoVal, MoveKind, Val,
+    assign_val, cat_val, KvCache, edit_val, move_val, obs_param, observe_val, read_val, replace_val, IntoVal, MoveKind, Val,
 };
 use aliasfuzz_protocol::{
-    panic_message, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op,
+    panic_message, AppendHow, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op,
     Outcome, Program, ReplaceHow, Session, TensorKind, TensorSpec,
 };
 use burn::store::ModuleRecord;
@@ -55,6 +55,8 @@ pub struct BurnSession {
     /// Checkpoint files written by `save_load`, kept until the session ends (a param loaded by
     /// `load_file` reads the file on access).
     checkpoints: Checkpoints,
+    /// The KV cache of each name a `cache` append grew (dropped by a `cat` append of the name).
+    caches: HashMap<String, KvCache>,
 }
 
 mod training;
@@ -146,6 +148,7 @@ impl BurnSession {
             accumulated: None,
             saved: HashMap::new(),
             checkpoints: Checkpoints::default(),
+            caches: HashMap::new(),
         };
         for spec in &program.tensors {
             if s.slots.contains_key(&spec.name) {
@@ -416,6 +419,33 @@ impl BurnSession {
         self.consume(target, |v| replace_val(v, &src, how == ReplaceHow::Data))
     }
 
+    /// `append`: `Tensor::cat`, or the name's KV cache (`vals::KvCache`), which its first cache
+    /// append starts with the name's rows. The source is taken first (`source == target` reads
+    /// the target's own values).
+    fn append(&mut self, target: &str, source: &str, how: AppendHow) -> Outcome {
+        let src = match self.get(source) {
+            Ok(v) => v,
+            Err(o) => return o,
+        };
+        if how == AppendHow::Cat {
+            self.caches.remove(target);
+            return self.consume(target, |v| cat_val(v, &src));
+        }
+        let mut cache = self.caches.remove(target);
+        let out = self.consume(target, |v| {
+            let cache = cache.get_or_insert_with(|| {
+                let mut fresh = KvCache::for_rows_of(&v);
+                fresh.append(&v);
+                fresh
+            });
+            cache.append(&src)
+        });
+        if let (Outcome::Ok, Some(cache)) = (&out, cache) {
+            self.caches.insert(target.to_string(), cache);
+        }
+        out
+    }
+
     fn module_clone(&mut self, name: &str) -> Outcome {
         let clone = self.model.clone();
         let mut bound = vec![];
@@ -458,6 +488,7 @@ impl Session for BurnSession {
             Op::Save { name, to } => self.save(name, *to),
             Op::Load { from, assign } => self.load(from, *assign),
             Op::Replace { target, value, how } => self.replace(target, value, *how),
+            Op::Append { target, source, how } => self.append(target, source, *how),
             Op::Move { target, device, method } => {
                 let dev = match device {
                     DeviceRole::Home => self.home.clone(),

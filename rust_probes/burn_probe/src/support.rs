@@ -228,7 +228,7 @@ pub fn map_values<const D: usize>(p: Param<Tensor<D>>, f: impl FnOnce(Tensor<D>)
 /// 1) or over every row. `src` is taken into `dst`'s autodiff mode first (a copy outside the
 /// graph into a parameter, as `edit_param` writes one).
 pub fn assign_tensor<const D: usize>(dst: Tensor<D>, index: Option<usize>, src: Tensor<D>) -> Tensor<D> {
-    let src = if dst.is_autodiff() { src.autodiff() } else { src.without_autodiff() };
+    let src = in_mode_of(&dst, src);
     let rows = match index {
         Some(i) => i..i + 1,
         None => 0..dst.dims()[0],
@@ -245,6 +245,54 @@ pub fn row_of<const S: usize, const D: usize>(t: Tensor<S>, j: usize) -> Tensor<
     let mut shape = [1usize; D];
     shape[D - tail.len()..].copy_from_slice(tail);
     t.slice([j..j + 1]).reshape(shape)
+}
+
+/// `t` in `like`'s autodiff mode (one burn call takes tensors of one mode).
+fn in_mode_of<const D: usize>(like: &Tensor<D>, t: Tensor<D>) -> Tensor<D> {
+    if like.is_autodiff() {
+        t.autodiff()
+    } else {
+        t.without_autodiff()
+    }
+}
+
+/// `append` by concatenation: `Tensor::cat(vec![t, src], 0)`, a new tensor (`src`: rows of `t`,
+/// taken into its autodiff mode).
+pub fn cat_rows<const D: usize>(t: Tensor<D>, src: Tensor<D>) -> Tensor<D> {
+    let src = in_mode_of(&t, src);
+    Tensor::cat(vec![t, src], 0)
+}
+
+/// `append` into a KV cache as burn users keep one (llama-burn's `AutoregressiveCache`): a
+/// preallocated tensor, each source `slice_assign`ed in after the filled rows, and the filled rows
+/// read back with `slice`. The buffer is moved into each `slice_assign` (a unique handle: burn's
+/// in-place path), where llama-burn's `self.cache.clone()` keeps a second handle.
+pub struct RowCache<const D: usize> {
+    /// `None` only while an append holds it.
+    buf: Option<Tensor<D>>,
+    rows: usize,
+}
+
+impl<const D: usize> RowCache<D> {
+    /// An empty cache of `capacity` rows shaped like `like`'s, on its device, in its autodiff mode.
+    pub fn new(like: &Tensor<D>, capacity: usize) -> RowCache<D> {
+        let mut shape = like.dims();
+        shape[0] = capacity;
+        let buf = in_mode_of(like, Tensor::<D>::zeros(shape, &like.device()));
+        RowCache { buf: Some(buf), rows: 0 }
+    }
+
+    /// Appends `src` (rows of the cache's rank) and returns the filled rows.
+    pub fn append(&mut self, src: Tensor<D>) -> Tensor<D> {
+        let buf = self.buf.take().expect("a cache holds its buffer between appends");
+        let src = in_mode_of(&buf, src);
+        let end = self.rows + src.dims()[0];
+        let buf = buf.slice_assign([self.rows..end], src);
+        self.rows = end;
+        let filled = buf.clone().slice([0..end]);
+        self.buf = Some(buf);
+        filled
+    }
 }
 
 /// `assign` into a parameter: `Param::map` over `assign_tensor`, keeping its ParamId.

@@ -5,9 +5,10 @@
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
 use crate::support::{
-    assign_param, assign_tensor, edit_param, edit_tensor, placeholder, read_values, row_of, Edit, Model,
+    assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
+    Model, RowCache,
 };
-use aliasfuzz_protocol::Obs;
+use aliasfuzz_protocol::{Obs, CACHE_ROWS};
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor};
 
@@ -328,4 +329,44 @@ pub fn move_val(v: Val, kind: MoveKind, device: &Device) -> Val {
 /// Forces a read (and so a lazy initialisation).
 pub fn read_val(v: &Val) {
     on_val!(v, param p => { let _ = p.val().to_data(); }, tensor t => { let _ = t.to_data(); })
+}
+
+// ---------------------------------------------------------------------------------------------
+// `append`: a longer tensor (the burn calls are `support::cat_rows` and `support::RowCache`). A
+// source of a rank less is one row: `source_tensor` unsqueezes it.
+
+/// `Tensor::cat` of the name's value (a param's `val()`) and the source: a new tensor.
+pub fn cat_val(v: Val, src: &Val) -> Val {
+    on_val!(v, param p => cat_rows(p.val(), source_tensor(src)).into_val(),
+            tensor t => cat_rows(t, source_tensor(src)).into_val())
+}
+
+/// A `RowCache` of the rank of the name it grows.
+pub enum KvCache {
+    R1(RowCache<1>),
+    R2(RowCache<2>),
+    R3(RowCache<3>),
+}
+
+impl KvCache {
+    /// An empty cache for rows shaped like `v`'s, on `v`'s device.
+    pub fn for_rows_of(v: &Val) -> KvCache {
+        match v {
+            Val::P1(p) => KvCache::R1(RowCache::new(&p.val(), CACHE_ROWS)),
+            Val::T1(t) => KvCache::R1(RowCache::new(t, CACHE_ROWS)),
+            Val::P2(p) => KvCache::R2(RowCache::new(&p.val(), CACHE_ROWS)),
+            Val::T2(t) => KvCache::R2(RowCache::new(t, CACHE_ROWS)),
+            Val::P3(p) => KvCache::R3(RowCache::new(&p.val(), CACHE_ROWS)),
+            Val::T3(t) => KvCache::R3(RowCache::new(t, CACHE_ROWS)),
+        }
+    }
+
+    /// Appends `src` and returns the filled rows.
+    pub fn append(&mut self, src: &Val) -> Val {
+        match self {
+            KvCache::R1(c) => c.append(source_tensor(src)).into_val(),
+            KvCache::R2(c) => c.append(source_tensor(src)).into_val(),
+            KvCache::R3(c) => c.append(source_tensor(src)).into_val(),
+        }
+    }
 }

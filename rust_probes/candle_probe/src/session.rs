@@ -34,6 +34,8 @@
 //! | load          | memory: `VarMap::set` of the map's tensors; file: `VarMap::load(path)`; `assign`: unsupported |
 //! | replace (new) | `Var::from_tensor(&v)?` inserted in the VarMap under the name; `data`, `set`: unsupported |
 //! | replace (tie) | the value's own `Var` inserted under the name (one Var, two keys); a plain tensor: unsupported |
+//! | append (cat)  | `Tensor::cat(&[&t, &src], 0)?` (a row source `unsqueeze(0)`d)                |
+//! | append (cache)| `candle_nn::kv_cache::Cache::new(0, CACHE_ROWS)`: `append(&src)?`, then `current_data()?` |
 //! | valid, train, no_grad, freeze | unsupported (candle has no module modes or requires-grad switch) |
 //!
 //! Handles. A name is bound either to a `Var` or to a `Tensor`, whichever type the user's
@@ -46,7 +48,7 @@
 //! only a `Var` can do (`Var::set`).
 
 use aliasfuzz_protocol::{
-    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op,
+    AppendHow, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, CACHE_ROWS,
     Outcome, Program, ReplaceHow, Session, TensorKind,
 };
 use crate::support::{
@@ -54,6 +56,7 @@ use crate::support::{
 };
 use candle_core::backprop::GradStore;
 use candle_core::{Device, DeviceLocation, Tensor, Var};
+use candle_nn::kv_cache::Cache;
 use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
 
@@ -62,7 +65,7 @@ use std::collections::HashMap;
 /// `freeze` are never supported and so are not listed.
 pub const OPS: &[&str] = &[
     "snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "read", "assign",
-    "save", "load", "replace",
+    "save", "load", "replace", "append",
 ];
 
 /// Snapshot methods this probe interprets (`state_dict` and `save_load` for params only).
@@ -107,6 +110,8 @@ pub struct CandleSession {
     checkpoints: HashMap<String, Checkpoint>,
     /// Where `save` to a file writes, made at the first such save and removed with the session.
     checkpoint_dir: Option<tempfile::TempDir>,
+    /// The KV cache of each name a `cache` append grew (dropped by a `cat` append of the name).
+    caches: HashMap<String, Cache>,
 }
 
 mod training;
@@ -155,6 +160,7 @@ impl CandleSession {
             pending: None,
             checkpoints: HashMap::new(),
             checkpoint_dir: None,
+            caches: HashMap::new(),
         };
         for spec in &program.tensors {
             let name = spec.name.clone();
@@ -324,6 +330,33 @@ impl CandleSession {
         Ok(())
     }
 
+    /// `append`: `Tensor::cat`, or candle-nn's KV cache (a buffer of `CACHE_ROWS` rows that
+    /// `slice_set`s each source in, read back as `narrow(0, 0, len)`); the name's first cache
+    /// append starts one holding the name's rows.
+    fn append(&mut self, target: &str, source: &str, how: AppendHow) -> R<()> {
+        let t = self.get(target)?.tensor().clone();
+        let src = self.get(source)?.tensor().clone();
+        let src = if src.rank() < t.rank() { ce(src.unsqueeze(0))? } else { src };
+        let grown = match how {
+            AppendHow::Cat => {
+                self.caches.remove(target);
+                ce(Tensor::cat(&[&t, &src], 0))?
+            }
+            AppendHow::Cache => {
+                if !self.caches.contains_key(target) {
+                    let mut cache = Cache::new(0, CACHE_ROWS);
+                    ce(cache.append(&t))?;
+                    self.caches.insert(target.to_string(), cache);
+                }
+                let cache = self.caches.get_mut(target).expect("inserted above");
+                ce(cache.append(&src))?;
+                ce(cache.current_data())?.expect("an append filled the cache")
+            }
+        };
+        self.bind(target.to_string(), Handle::Tensor(grown));
+        Ok(())
+    }
+
     fn apply_inner(&mut self, op: &Op) -> R<()> {
         match op {
             Op::Snapshot { name, of, method } => {
@@ -347,6 +380,7 @@ impl CandleSession {
             Op::Save { name, to } => self.save(name, *to),
             Op::Load { from, assign } => self.load(from, *assign),
             Op::Replace { target, value, how } => self.replace(target, value, *how),
+            Op::Append { target, source, how } => self.append(target, source, *how),
             Op::Move { target, device, method } => {
                 if *method == MoveMethod::Fork {
                     return Err(Outcome::Unsupported(

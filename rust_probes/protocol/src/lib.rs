@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
 /// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
@@ -228,6 +228,23 @@ pub enum ReplaceHow {
     Tie,
 }
 
+/// How `append` grows a tensor (the op table's `APPEND_HOWS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum AppendHow {
+    /// The framework's concatenation: a new tensor.
+    Cat,
+    /// A preallocated buffer of [`CACHE_ROWS`] rows written in place, the name bound to its
+    /// filled rows (a KV cache).
+    Cache,
+}
+
+/// The rows of an `append` cache's buffer, and the most rows an `append` grows a name to (the
+/// op table's `CACHE_ROWS`): a cache never has to grow.
+pub const CACHE_ROWS: usize = 16;
+
 /// The hyper-parameters that key a live optimizer: `step` and `set_lr` name one by them.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct OptimizerSpec {
@@ -312,6 +329,9 @@ pub enum Op {
     Load { from: String, assign: bool },
     /// Puts `value` (shaped like `target`) in the model's slot of param `target`, `how` says how.
     Replace { target: String, value: String, how: ReplaceHow },
+    /// Binds `target` to a longer tensor: `target` with `source` appended along the first
+    /// dimension (`source` shaped like a row of `target`, or like rows of it).
+    Append { target: String, source: String, how: AppendHow },
 }
 
 impl Op {
@@ -337,6 +357,7 @@ impl Op {
             | Op::Read { target } => vec![target.as_str()],
             Op::Assign { target, source, .. } => vec![target.as_str(), source.as_str()],
             Op::Replace { target, value, .. } => vec![target.as_str(), value.as_str()],
+            Op::Append { target, source, .. } => vec![target.as_str(), source.as_str()],
             _ => vec![],
         }
     }
@@ -708,6 +729,7 @@ mod tests {
         check_unit_enum::<MoveMethod>("move_method");
         check_unit_enum::<CheckpointStore>("checkpoint_store");
         check_unit_enum::<ReplaceHow>("replace_how");
+        check_unit_enum::<AppendHow>("append_how");
         check_unit_enum::<TensorKind>("tensor_kind");
         check_unit_enum::<LazyInit>("lazy_init");
         for m in <Method as strum::IntoEnumIterator>::iter() {
@@ -751,6 +773,7 @@ mod tests {
             Op::Save { name: "c".into(), to: CheckpointStore::Memory },
             Op::Load { from: "c".into(), assign: false },
             Op::Replace { target: t(), value: "s".into(), how: ReplaceHow::New },
+            Op::Append { target: t(), source: "s".into(), how: AppendHow::Cat },
         ];
         let tags: Vec<String> = ops
             .iter()
