@@ -44,6 +44,7 @@ import numpy as np
 from harness.case import ops
 from harness.case.ir import Program, names_bound
 from harness.judging.finding import Finding
+from harness.judging.links import ended_link, nondeterministic_names, write_path
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values,
                                    snapshots, subject_role, verdicts, writes_into)
@@ -51,31 +52,6 @@ from harness.judging.value_compare import adam_lr, elements_differ, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
 SHOWN_ELEMENTS = 4
-
-
-def nondeterministic_names(program: Program) -> set[str]:
-    """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
-    from them: their values differ between frameworks by design."""
-    roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
-    out = set(roots)
-    params = [t.name for t in program.tensors if t.trainable]
-    source = {s.name: s.source for s in snapshots(program)}
-    # To a fixpoint: an op that writes a name from a nondeterministic one (``assign``) makes it
-    # nondeterministic, and with it what the write may reach through shared storage on some
-    # framework (the name's sources, transitively) and the snapshots of any of them.
-    while True:
-        before = len(out)
-        for op in program.ops:
-            out.update(b.name for b in ops.bindings(op, params) + ops.rebindings(op) if b.source in out)
-            target = ops.written(op)
-            if target is not None and any(n in out for n in ops.reads(op) if n != target):
-                seen: set[str] = set()
-                while target is not None and target not in seen:
-                    seen.add(target)
-                    out.add(target)
-                    target = source.get(target)
-        if len(out) == before:
-            return out
 
 
 def _hidden_ops(program: Program, a: Trace, b: Trace) -> set[int]:
@@ -166,7 +142,7 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
     # where the write's propagation differs (links beyond it did not move on one side at all).
     carrier: dict[int, str] = {}
     for snap, f, _effect in one_sided:
-        path = _write_path(ctx.program, f.op_index)
+        path = write_path(ctx.program, f.op_index)
         if snap.name in path:
             best = carrier.get(f.op_index)
             if best is None or path.index(snap.name) < path.index(best):
@@ -189,30 +165,6 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
 
 
 _DERIVED = object()
-
-
-def _write_path(program: Program, k: int) -> list[str]:
-    """The names a write-like op ``k`` reaches through snapshot relations, nearest first: its
-    target and the target's sources, transitively (``s2 = alias(s0)``, ``s0 = clone(p0)``: a
-    write into s2 has the path s2, s0, p0). Empty for other ops.
-
-    When a write moves the sources of several snapshots on one side only, a snapshot on this
-    path is the link that carried the write (candle's ``clone`` of p0 sharing its storage); a
-    snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link.
-
-    A ``step`` writes every trainable tensor: its path is theirs, each followed by its sources.
-    A declared tensor has a source only where a ``replace`` made it one (w = nn.Parameter(b):
-    a step moves b through w's link, and the snapshots of b only saw b move)."""
-    op = program.ops[k]
-    names = ([t.name for t in program.tensors if t.trainable] if op["op"] == "step"
-             else [ops.written(op)] if ops.written(op) is not None else [])
-    source = {s.name: s.source for s in snapshots(program) if s.op < k}
-    path: list[str] = []
-    for name in names:
-        while name is not None and name not in path:
-            path.append(name)
-            name = source.get(name)
-    return path
 
 
 def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
@@ -254,6 +206,9 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         # because that side already held it, which an earlier op (an alias's write) did.
         return _DERIVED
     moved = [_moved_at(t, k, name) for t in (a, b)]
+    if moved[0] != moved[1] and ended_link(ctx.program, k, name) is not None:
+        # moved through what an ended relation still shares on one side: that link is the finding
+        return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
     if moved[0] == moved[1] or not _acts_on(ctx.program, op, name):
         return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
     return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
@@ -296,7 +251,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
     common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
-                  method=None, sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
+                  method=ended_link(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = elements_differ(x, y, adam_lr(ctx.program))

@@ -7,7 +7,7 @@ Divergence has one rule, the oracle's:
 - a tensor row diverges when the final values of the targets that ran the program are not all
   ``value_compare.values_close`` to the first (with the program's Adam tolerance,
   ``value_compare.adam_lr``), except for a name whose values come from a framework's own RNG (a
-  ``uniform`` lazy tensor and what derives from it: ``oracle.nondeterministic_names``): the oracle
+  ``uniform`` lazy tensor and what derives from it: ``links.nondeterministic_names``): the oracle
   never compares those values, so no view highlights them;
 - a snapshot row diverges when the ``ok`` verdicts of the targets differ (``keeps`` on one,
   ``follows`` on another).
@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.case.ir import Program
-from harness.judging.oracle import nondeterministic_names
+from harness.judging.links import nondeterministic_names
 from harness.judging.trace import Trace, Verdict, verdicts
 from harness.judging.value_compare import adam_lr, values_close
 

@@ -1,0 +1,92 @@
+"""What a program's ops link, read from the program alone (no trace): the names a write reaches
+through snapshot relations, the relations an ``append`` or ``replace`` ended on the way, and the
+names whose values come from a framework's RNG. The oracle (``harness.judging.oracle``) asks
+these questions of every divergence it attributes; the report table asks the last one.
+"""
+
+from __future__ import annotations
+
+from harness.case import ops
+from harness.case.ir import Program
+from harness.judging.trace import relation_end, snapshots
+
+
+def nondeterministic_names(program: Program) -> set[str]:
+    """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
+    from them: their values differ between frameworks by design."""
+    roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
+    out = set(roots)
+    params = [t.name for t in program.tensors if t.trainable]
+    source = {s.name: s.source for s in snapshots(program)}
+    # To a fixpoint: an op that writes a name from a nondeterministic one (``assign``) makes it
+    # nondeterministic, and with it what the write may reach through shared storage on some
+    # framework (the name's sources, transitively) and the snapshots of any of them.
+    while True:
+        before = len(out)
+        for op in program.ops:
+            out.update(b.name for b in ops.bindings(op, params) + ops.rebindings(op) if b.source in out)
+            if ops.grown(op) is not None and any(n in out for n in ops.reads(op)):
+                out.add(ops.grown(op))
+            target = ops.written(op)
+            if target is not None and any(n in out for n in ops.reads(op) if n != target):
+                seen: set[str] = set()
+                while target is not None and target not in seen:
+                    seen.add(target)
+                    out.add(target)
+                    target = source.get(target)
+        if len(out) == before:
+            return out
+
+
+def write_path(program: Program, k: int) -> list[str]:
+    """The names a write-like op ``k`` reaches through snapshot relations, nearest first: its
+    target and the target's sources, transitively (``s2 = alias(s0)``, ``s0 = clone(p0)``: a
+    write into s2 has the path s2, s0, p0). Empty for other ops.
+
+    When a write moves the sources of several snapshots on one side only, a snapshot on this
+    path is the link that carried the write (candle's ``clone`` of p0 sharing its storage); a
+    snapshot off it (another snapshot of p0) only saw p0 move, a consequence of that link.
+
+    A ``step`` writes every trainable tensor: its path is theirs, each followed by its sources.
+    A declared tensor has a source only where a ``replace`` made it one (w = nn.Parameter(b):
+    a step moves b through w's link, and the snapshots of b only saw b move)."""
+    op = program.ops[k]
+    names = ([t.name for t in program.tensors if t.trainable] if op["op"] == "step"
+             else [ops.written(op)] if ops.written(op) is not None else [])
+    source = {s.name: s.source for s in snapshots(program) if s.op < k}
+    path: list[str] = []
+    for name in names:
+        while name is not None and name not in path:
+            path.append(name)
+            name = source.get(name)
+    return path
+
+
+def ended_link(program: Program, op_index: int, name: str) -> str | None:
+    """``<method>@<op>`` when the op at ``op_index`` writes a tensor linked to ``name`` by a chain
+    of snapshot relations (either way) one of which had ended before it: the relation's method and
+    the op that ended it (an ``append`` or a ``replace`` rebinding its source). None when there is
+    no such chain or every relation on it goes on.
+
+    A divergence of ``name`` at that write is what the ended relation's snapshot still shares, on
+    one side, with the object its source became (an alias of a KV cache's keys and the grown cache
+    are two views of one buffer in torch and candle, values in burn): that relation and the op
+    that ended it are the root cause, so the signature names both."""
+    written = ops.written(program.ops[op_index])
+    if written is None or written == name:
+        return None
+    rels = [s for s in snapshots(program) if s.op < op_index]
+    for lo, hi in ((name, written), (written, name)):
+        ended, x, seen = None, lo, set()
+        while x not in seen:
+            seen.add(x)
+            rel = next((r for r in reversed(rels) if r.name == x), None)
+            if rel is None:
+                break
+            end = relation_end(program, rel, len(program.ops))
+            if end <= op_index and ended is None:
+                ended = f"{rel.method}@{ops.label(program.ops[end])}"
+            x = rel.source
+            if x == hi:
+                return ended
+    return None
