@@ -30,12 +30,14 @@ def found(**over) -> FindingRecord:
 
 def test_a_found_record_serialises_in_the_journals_form():
     doc = found().to_json()
-    assert list(doc) == KEYS + list(PATH_FIELDS)
+    assert list(doc) == KEYS + ["confirmed", "confirm_runs"] + list(PATH_FIELDS)
     assert doc["signature"] == FINDING.signature and doc["sentence"] == FINDING.sentence()
     assert doc["targets"] == ["candle:cpu", "torch:cpu"] and doc["sides"] == ["follows", "keeps"]
     assert doc["versions"] == {t: VERSIONS[t] for t in FINDING.targets}  # only the finding's targets
     assert (doc["seconds_to_find"], doc["shrink_seconds"], doc["shrink_runs"]) == (0.123, 1.235, 17)
     assert all(doc[k] is None for k in PATH_FIELDS)  # the run folder gives the paths
+    assert (doc["confirmed"], doc["confirm_runs"]) == (None, None)  # not confirmed
+    assert (found(confirmed=(2, 3)).to_json()["confirmed"], found(confirmed=(2, 3)).to_json()["confirm_runs"]) == (2, 3)
     unshrunk = found(shrink=None).to_json()
     assert all(unshrunk[k] is None for k in ("shrink_seconds", "shrink_complete", "shrink_runs",
                                                "shrink_hypothesis_runs"))
@@ -43,7 +45,7 @@ def test_a_found_record_serialises_in_the_journals_form():
 
 def test_a_known_record_names_its_baseline_case():
     doc = found(status="known", baseline="K1", baseline_case="tests/cases/x.toml").to_json()
-    assert list(doc) == KEYS + ["baseline_case"] + list(PATH_FIELDS)
+    assert list(doc) == KEYS + ["baseline_case", "confirmed", "confirm_runs"] + list(PATH_FIELDS)
     assert doc["baseline_case"] == "tests/cases/x.toml"
     assert "baseline_case" not in found(baseline_case="ignored without a baseline").to_json()
 

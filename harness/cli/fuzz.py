@@ -35,6 +35,9 @@ def register(sub) -> None:
     p.add_argument("--shrink-known", action="store_true",
                    help="shrink findings the baseline knows too (default: report them as found, after "
                         "the new ones; the baseline entry's case is their minimal form)")
+    p.add_argument("--confirm", type=int, default=3, metavar="N",
+                   help="re-run each new finding's minimized case N times on fresh probe processes; one "
+                        "that does not show every time is reported flaky, not new (default: 3; 0: off)")
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
@@ -56,7 +59,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                                 workers=args.workers, db=args.db, chunk_size=args.chunk_size or 64,
                                 shrink_time_s=_shrink_time(args.shrink_time, budget),
                                 shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
-                                baseline=args.baseline, shrink_known=args.shrink_known)
+                                baseline=args.baseline, shrink_known=args.shrink_known,
+                                confirm_runs=args.confirm)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
         else:

@@ -71,6 +71,9 @@ class CampaignConfig:
     # Known findings (the baseline matches them) are reported as found, not shrunk: the
     # baseline entry's own case is their minimal form (Engine.shrink_known).
     shrink_known: bool = False
+    # A new finding's minimized case is re-run this many times on fresh target processes; one
+    # that does not show every time is reported `flaky` (Engine.confirm). 0: not confirmed.
+    confirm_runs: int = 3
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,7 +109,7 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
-                    deadline=deadline, shrink_known=config.shrink_known)
+                    deadline=deadline, shrink_known=config.shrink_known, confirm_runs=config.confirm_runs)
     baseline_cases = {e.id: e.case for e in baseline.entries}
     engine.started -= elapsed_before
     emit(TargetsOpened({t.id: t.info.to_json() for t in found.targets}, dict(found.unavailable)))
@@ -115,7 +118,7 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
         record = FindingRecord.found(
             rec.finding, status=rec.status, baseline=rec.baseline, baseline_case=baseline_cases.get(rec.baseline),
             ops_before=len(rec.original.ops), ops_after=len(rec.minimized.ops),
-            seconds_to_find=rec.seconds_to_find, shrink=rec.shrink, versions=versions)
+            seconds_to_find=rec.seconds_to_find, shrink=rec.shrink, versions=versions, confirmed=rec.confirmed)
         meta = {"signature": rec.signature, "kind": record.kind, "status": rec.status, "seed": config.seed}
         minimized = _titled(rec.minimized, record.sentence, meta)
         result = run_case(minimized, runner, infos, baseline)
@@ -256,10 +259,11 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
     state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig), config_required=("out", "seed"))
     saved = CampaignConfig(**state["config"])
     # A resume continues the same campaign: same seed, targets and profile; the budget,
-    # worker count, shrink grace and whether known findings are shrunk may change.
+    # worker count, shrink grace, whether known findings are shrunk and the confirmation runs
+    # may change.
     saved.budget_s, saved.max_programs, saved.workers = config.budget_s, config.max_programs, config.workers
     saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
-    saved.shrink_time_s = config.shrink_time_s
+    saved.shrink_time_s, saved.confirm_runs = config.shrink_time_s, config.confirm_runs
     saved.out = config.out  # the folder may have been moved since
     records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
     for m in messages:

@@ -130,10 +130,13 @@ class Recorded:
     finding: Finding  # as observed on the minimized case
     original: Program
     minimized: Program
-    status: str  # new | known
+    status: str  # new | flaky | known
     baseline: str | None
     seconds_to_find: float
     shrink: MinimizeResult | None
+    #: (runs that showed it, runs) of its confirmation on fresh processes (``Engine.confirm``);
+    #: None when it was not confirmed (a known finding, no confirmation runs, past the deadline).
+    confirmed: tuple[int, int] | None = None
 
     @property
     def signature(self) -> str:
@@ -209,6 +212,9 @@ class Engine:
     #: found: each baseline entry names a minimal case of its own, and shrinking every known
     #: finding took over 90% of a 2-minute campaign.
     shrink_known: bool = True
+    #: How many times a new finding's minimized case is re-run on freshly started target
+    #: processes before it is reported: one that does not show every time is ``flaky``.
+    confirm_runs: int = 3
 
     def generate(self, n: int, seed: int) -> list[Program]:
         """A chunk of programs; their choice sequences are kept until ``forget``."""
@@ -322,9 +328,27 @@ class Engine:
                 self._report_harness_error(e, "shrink", program, found_at, on_new)
                 continue
             entry = known_entry(self.baseline, final)
-            self._report(on_new, Recorded(final, program, minimized, "known" if entry else "new",
-                                          entry.id if entry else None, found_at, result))
+            confirmed = None if entry else self.confirm(minimized, final)
+            status = "known" if entry else "flaky" if confirmed and confirmed[0] < confirmed[1] else "new"
+            self._report(on_new, Recorded(final, program, minimized, status, entry.id if entry else None,
+                                          found_at, result, confirmed))
         return divergent
+
+    def confirm(self, program: Program, finding: Finding) -> tuple[int, int] | None:
+        """Runs ``program`` ``confirm_runs`` times, each on freshly started processes of the
+        finding's targets, and returns (how many runs showed its signature, runs); None when there
+        are no runs to make or the campaign's deadline has passed (it stays ``new``, unconfirmed).
+        Like libFuzzer's and ClusterFuzz's re-run of a crash before calling it reliable: a
+        divergence that depends on what a process ran before (its allocator, a framework's
+        cache) or on timing is ``flaky``, not a finding of the program."""
+        if self.confirm_runs <= 0 or (self.deadline is not None and time.time() >= self.deadline):
+            return None
+        sub = self.runner.subset(_targets_for(finding, self.runner.ids))
+        shown = 0
+        for _ in range(self.confirm_runs):
+            sub.restart()
+            shown += any(f.signature == finding.signature for f in safe_compare(program, sub.run_one(program)))
+        return shown, self.confirm_runs
 
     def _report(self, on_new: Callable[[Recorded], None], rec: Recorded) -> None:
         """``on_new(rec)``; an exception of the recording code (not a set-up problem such as a

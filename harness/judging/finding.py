@@ -108,7 +108,7 @@ class FindingRecord:
     signature: str
     kind: str
     aspect: str | None
-    status: str | None  # new | known
+    status: str | None  # new | flaky | known
     baseline: str | None  # the id of the baseline entry that knows it
     targets: tuple[str, ...]
     op: str | None
@@ -127,6 +127,10 @@ class FindingRecord:
     shrink_hypothesis_runs: int | None
     versions: dict[str, dict[str, str]] | None  # per target: framework versions
     baseline_case: str | None = None  # the baseline entry's own case, for a known finding
+    # Its confirmation (``Engine.confirm``): of ``confirm_runs`` runs of the minimized case on
+    # fresh processes, ``confirmed`` showed it; None when not confirmed.
+    confirmed: int | None = None
+    confirm_runs: int | None = None
     case: str | None = None  # the paths (PATH_FIELDS): set when the run folder stores it
     original_case: str | None = None
     repro: str | None = None
@@ -134,9 +138,11 @@ class FindingRecord:
     @classmethod
     def found(cls, finding: Finding, *, status: str, baseline: str | None, baseline_case: str | None,
               ops_before: int, ops_after: int, seconds_to_find: float, shrink: ShrinkFacts | None,
-              versions: Mapping[str, Mapping[str, str]]) -> "FindingRecord":
+              versions: Mapping[str, Mapping[str, str]],
+              confirmed: tuple[int, int] | None = None) -> "FindingRecord":
         """The record of ``finding`` as a campaign found it. ``versions``: every target's
-        (the record keeps those of the finding's targets); ``shrink``: None when not shrunk."""
+        (the record keeps those of the finding's targets); ``shrink``: None when not shrunk;
+        ``confirmed``: (runs that showed it, runs) of its confirmation, None when not confirmed."""
         targets = tuple(t for t in finding.targets if t != "-")
         return cls(signature=finding.signature, kind=finding.kind, aspect=finding.aspect, status=status,
                    baseline=baseline, targets=targets, op=finding.op_label, method=finding.method,
@@ -148,7 +154,8 @@ class FindingRecord:
                    shrink_runs=shrink.runs if shrink else None,
                    shrink_hypothesis_runs=shrink.hypothesis_runs if shrink else None,
                    versions={t: dict(versions.get(t, {})) for t in targets},
-                   baseline_case=baseline_case if baseline is not None else None)
+                   baseline_case=baseline_case if baseline is not None else None,
+                   confirmed=confirmed[0] if confirmed else None, confirm_runs=confirmed[1] if confirmed else None)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.reporting.loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
-from harness.reporting.views import (HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
+from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
                                      versions_text, when)
 
 CSS = """
@@ -22,7 +22,7 @@ tr.divergent td{background:#fde2e1}tr.divergent td:first-child{font-weight:bold}
 pre{background:#f7f7f7;border:1px solid #e3e3e3;padding:.6em;overflow:auto}
 .new{color:#fff;background:#c62828;padding:0 .4em;border-radius:.3em}.known{background:#f9a825;padding:0 .4em;border-radius:.3em}
 .sentence{font-size:1.05em;margin:.4em 0}.finding{border-left:4px solid #c62828;padding-left:1em;margin:1.5em 0}
-.finding.known-finding{border-left-color:#f9a825}.dim{color:#666}.refused{color:#c62828;font-weight:bold}
+.finding.known-finding{border-left-color:#f9a825}.flaky{background:#90a4ae;padding:0 .4em;border-radius:.3em}.finding.flaky-finding{border-left-color:#90a4ae}.dim{color:#666}.refused{color:#c62828;font-weight:bold}
 #harness-errors{border:2px solid #6a1b9a;padding:0 1em 1em}.finding.harness-error{border-left-color:#6a1b9a}
 .harness{color:#fff;background:#6a1b9a;padding:0 .4em;border-radius:.3em}
 """
@@ -53,8 +53,8 @@ def _table(table: Table) -> list[str]:
 def _finding(n: int, v: FindingView) -> list[str]:
     f, rec = v.finding, v.finding.record
     harness = f.harness
-    cls = "harness" if harness else "new" if rec.status == "new" else "known"
-    article = {"harness": "harness-error", "new": "", "known": "known-finding"}[cls]
+    cls = "harness" if harness else rec.status if rec.status in ("new", "flaky") else "known"
+    article = {"harness": "harness-error", "new": "", "flaky": "flaky-finding", "known": "known-finding"}[cls]
     base = f" ({escape(rec.baseline)})" if rec.baseline else ""
     out = [f'<article class="finding {article}" id="{"harness-error" if harness else "finding"}-{n}">',
            f'<h3>{n}. <span class="{cls}">{"harness error" if harness else escape(rec.status or "?")}{base}</span> '
@@ -100,11 +100,17 @@ def render_html(run: Run, views: list[FindingView]) -> str:
     out += [f"<tr><td>{escape(t)}</td><td>{escape(versions_text(v))}</td></tr>" for t, v in run.target_versions().items()]
     out.append("</table></section>")
     out.append(f'<section id="findings"><h2>Findings ({len(run.new)} new, {len(run.known)} known)</h2>')
-    rest = [v for v in views if not v.finding.harness]
+    rest = [v for v in views if not v.finding.harness and v.finding.record.status != "flaky"]
+    flaky = [v for v in views if not v.finding.harness and v.finding.record.status == "flaky"]
     if not rest:
         out.append("<p>No divergence found.</p>")
     for n, v in enumerate(rest, 1):
         out += _finding(n, v)
     out.append("</section>")
+    if flaky:
+        out.append(f'<section id="flaky"><h2>Flaky findings ({len(flaky)})</h2><p>{escape(FLAKY_INTRO)}</p>')
+        for n, v in enumerate(flaky, len(rest) + 1):
+            out += _finding(n, v)
+        out.append("</section>")
     out.append(f'<p class="dim">Rendered {escape(when(time.time()))} by aliasfuzz.</p></body></html>')
     return "\n".join(out) + "\n"

@@ -32,8 +32,9 @@ def junit_xml(findings: Iterable[dict[str, Any]], suite: str = "aliasfuzz") -> s
     tests = len(errors) + len(by_sig)
     failures = len(errors) + sum(1 for f in by_sig.values() if f.get("status") == "new")
     root = ET.Element("testsuites", name=suite, tests=str(tests), failures=str(failures), errors="0")
+    skipped = sum(1 for f in by_sig.values() if f.get("status") == "flaky")
     ts = ET.SubElement(root, "testsuite", name=suite, tests=str(tests), failures=str(failures),
-                       errors="0", skipped="0")
+                       errors="0", skipped=str(skipped))
     names: set[str] = set()
     for f in errors:  # first: the harness itself failed
         name = base = _x(f.get("signature", HARNESS_ERROR))
@@ -59,6 +60,9 @@ def junit_xml(findings: Iterable[dict[str, Any]], suite: str = "aliasfuzz") -> s
             fail.text = "\n".join(x for x in (sentence, f"signature: {sig}", where,
                                               f"reproduce: aliasfuzz repro {_x(f.get('case'))}" if f.get("case") else "")
                                   if x)
+        elif f.get("status") == "flaky":  # not a failure: it did not show on every fresh run
+            shown = f"shown in {_x(f.get('confirmed'))} of {_x(f.get('confirm_runs'))} runs on fresh probe processes"
+            ET.SubElement(case, "skipped", message=f"flaky ({shown}): {sentence}")
         else:
             out = ET.SubElement(case, "system-out")
             out.text = "\n".join(x for x in (f"known divergence (baseline {_x(f.get('baseline'))}): {sentence}", where)

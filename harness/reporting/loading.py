@@ -108,8 +108,13 @@ class Run:
         return [f for f in self.findings if not f.harness and f.record.status == "new"]
 
     @property
+    def flaky(self) -> list[ShownFinding]:
+        """New divergences that did not show in every confirmation run (``Engine.confirm``)."""
+        return [f for f in self.findings if not f.harness and f.record.status == "flaky"]
+
+    @property
     def known(self) -> list[ShownFinding]:
-        return [f for f in self.findings if not f.harness and f.record.status != "new"]
+        return [f for f in self.findings if not f.harness and f.record.status not in ("new", "flaky")]
 
     def target_versions(self) -> dict[str, dict[str, str]]:
         out = {}
@@ -154,8 +159,9 @@ def shown_finding(raw: dict[str, Any], root: Path) -> ShownFinding:
 
 
 def _order(f: ShownFinding) -> int:
-    # Harness errors first (the run's own failures), then new findings (what a reader acts on).
-    return 0 if f.harness else 1 if f.record.status == "new" else 2
+    # Harness errors first (the run's own failures), then new findings (what a reader acts on),
+    # then the flaky ones, then the known.
+    return 0 if f.harness else {"new": 1, "flaky": 2}.get(f.record.status, 3)
 
 
 def load_run(run_dir: str | Path) -> Run:

@@ -8,7 +8,7 @@ from typing import Any
 
 from harness.reporting.loading import Run, one_line
 from harness.reporting.table import Table, report_cell, report_notes
-from harness.reporting.views import (HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
+from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
                                      versions_text)
 
 
@@ -83,9 +83,14 @@ def render_markdown(run: Run, views: list[FindingView]) -> str:
     out += ["", "### Targets", "", "| target | versions |", "|---|---|"]
     out += [f"| {_cell(t)} | {_cell(versions_text(v))} |" for t, v in run.target_versions().items()]
     out += ["", f"## Findings ({len(run.new)} new, {len(run.known)} known)", ""]
-    rest = [v for v in views if not v.finding.harness]
+    rest = [v for v in views if not v.finding.harness and v.finding.record.status != "flaky"]
+    flaky = [v for v in views if not v.finding.harness and v.finding.record.status == "flaky"]
     if not rest:
         out.append("No divergence found.")
     for n, v in enumerate(rest, 1):
         out += _finding(n, v)
+    if flaky:
+        out += [f"## Flaky findings ({len(flaky)})", "", FLAKY_INTRO, ""]
+        for n, v in enumerate(flaky, len(rest) + 1):
+            out += _finding(n, v)
     return "\n".join(out) + "\n"

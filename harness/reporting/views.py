@@ -60,16 +60,36 @@ def finding_view(f: ShownFinding) -> FindingView:
 
 
 def shrink_text(f: ShownFinding) -> str:
-    """How the finding's case was shrunk, or why it was not (a known finding, by default)."""
+    """How the finding's case was shrunk, or why it was not (a known finding, by default), and
+    how its confirmation on fresh probe processes went, when it had one."""
     r = f.record
     if r.shrink_seconds is None:
         if r.status != "known":
-            return f"not shrunk, {r.ops_before} ops"
+            return f"not shrunk, {r.ops_before} ops" + _confirm_text(r)
         case = f" (the baseline's case `{r.baseline_case}` is its minimal form)" if r.baseline_case else ""
         return f"not shrunk, {r.ops_before} ops: known{case}"
     return (f"shrunk {r.ops_before} → {r.ops_after} ops"
             f" ({'complete' if r.shrink_complete else 'stopped early'}, {r.shrink_runs} runs,"
-            f" {r.shrink_seconds}s)")
+            f" {r.shrink_seconds}s)") + _confirm_text(r)
+
+
+def _confirm_text(r) -> str:
+    if r.confirm_runs is None:
+        return "; not confirmed" if r.status in ("new", "flaky") else ""
+    return f"; shown in {r.confirmed} of {r.confirm_runs} runs on fresh probe processes"
+
+
+def findings_text(run: Run) -> str:
+    """``N new, M known``, with the flaky ones when there are any."""
+    flaky = f", {len(run.flaky)} flaky" if run.flaky else ""
+    return f"{len(run.new)} new{flaky}, {len(run.known)} known"
+
+
+#: The intro of the reports' section of flaky findings.
+FLAKY_INTRO = ("Each of these showed in a campaign and again on the minimized case, but not in every one "
+               "of the runs on freshly started probe processes that confirm a finding: what it shows "
+               "depends on more than the program (what a process ran before, timing). They are not "
+               "counted as new findings; replay one with `aliasfuzz repro` to see it.")
 
 
 def summary_facts(run: Run) -> list[tuple[str, str]]:
@@ -92,7 +112,7 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
             "compared, so they are no agreement)")] if run.state.get("ran_nowhere") else []),
         ("elapsed", f"{run.elapsed:.1f}s"),
         ("throughput", f"{run.throughput:.1f} programs/s"),
-        ("findings", f"{len(run.new)} new, {len(run.known)} known"),
+        ("findings", findings_text(run)),
         ("machine", ", ".join(f"{k} {v}" for k, v in m.items()) if m else "?"),
         ("corpus", str(c.get("db") or "run folder (corpus/)")),
     ]
@@ -107,7 +127,7 @@ def summary_line(run: Run) -> str:
     errors = len(run.harness_errors)
     head = f"{errors} harness error(s): aliasfuzz bugs, not framework findings (the report's first section); " \
         if errors else ""
-    return f"{head}findings: {len(run.new)} new, {len(run.known)} known"
+    return f"{head}findings: {findings_text(run)}"
 
 
 def when(ts: Any) -> str:

@@ -471,6 +471,10 @@ class Target:
                  cancel: Cancellation | None = None) -> list[Trace]:
         return self.process.run_batch(self.info.device, programs, self.id, cancel)
 
+    def restart(self) -> None:
+        """Stops this target's process and starts a fresh one (``SetupError`` when it cannot)."""
+        self.process.start()
+
     def close(self) -> None:
         self.process.stop()
 

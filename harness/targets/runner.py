@@ -182,6 +182,14 @@ class Runner:
         sub._cancel = self._cancel
         return sub
 
+    def restart(self) -> None:
+        """Starts every target's process afresh, once the batch in flight (if any) is done: what
+        a finding is confirmed on, so that nothing a process kept from earlier programs (an
+        allocator's reuse, a cache, a leaked handle) enters the run."""
+        self._flight.drain()
+        for t in self.targets:
+            t.restart()
+
     def run_one(self, program: Program, *, every_target: bool = False) -> dict[str, Trace]:
         return self.run([program], every_target=every_target)[0]
 

@@ -13,7 +13,9 @@ text before every reply), ``--hang-on-fill`` (a ``fill`` op never returns), ``--
 (a ``scale`` op kills the process with SIGKILL), ``--bad-trace`` (a program with a ``fill`` op
 gets a reply that is valid JSON and a ``trace`` for its id, but whose observations are malformed:
 a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep per program),
-``--fail-always`` (every program gets an ``error`` trace), ``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
+``--fail-always`` (every program gets an ``error`` trace), ``--planted-after N`` (the planted
+bug shows only from the process's N+1-th program on: a divergence that depends on what the
+process ran before, which a confirmation on fresh processes calls flaky), ``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
 one, reading nothing more, as a probe stuck in a framework call would; it exits once the process
 that started it is gone, so a failed test leaks nothing).
 """
@@ -67,7 +69,8 @@ def run(program, device, flags):
         elif kind == "snapshot":
             arr, ident = names[op["of"]]
             m = op["method"]
-            if m == "alias" or (m == "clone" and device in PLANTED):
+            planted = device in PLANTED and flags.served > flags.planted_after
+            if m == "alias" or (m == "clone" and planted):
                 names[op["name"]] = (arr, ident)
             elif m == "reshape":
                 names[op["name"]] = (arr.reshape(-1).copy(), op["name"])
@@ -127,7 +130,9 @@ def main() -> None:
     ap.add_argument("--slow-ms", type=float, default=0)
     ap.add_argument("--hang-always", action="store_true")
     ap.add_argument("--fail-always", action="store_true")
+    ap.add_argument("--planted-after", type=int, default=0)
     flags = ap.parse_args()
+    flags.served = 0  # run requests served by this process
     if flags.exit_at_start:
         sys.exit(3)
     out = sys.stdout
@@ -152,6 +157,7 @@ def main() -> None:
         elif req.get("type") == "run":
             if flags.hang_always:
                 hang_until_orphaned()
+            flags.served += 1
             if flags.slow_ms:
                 time.sleep(flags.slow_ms / 1000)
             reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
