@@ -63,30 +63,48 @@ def write_path(program: Program, k: int) -> list[str]:
 
 
 def ended_link(program: Program, op_index: int, name: str) -> str | None:
-    """``<method>@<op>`` when the op at ``op_index`` writes a tensor linked to ``name`` by a chain
-    of snapshot relations (either way) one of which had ended before it: the relation's method and
-    the op that ended it (an ``append`` or a ``replace`` rebinding its source). None when there is
-    no such chain or every relation on it goes on.
+    """The snapshot relation that links ``name`` to the tensor the op at ``op_index`` writes, for
+    a value divergence of ``name`` at that write: the first relation's method on the chain of
+    relations between them (either way), or ``<method>@<op>`` when the chain ends at a name that
+    ``<op>`` had bound again before (an ``append`` growing it, a ``replace`` of its param) through
+    a relation made before that. None when ``op_index`` writes nothing, writes ``name`` itself,
+    no chain links them, or no relation on the chain has ended (the relations' own verdicts are
+    then the findings).
 
-    A divergence of ``name`` at that write is what the ended relation's snapshot still shares, on
-    one side, with the object its source became (an alias of a KV cache's keys and the grown cache
-    are two views of one buffer in torch and candle, values in burn): that relation and the op
-    that ended it are the root cause, so the signature names both."""
+    Such a relation is no longer judged (``trace.relation_end``), but on one side its snapshot may
+    still share storage with what the name became (an alias of a KV cache's keys and the grown
+    cache are two views of one buffer in torch and candle, values in burn): the relation and the op
+    that rebound its source are then the root cause, so the signature names both. A chain through
+    old objects only (an alias of p0 grown since, and a copy of the old alias) crosses no rebinding:
+    its first method carried the write."""
     written = ops.written(program.ops[op_index])
     if written is None or written == name:
         return None
     rels = [s for s in snapshots(program) if s.op < op_index]
     for lo, hi in ((name, written), (written, name)):
-        ended, x, seen = None, lo, set()
+        # ``before``: x's object is its binding before that op (``op_index``: its current one)
+        first, x, seen, before, any_ended = None, lo, set(), op_index, False
         while x not in seen:
             seen.add(x)
-            rel = next((r for r in reversed(rels) if r.name == x), None)
+            rel = next((r for r in reversed(rels) if r.name == x and r.op < before), None)
             if rel is None:
                 break
             end = relation_end(program, rel, len(program.ops))
-            if end <= op_index and ended is None:
-                ended = f"{rel.method}@{ops.label(program.ops[end])}"
-            x = rel.source
+            ended = end <= op_index
+            if before == op_index and ended and _rebinds(program.ops[end], rel.name):
+                break  # x denotes another object now: the relation was its old one's
+            first, any_ended = first or rel.method, any_ended or ended
+            old_source = ended and _rebinds(program.ops[end], rel.source)
+            x, before = rel.source, end if old_source else op_index
             if x == hi:
-                return ended
+                if not any_ended:
+                    return None  # every relation on it is judged: its verdicts are the findings
+                return f"{rel.method}@{ops.label(program.ops[end])}" if old_source else first
     return None
+
+
+def _rebinds(op, name: str) -> bool:
+    """Whether ``op`` binds ``name`` to another object (an ``append`` growing it, a ``replace``
+    of it that does not keep the object)."""
+    return ops.grown(op) == name or (not ops.keeps_object(op) and any(
+        b.name == name and b.source != name for b in ops.rebindings(op)))

@@ -61,16 +61,24 @@ def _hidden_ops(program: Program, a: Trace, b: Trace) -> set[int]:
     once, as an ``error`` finding, and nothing after it is compared: a failed call may have done
     part of its work or consumed its input (burn moves a value into the call that panics), so the
     two sides' states differ by construction, not by a second root cause. A model loaded on one
-    side only holds other tensors than the other side's from then on, for the same reason."""
+    side only holds other tensors than the other side's from then on, and a name an append grew on
+    one side only has another shape, for the same reason (``_sets_apart``)."""
     hidden = set()
     for i, (x, y) in enumerate(zip(a.steps, b.steps)):
         if x.status != "ok" or y.status != "ok":
             hidden.add(i)
         if (x.status == "error") != (y.status == "error"):
             return hidden | set(range(i, len(a.steps)))
-        if (x.status == "ok") != (y.status == "ok") and i < len(program.ops) and ops.spec(program.ops[i]).replaces_model:
+        if (x.status == "ok") != (y.status == "ok") and i < len(program.ops) and _sets_apart(program.ops[i]):
             return hidden | set(range(i, len(a.steps)))
     return hidden
+
+
+def _sets_apart(op) -> bool:
+    """Whether ``op``, run on one side only, leaves the two sides' states of another kind: a model
+    replaced (``OpSpec.replaces_model``: a ``load``) or a name of another shape (``append``), which
+    later ops that assume the program's shapes (a write of the longer name) cannot run on."""
+    return ops.spec(op).replaces_model or ops.grown(op) is not None
 
 
 @dataclass
@@ -93,6 +101,9 @@ def _compare_status(ctx: PairContext) -> bool:
         return False  # whole-program failures are reported once per target by ``compare``
     for i, (x, y) in enumerate(zip(a.steps, b.steps)):
         statuses = {x.status, y.status}
+        if "ok" in statuses and len(statuses) > 1 and i < len(ctx.program.ops) \
+                and _sets_apart(ctx.program.ops[i]) and "error" not in statuses:
+            break  # unsupported or skipped on one side only: later failures are its consequences
         if "error" in statuses and "ok" in statuses:
             bad = x if x.status == "error" else y
             ctx.add(kind="error", aspect="status", op_label=ops.label(ctx.program.ops[i]),

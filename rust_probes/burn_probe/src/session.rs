@@ -190,7 +190,9 @@ impl BurnSession {
         match self.slots.get(name) {
             Some(Slot::Model(r, i)) => Ok(self.model.get(*r, *i)),
             Some(Slot::Own(v)) => Ok(v.handle_clone()),
-            Some(Slot::Lost(m)) => Err(Outcome::Error(format!("{name} was lost earlier ({m})"))),
+            // Skipped, as an op whose input an unsupported or failed op never bound: the failed
+            // call that consumed the value is the error, once.
+            Some(Slot::Lost(m)) => Err(Outcome::Skipped(format!("{name} was lost earlier ({m})"))),
             None => Err(Outcome::Error(format!("no tensor named {name}"))),
         }
     }
@@ -215,7 +217,7 @@ impl BurnSession {
             Some(Slot::Model(r, i)) => (Some((r, i)), self.model.take(r, i)),
             Some(Slot::Own(v)) => (None, v),
             Some(Slot::Lost(m)) => {
-                let out = Outcome::Error(format!("{name} was lost earlier ({m})"));
+                let out = Outcome::Skipped(format!("{name} was lost earlier ({m})"));
                 self.slots.insert(name.to_string(), Slot::Lost(m));
                 return out;
             }
