@@ -26,6 +26,12 @@ def test_bench_json_has_every_figure_and_they_agree():
         return sorted(a / b for a, b in zip(fig[num + "_runs"], fig[den + "_runs"]))[1]
 
     assert fig["ratio_ceiling"] == per_round("engine_pps", "ceiling_pps")
+    # the limits: the strategy drawn directly, and the cores over the targets' CPU per program
+    assert fig["draw_pps"] > 0 and fig["ratio_draw"] == per_round("engine_pps", "draw_pps")
+    targets_ms = sum(v for k, v in fig["cpu_ms_per_program"].items() if k != "worker")
+    assert fig["target_bound_pps"] == fig["cpus"] / (targets_ms / 1e3)
+    assert fig["ratio_target_bound"] == fig["engine_pps"] / fig["target_bound_pps"]
+    assert "(d) direct draw" in proc.stderr and "(e) target-bound" in proc.stderr
     assert fig["ratio_2workers"] == per_round("engine_2workers_pps", "engine_pps")
     assert set(fig["per_length"]) == {"8", "16", "32", "64"}
     assert all(v > 0 for v in fig["per_length"].values())
@@ -38,7 +44,7 @@ def test_bench_json_has_every_figure_and_they_agree():
     assert fig["cores_used_1worker"] > 0
 
     # throughput figures are the middle of --repeat runs, each run kept
-    for key in ("ceiling_pps", "engine_pps", "engine_2workers_pps"):
+    for key in ("ceiling_pps", "draw_pps", "engine_pps", "engine_2workers_pps"):
         runs = fig[key + "_runs"]
         assert len(runs) == 3 and sorted(runs)[1] == fig[key], key
 

@@ -6,6 +6,8 @@ Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
   every throughput figure counts distinct programs: the engine does not run a program again
   (``Engine.unseen``), and every chunk, a Hypothesis run of its own, opens with the same
   simplest examples;
+- ``draw`` and ``target_bound``: the generation ceiling of the strategy itself and the most the
+  targets could run on this machine's cores (``bench_limits``), the engine a fraction of each;
 - ``engine``: the full engine, generate + run on every CPU target + oracle, as a campaign worker
   does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
   while the oracle compares chunk k);
@@ -38,6 +40,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from harness.fuzzing.bench_limits import limit_figures, measure_draw
 from harness.fuzzing.engine import Engine, chunk_seed, generate, pipeline
 from harness.case.ir import Program
 from harness.judging.oracle import compare
@@ -397,6 +400,7 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         engine.check(warm)
         rounds, engine_runs = _throughput_rounds(engine, config, log)
         _throughput_figures(fig, rounds, engine_runs, log)
+        limit_figures(fig, log)
         _baseline_figures(fig, engine, config, log)
         _cost_figures(fig, engine, config, log)
         fig["restarts"] = {t.id: t.process.stats.starts - 1 for t in runner.targets}
@@ -412,12 +416,14 @@ def _throughput_rounds(engine: Engine, config: BenchConfig, log) -> tuple[dict[s
     back to back on the same programs: this machine's speed drifts by up to 1.8x within a
     minute, so each ratio is taken within a round and the middle round's figure is reported
     (every round's is kept under ``<name>_runs``)."""
-    rounds: dict[str, list[float]] = {"ceiling": [], "engine": [], "engine_2workers": []}
+    rounds: dict[str, list[float]] = {"ceiling": [], "draw": [], "engine": [], "engine_2workers": []}
     engine_runs = []
     with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
         for r in range(config.repeat):
             seconds, n = measure_ceiling(config)
             rounds["ceiling"].append(n / seconds)
+            seconds, n = measure_draw(config.profile, config.seed, config.programs)
+            rounds["draw"].append(n / seconds)
             engine_runs.append(measure_engine(engine, config))
             rounds["engine"].append(engine_runs[-1][1] / engine_runs[-1][0])
             if workers is not None:

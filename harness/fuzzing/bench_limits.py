@@ -1,0 +1,59 @@
+"""The two limits ``aliasfuzz bench`` measures the engine against, besides the ``@given`` ceiling:
+
+- ``draw``: the ``programs()`` strategy drawn straight through Hypothesis's data objects (one
+  ``ConjectureData`` per program inside a build context, as Hypothesis's runner makes one per
+  example, without the runner's per-example bookkeeping): the generation ceiling of a design that
+  generates with Hypothesis;
+- ``target_bound``: the cores of this machine divided by the CPU the targets themselves spend on
+  a program (the engine run's ``cpu_ms_per_program``, the worker left out): the most programs a
+  second the targets could run here if the worker cost nothing.
+
+Each is a rate in distinct programs a second, as every throughput figure of the benchmark is.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any, Callable
+
+from hypothesis.control import BuildContext
+from hypothesis.errors import StopTest
+from hypothesis.internal.conjecture.data import ConjectureData
+
+from generators.programs import programs
+
+
+def measure_draw(profile: str, seed: int, n: int) -> tuple[float, int]:
+    """Seconds to draw ``n`` programs of ``profile`` directly (a draw Hypothesis gives up on,
+    ``StopTest``, is drawn again), and how many distinct ones were drawn."""
+    strategy = programs(profile)
+    rng = random.Random(seed)
+    keys: set[str] = set()
+    drawn = 0
+    start = time.perf_counter()
+    while drawn < n:
+        data = ConjectureData(random=rng)
+        try:
+            with BuildContext(data, wrapped_test=lambda: None):
+                program = data.draw(strategy)
+        except StopTest:
+            continue
+        drawn += 1
+        keys.add(program.key())
+    return time.perf_counter() - start, len(keys)
+
+
+def limit_figures(fig: dict[str, Any], log: Callable[[str], None]) -> None:
+    """``target_bound_pps`` and the engine as a fraction of each limit (``ratio_draw``, taken per
+    round as ``ratio_ceiling`` is, and ``ratio_target_bound``), from the figures already in ``fig``."""
+    targets_ms = sum(v for k, v in fig["cpu_ms_per_program"].items() if k != "worker")
+    cores = os.cpu_count() or 1
+    fig["target_bound_pps"] = cores / (targets_ms / 1e3) if targets_ms > 0 else float("inf")
+    fig["ratio_target_bound"] = fig["engine_pps"] / fig["target_bound_pps"]
+    runs = sorted(e / d for e, d in zip(fig["engine_pps_runs"], fig["draw_pps_runs"]))
+    fig["ratio_draw"] = runs[len(runs) // 2]
+    log(f"(d) direct draw (the strategy):  {fig['draw_pps']:8.1f} programs/s; the engine is {fig['ratio_draw']:.2f} of it")
+    log(f"(e) target-bound ({cores} cores / {targets_ms:.2f} ms of target CPU per program): "
+        f"{fig['target_bound_pps']:8.1f} programs/s; the engine is {fig['ratio_target_bound']:.2f} of it")
