@@ -388,6 +388,18 @@ def grown_shape(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) ->
     return target if rows is None else (target[0] + rows,) + target[1:]
 
 
+def rebinds(op: Mapping[str, Any], name: str) -> bool:
+    """Whether ``op`` binds ``name`` again: an ``append`` growing it, or a ``replace`` of it from
+    another name (``rebindings``; one from itself is not a rebinding)."""
+    return grown(op) == name or any(b.name == name and b.source != name for b in rebindings(op))
+
+
+def denotes_another_object(op: Mapping[str, Any], name: str) -> bool:
+    """Whether ``name`` denotes another object after ``op`` than before (``rebinds``, unless the
+    op ``keeps_object``)."""
+    return rebinds(op, name) and not keeps_object(op)
+
+
 def keeps_object(op: Mapping[str, Any]) -> bool:
     """Whether the names ``op`` rebinds still denote the objects they did (``SAME_OBJECT_HOWS``):
     what was a snapshot of such a name goes on being one."""

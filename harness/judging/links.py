@@ -91,10 +91,10 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
                 break
             end = relation_end(program, rel, len(program.ops))
             ended = end <= op_index
-            if before == op_index and ended and _rebinds(program.ops[end], rel.name):
+            if before == op_index and ended and ops.denotes_another_object(program.ops[end], rel.name):
                 break  # x denotes another object now: the relation was its old one's
             first, any_ended = first or rel.method, any_ended or ended
-            old_source = ended and _rebinds(program.ops[end], rel.source)
+            old_source = ended and ops.denotes_another_object(program.ops[end], rel.source)
             x, before = rel.source, end if old_source else op_index
             if x == hi:
                 if not any_ended:
@@ -102,9 +102,3 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
                 return f"{rel.method}@{ops.label(program.ops[end])}" if old_source else first
     return None
 
-
-def _rebinds(op, name: str) -> bool:
-    """Whether ``op`` binds ``name`` to another object (an ``append`` growing it, a ``replace``
-    of it that does not keep the object)."""
-    return ops.grown(op) == name or (not ops.keeps_object(op) and any(
-        b.name == name and b.source != name for b in ops.rebindings(op)))

@@ -312,15 +312,10 @@ def relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
     whether they follow it is the finding."""
     for k in range(snap.op + 1, min(n, len(program.ops))):
         op = program.ops[k]
-        if ops.grown(op) in (snap.name, snap.source):
-            return k  # an ``append`` binds the name to a new, longer tensor
-        for b in ops.rebindings(op):
-            if b.name == b.source:
-                continue
-            # The snapshot's own link ends at any rebinding; its source's only when the source
-            # becomes another object (``w.data = v`` keeps the object: an alias of w follows it).
-            if b.name == snap.name or (b.name == snap.source and not ops.keeps_object(op)):
-                return k
+        # The snapshot's own link ends at any rebinding; its source's only when the source
+        # becomes another object (``w.data = v`` keeps the object: an alias of w follows it).
+        if ops.rebinds(op, snap.name) or ops.denotes_another_object(op, snap.source):
+            return k
     return n
 
 
