@@ -47,13 +47,18 @@ def measure_draw(profile: str, seed: int, n: int) -> tuple[float, int]:
 
 def limit_figures(fig: dict[str, Any], log: Callable[[str], None]) -> None:
     """``target_bound_pps`` and the engine as a fraction of each limit (``ratio_draw``, taken per
-    round as ``ratio_ceiling`` is, and ``ratio_target_bound``), from the figures already in ``fig``."""
+    round as ``ratio_ceiling`` is, and ``ratio_target_bound``), from the figures already in ``fig``;
+    the target-bound ones are None when the targets' CPU was too small to measure."""
     targets_ms = sum(v for k, v in fig["cpu_ms_per_program"].items() if k != "worker")
     cores = os.cpu_count() or 1
-    fig["target_bound_pps"] = cores / (targets_ms / 1e3) if targets_ms > 0 else float("inf")
-    fig["ratio_target_bound"] = fig["engine_pps"] / fig["target_bound_pps"]
     runs = sorted(e / d for e, d in zip(fig["engine_pps_runs"], fig["draw_pps_runs"]))
     fig["ratio_draw"] = runs[len(runs) // 2]
     log(f"(d) direct draw (the strategy):  {fig['draw_pps']:8.1f} programs/s; the engine is {fig['ratio_draw']:.2f} of it")
+    if targets_ms <= 0:  # a run too short for the CPU clock's ticks: no limit to report
+        fig["target_bound_pps"] = fig["ratio_target_bound"] = None
+        log("(e) target-bound: not measured (the targets' CPU is below the clock's resolution: run more programs)")
+        return
+    fig["target_bound_pps"] = cores / (targets_ms / 1e3)
+    fig["ratio_target_bound"] = fig["engine_pps"] / fig["target_bound_pps"]
     log(f"(e) target-bound ({cores} cores / {targets_ms:.2f} ms of target CPU per program): "
         f"{fig['target_bound_pps']:8.1f} programs/s; the engine is {fig['ratio_target_bound']:.2f} of it")
