@@ -41,6 +41,8 @@ def register(sub) -> None:
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
+    p.add_argument("--triage", metavar="STORE", help="the triage store the run is recorded in (default: "
+                   "triage.sqlite beside the run folder)")
     p.set_defaults(handler=cmd_fuzz)
 
 
@@ -76,6 +78,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     _summary(result)
+    _record_triage(args, result)
     written = _write_reports(args, result)
     print(f"aliasfuzz fuzz: findings in {result.folder.findings_json}")
     if result.interrupted:
@@ -162,6 +165,21 @@ def _summary(result) -> None:
     if nowhere:  # never agreement: nothing was compared
         print(f"aliasfuzz fuzz: warning: {nowhere} program(s) ran on no target, so were not compared",
               file=sys.stderr)
+
+
+def _record_triage(args: argparse.Namespace, result) -> None:
+    """Records the run in the triage store, so that its report says what changed since the run
+    before. A store that cannot be written is one line: the run folder and its reports are
+    written all the same."""
+    from harness.triage import record_folder
+
+    try:
+        delta = record_folder(result.folder.path, args.triage)
+    except (InputError, OSError) as e:
+        print(f"aliasfuzz fuzz: the run is not in the triage store: {e}", file=sys.stderr)
+        return
+    print(f"aliasfuzz fuzz: triage: {len(delta.first_seen)} root causes first seen, "
+          f"{len(delta.disappeared)} gone since the run before")
 
 
 def _write_reports(args: argparse.Namespace, result) -> bool:

@@ -116,10 +116,31 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
         ("machine", ", ".join(f"{k} {v}" for k, v in m.items()) if m else "?"),
         ("corpus", str(c.get("db") or "run folder (corpus/)")),
     ]
+    since = since_last_run(run)
+    if since:
+        facts.append(("since the run before", since))
     unavailable = run.state.get("unavailable") or {}
     if unavailable:
         facts.append(("unavailable", "; ".join(f"{k}: {v}" for k, v in unavailable.items())))
     return facts
+
+
+def since_last_run(run: Run) -> str | None:
+    """What the triage store said of this run against the run recorded before it (the run
+    folder's ``triage.json``), or None when the run was not recorded."""
+    import json
+
+    from harness.triage import DELTA_NAME
+
+    try:
+        delta = json.loads((run.root / DELTA_NAME).read_text())
+        parts = [(k, [str(x) for x in delta[k]]) for k in ("first_seen", "disappeared", "regressed")]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    words = {"first_seen": "first seen", "disappeared": "gone", "regressed": "regressed"}
+    text = "; ".join(f"{len(ids)} {words[k]}" + (f" ({', '.join(ids[:8])}{', ...' if len(ids) > 8 else ''})" if ids else "")
+                     for k, ids in parts)
+    return text if delta.get("previous_run") else f"{text} (no run recorded before it)"
 
 
 def summary_line(run: Run) -> str:

@@ -1,0 +1,209 @@
+"""The triage store: every root cause seen across runs, in one SQLite file beside the run folders
+(``reports/triage.sqlite``).
+
+A *root cause* is a baseline entry (its id) or, for a finding no entry knows, its signature. Per
+root cause the store keeps when and in which runs it was seen, how many of its findings each run
+recorded, the framework versions it was seen with, and a triage state (``STATES``). A campaign
+records its run folder when it ends (``record_run``); ``aliasfuzz triage`` lists the causes and
+sets their states.
+
+Invariants: recording a run twice changes nothing (sightings are keyed by cause and run); a state
+a person set (anything but ``new``, ``known`` and ``flaky``) is kept across runs, except that a
+cause ``fixed-in`` a version that shows again becomes ``regressed-in`` the versions it shows with.
+Every write is one transaction: a reader never sees half a run.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.errors import InputError
+
+#: Triage states; those in ``STATE_ARGS`` take one argument (what it names).
+STATES = ("new", "known", "flaky", "reported", "duplicate-of", "wontfix", "fixed-in", "regressed-in")
+STATE_ARGS = {"reported": "url", "duplicate-of": "root cause id", "fixed-in": "version",
+              "regressed-in": "version"}
+#: States a campaign sets from what a run shows; the others are a person's, and kept.
+AUTOMATIC = ("new", "known", "flaky")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run TEXT PRIMARY KEY,       -- the run folder, resolved
+    started TEXT NOT NULL,      -- the campaign's start (ISO 8601); runs are ordered by it
+    programs INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS causes (
+    id TEXT PRIMARY KEY,        -- a baseline id, or the signature of a finding no entry knows
+    baseline INTEGER NOT NULL,  -- 1 for a baseline id
+    state TEXT NOT NULL,
+    state_arg TEXT,
+    sentence TEXT NOT NULL      -- one finding's sentence, to say what the cause is
+);
+CREATE TABLE IF NOT EXISTS sightings (
+    cause TEXT NOT NULL REFERENCES causes(id),
+    run TEXT NOT NULL REFERENCES runs(run),
+    findings INTEGER NOT NULL,  -- the findings of the run with this cause (signatures, for a baseline id)
+    versions TEXT NOT NULL,     -- JSON: target -> framework -> version, merged over those findings
+    PRIMARY KEY (cause, run)
+);
+"""
+
+
+class TriageError(InputError):
+    """A store that cannot be opened or read, or a bad state: one line naming the file."""
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str
+    baseline: bool
+    state: str
+    state_arg: str | None
+    sentence: str
+    first_seen: str
+    last_seen: str
+    runs: int
+    findings: int
+    versions: dict[str, dict[str, str]]
+
+    @property
+    def state_text(self) -> str:
+        return f"{self.state} {self.state_arg}" if self.state_arg else self.state
+
+
+@dataclass(frozen=True)
+class RunDelta:
+    """What a run showed against the run recorded before it: root causes seen for the first time
+    in any run, causes the previous run showed and this one did not, and causes that regressed."""
+
+    first_seen: tuple[str, ...]
+    disappeared: tuple[str, ...]
+    regressed: tuple[str, ...]
+    previous_run: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first_seen": list(self.first_seen), "disappeared": list(self.disappeared),
+                "regressed": list(self.regressed), "previous_run": self.previous_run}
+
+
+def cause_of(record) -> str:
+    """The root cause a finding record belongs to: its baseline entry, or its own signature."""
+    return record.baseline or record.signature
+
+
+class TriageStore:
+    """One SQLite triage store. Opening creates the file and its tables when missing."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30)
+            self.db.executescript(_SCHEMA)
+        except sqlite3.Error as e:
+            raise TriageError(f"{self.path}: not a triage store ({e})") from None
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "TriageStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- recording runs -------------------------------------------------------------------------
+
+    def record_run(self, run: str, started: str, programs: int, records: Iterable[Any]) -> RunDelta:
+        """Records one run's finding records (``FindingRecord``; harness errors are not causes) and
+        returns what changed against the run recorded before it. Recording a run again changes
+        nothing and returns the same delta."""
+        by_cause: dict[str, list[Any]] = {}
+        for r in records:
+            by_cause.setdefault(cause_of(r), []).append(r)
+        try:
+            with self.db:
+                return self._record(run, started, programs, by_cause)
+        except sqlite3.Error as e:
+            raise TriageError(f"{self.path}: cannot record {run} ({e})") from None
+
+    def _record(self, run: str, started: str, programs: int, by_cause: dict[str, list[Any]]) -> RunDelta:
+        db = self.db
+        db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)", (run, started, programs))
+        started = db.execute("SELECT started FROM runs WHERE run = ?", (run,)).fetchone()[0]
+        previous = db.execute("SELECT run FROM runs WHERE started < ? OR (started = ? AND run < ?) "
+                              "ORDER BY started DESC, run DESC LIMIT 1", (started, started, run)).fetchone()
+        seen_before = {c for (c,) in db.execute(
+            "SELECT DISTINCT s.cause FROM sightings s JOIN runs r ON r.run = s.run WHERE r.started < ? OR "
+            "(r.started = ? AND r.run < ?)", (started, started, run))}
+        regressed = []
+        for cause, records in by_cause.items():
+            versions = _merged_versions(r.versions for r in records)
+            statuses = {r.status for r in records}
+            automatic = "new" if "new" in statuses else "flaky" if statuses == {"flaky"} else "known"
+            row = db.execute("SELECT state FROM causes WHERE id = ?", (cause,)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO causes VALUES (?, ?, ?, NULL, ?)",
+                           (cause, int(records[0].baseline is not None), automatic, records[0].sentence))
+            elif row[0] in AUTOMATIC:
+                db.execute("UPDATE causes SET state = ? WHERE id = ?", (automatic, cause))
+            elif row[0] == "fixed-in":
+                db.execute("UPDATE causes SET state = 'regressed-in', state_arg = ? WHERE id = ?",
+                           (_versions_text(versions), cause))
+                regressed.append(cause)
+            db.execute("INSERT OR IGNORE INTO sightings VALUES (?, ?, ?, ?)",
+                       (cause, run, len(records), json.dumps(versions, sort_keys=True)))
+        disappeared: list[str] = []
+        if previous is not None:
+            shown = {c for (c,) in db.execute("SELECT cause FROM sightings WHERE run = ?", (previous[0],))}
+            disappeared = sorted(shown - set(by_cause))
+        return RunDelta(tuple(sorted(set(by_cause) - seen_before)), tuple(disappeared), tuple(sorted(regressed)),
+                        previous[0] if previous else None)
+
+    # ---- reading and setting states -------------------------------------------------------------
+
+    def causes(self) -> list[Cause]:
+        """Every root cause, the most recently seen first."""
+        try:
+            rows = self.db.execute(
+                "SELECT c.id, c.baseline, c.state, c.state_arg, c.sentence, MIN(r.started), MAX(r.started), "
+                "COUNT(s.run), SUM(s.findings), GROUP_CONCAT(s.versions, '\x1f') FROM causes c "
+                "JOIN sightings s ON s.cause = c.id JOIN runs r ON r.run = s.run GROUP BY c.id "
+                "ORDER BY MAX(r.started) DESC, c.id").fetchall()
+        except sqlite3.Error as e:
+            raise TriageError(f"{self.path}: cannot read the store ({e})") from None
+        return [Cause(i, bool(b), st, arg, sentence, first, last, runs, findings,
+                      _merged_versions(json.loads(v) for v in versions.split("\x1f")))
+                for i, b, st, arg, sentence, first, last, runs, findings, versions in rows]
+
+    def set_state(self, cause: str, state: str, arg: str | None = None) -> None:
+        """Sets a root cause's triage state; ``arg`` is required exactly for ``STATE_ARGS``."""
+        if state not in STATES:
+            raise TriageError(f"{self.path}: unknown state {state!r} (known: {', '.join(STATES)})")
+        if (state in STATE_ARGS) != (arg is not None):
+            need = f"needs a {STATE_ARGS[state]}" if state in STATE_ARGS else "takes no argument"
+            raise TriageError(f"{self.path}: state {state!r} {need}")
+        if state == "duplicate-of" and arg == cause:
+            raise TriageError(f"{self.path}: {cause} cannot be a duplicate of itself")
+        with self.db:
+            changed = self.db.execute("UPDATE causes SET state = ?, state_arg = ? WHERE id = ?",
+                                      (state, arg, cause)).rowcount
+        if not changed:
+            raise TriageError(f"{self.path}: no root cause {cause!r} (`aliasfuzz triage` lists them)")
+
+
+def _merged_versions(each: Iterable[dict | None]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for versions in each:
+        for target, frameworks in (versions or {}).items():
+            out.setdefault(target, {}).update(frameworks or {})
+    return out
+
+
+def _versions_text(versions: dict[str, dict[str, str]]) -> str:
+    """``candle 0.11.1, torch 2.15.0``: every framework version, once."""
+    flat = {f"{k} {v}" for frameworks in versions.values() for k, v in frameworks.items() if k != "python"}
+    return ", ".join(sorted(flat)) or "unknown versions"

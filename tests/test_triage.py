@@ -1,0 +1,96 @@
+"""The triage store across runs (``harness.triage``) and ``aliasfuzz triage``. The store's logic
+is driven with finding records built here; the command line end to end with campaigns of the
+fake target (a TEST DOUBLE with a planted divergence, ``tests/fakes``), which stands in for no
+framework."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from harness.judging.finding import FindingRecord
+from harness.triage.store import TriageError, TriageStore
+from tests.conftest import run_cli
+from tests.test_campaign import fake_probe_dir
+
+
+def _record(signature: str, status: str = "new", baseline: str | None = None, version: str = "0.11.1"):
+    return FindingRecord.from_json({"signature": signature, "kind": "value", "status": status, "baseline": baseline,
+                                    "sentence": f"{signature} diverges", "versions": {"candle:cpu": {"candle": version}}})
+
+
+def test_a_cause_is_counted_once_per_run_and_states_follow_the_runs(tmp_path):
+    with TriageStore(tmp_path / "t.sqlite") as db:
+        run1 = [_record("sig-a"), _record("sig-k1", "known", "burn-values"), _record("sig-k2", "known", "burn-values")]
+        first = db.record_run("run1", "2026-01-01T00:00:00Z", 100, run1)
+        assert first.first_seen == ("burn-values", "sig-a") and first.previous_run is None
+        assert db.record_run("run1", "2026-01-01T00:00:00Z", 100, run1) == first  # twice changes nothing
+        second = db.record_run("run2", "2026-01-02T00:00:00Z", 50, [_record("sig-b", "flaky")])
+        assert second == type(second)(("sig-b",), ("burn-values", "sig-a"), (), "run1")
+        causes = {c.id: c for c in db.causes()}
+    assert causes["burn-values"].baseline and causes["burn-values"].state == "known"
+    assert causes["burn-values"].findings == 2 and causes["burn-values"].runs == 1
+    assert causes["sig-a"].state == "new" and causes["sig-b"].state == "flaky"
+    assert causes["sig-a"].versions == {"candle:cpu": {"candle": "0.11.1"}}
+    assert list(causes)[0] == "sig-b"  # the most recently seen first
+
+
+def test_a_persons_state_is_kept_and_a_fixed_cause_that_shows_again_regressed(tmp_path):
+    with TriageStore(tmp_path / "t.sqlite") as db:
+        db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a"), _record("sig-b")])
+        db.set_state("sig-a", "reported", "https://github.com/huggingface/candle/issues/1")
+        db.set_state("sig-b", "fixed-in", "0.11.2")
+        delta = db.record_run("run2", "2026-01-02T00:00:00Z", 10,
+                              [_record("sig-a"), _record("sig-b", version="0.11.3")])
+        states = {c.id: c.state_text for c in db.causes()}
+    assert delta.regressed == ("sig-b",)
+    assert states == {"sig-a": "reported https://github.com/huggingface/candle/issues/1",
+                      "sig-b": "regressed-in candle 0.11.3"}
+
+
+@pytest.mark.parametrize("args,message", [
+    (("sig-a", "closed"), "unknown state 'closed'"),
+    (("sig-a", "reported"), "needs a url"),
+    (("sig-a", "wontfix", "because"), "takes no argument"),
+    (("sig-a", "duplicate-of", "sig-a"), "duplicate of itself"),
+    (("nope", "wontfix"), "no root cause 'nope'"),
+])
+def test_a_bad_state_is_one_line_naming_the_store(tmp_path, args, message):
+    with TriageStore(tmp_path / "t.sqlite") as db:
+        db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a")])
+        with pytest.raises(TriageError) as e:
+            db.set_state(*args)
+    assert message in str(e.value) and str(tmp_path / "t.sqlite") in str(e.value)
+
+
+def test_a_file_that_is_no_store_is_refused(tmp_path):
+    bad = tmp_path / "t.sqlite"
+    bad.write_text("not a database\n" * 100)
+    with pytest.raises(TriageError) as e:
+        TriageStore(bad)
+    assert "not a triage store" in str(e.value)
+
+
+def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
+    env = fake_probe_dir(tmp_path)
+    reports = tmp_path / "reports"
+    for name in ("run1", "run2"):
+        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "32", "--seed", "1", "--profile", "quick",
+                    "--shrink-time", "5", "--confirm", "1", "--out", str(reports / name), env=env)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "triage:" in r.stdout
+    store = reports / "triage.sqlite"
+    runs = sqlite3.connect(store).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    assert runs == 2
+    delta = json.loads((reports / "run2" / "triage.json").read_text())
+    assert delta["previous_run"] == str((reports / "run1").resolve()) and delta["first_seen"] == []
+    assert "since the run before" in (reports / "run2" / "report.md").read_text()
+    listed = run_cli("triage", "--store", str(store))
+    assert listed.returncode == 0 and "root causes" in listed.stdout
+    cause = listed.stdout.splitlines()[1].split()[-1]
+    assert run_cli("triage", "--store", str(store), "--set", cause, "wontfix").returncode == 0
+    assert "wontfix" in run_cli("triage", "--store", str(store)).stdout
+    bad = run_cli("triage", "--store", str(store), "--set", cause, "reported")
+    assert bad.returncode == 2 and "needs a url" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
