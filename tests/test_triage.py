@@ -12,7 +12,7 @@ import pytest
 
 from harness.judging.finding import FindingRecord
 from harness.triage.store import TriageError, TriageStore
-from tests.conftest import run_cli
+from tests.conftest import CASES, run_cli
 from tests.test_campaign import fake_probe_dir
 
 
@@ -94,3 +94,33 @@ def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
     assert "wontfix" in run_cli("triage", "--store", str(store)).stdout
     bad = run_cli("triage", "--store", str(store), "--set", cause, "reported")
     assert bad.returncode == 2 and "needs a url" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_recheck_says_per_root_cause_whether_it_still_shows(tmp_path):
+    env = fake_probe_dir(tmp_path)
+    reports = tmp_path / "reports"
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "32", "--seed", "1", "--profile", "quick",
+                "--shrink-time", "5", "--confirm", "1", "--out", str(reports / "run1"), env=env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    # The fake's planted device shares a clone's buffer: the clone case shows a divergence of the
+    # framework with itself; the case without a clone shows none.
+    quiet = tmp_path / "alias.toml"
+    quiet.write_text('format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n'
+                     '[[ops]]\nop = "snapshot"\nname = "s"\nof = "b"\nmethod = "alias"\n'
+                     '[[ops]]\nop = "fill"\ntarget = "b"\nvalue = 2.0\n')
+    baseline = tmp_path / "baseline.toml"
+    baseline.write_text(
+        '[[known]]\nid = "planted-clone"\nframeworks = ["candle"]\nmethod = "clone"\nreason = "the planted bug"\n'
+        f'case = "{CASES / "candle_clone_shares_storage.toml"}"\n\n'
+        '[[known]]\nid = "gone"\nframeworks = ["candle"]\nmethod = "alias"\nreason = "shows nothing"\n'
+        f'case = "{quiet}"\n')
+    store = reports / "triage.sqlite"
+    out = run_cli("recheck", "--store", str(store), "--targets", "candle", "--baseline", str(baseline), env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = {line.split()[-1]: line[:18].strip() for line in out.stdout.splitlines() if not line.startswith("aliasfuzz")}
+    assert results["planted-clone"] == "still shows", out.stdout
+    assert results["gone"] == "no longer shows", out.stdout
+    stored = [c for c in results if c not in ("planted-clone", "gone")]
+    assert stored and all(results[c] == "still shows" for c in stored), out.stdout
+    n = sqlite3.connect(store).execute("SELECT COUNT(*) FROM rechecks").fetchone()[0]
+    assert n == len(results)

@@ -3,7 +3,9 @@
 ``aliasfuzz triage`` lists them (``--store``: default ``reports/triage.sqlite``);
 ``aliasfuzz triage --record RUN_DIR`` records a run folder (a campaign does this itself when it
 ends); ``aliasfuzz triage --set ID STATE [ARG]`` sets a state (``reported URL``,
-``duplicate-of ID``, ``wontfix``, ``fixed-in VERSION``, ...). Exit status 0, or 2 with one line."""
+``duplicate-of ID``, ``wontfix``, ``fixed-in VERSION``, ...). ``aliasfuzz recheck`` runs every
+baseline entry's case and every stored root cause's minimized case on the targets present and
+records whether each still shows. Exit status 0, or 2 with one line."""
 
 from __future__ import annotations
 
@@ -18,6 +20,42 @@ def register(sub) -> None:
     p.add_argument("--record", metavar="RUN_DIR", help="record a run folder in the store")
     p.add_argument("--set", nargs="+", metavar=("ID", "STATE"), help="set root cause ID's state: ID STATE [ARG]")
     p.set_defaults(handler=cmd_triage)
+    r = sub.add_parser("recheck", help="run every baseline case and stored root cause again on the targets present")
+    r.add_argument("--store", help="the triage store (default: reports/triage.sqlite; made when missing)")
+    r.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
+    r.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
+    r.set_defaults(handler=cmd_recheck)
+
+
+def cmd_recheck(args: argparse.Namespace) -> int:
+    from harness.errors import InputError
+    from harness.fuzzing.baseline import load_baseline
+    from harness.targets.registry import open_runner, parse_target_list
+    from harness.triage import STORE_NAME
+    from harness.triage.recheck import recheck
+    from harness.triage.store import TriageStore
+
+    try:
+        baseline = load_baseline(args.baseline)
+        path = Path(args.store or Path("reports") / STORE_NAME)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with TriageStore(path) as db:
+            runner, _ = open_runner(parse_target_list(args.targets))
+            try:
+                results = recheck(db, baseline, runner)
+                versions = {t: info.versions for t, info in runner.infos.items()}
+            finally:
+                runner.close()
+    except InputError as e:
+        print(f"aliasfuzz: {e}", file=sys.stderr)
+        return 2
+    for r in results:
+        print(f"{r.result:<18} {r.cause}" + (f"  ({r.note})" if r.note else ""))
+    counts = {k: sum(r.result == k for r in results) for k in dict.fromkeys(r.result for r in results)}
+    print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {path}")
+    print("aliasfuzz recheck: versions: " + "; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
+                                                     for t, vs in versions.items()))
+    return 0
 
 
 def cmd_triage(args: argparse.Namespace) -> int:

@@ -27,8 +27,10 @@ def record_folder(run_folder: str | Path, store: str | Path | None = None) -> Ru
 
     run = load_run(run_folder)
     started = datetime.fromtimestamp(float(run.state.get("started") or 0), timezone.utc)
-    records = [f.record for f in run.findings if not f.harness]
+    shown = [f for f in run.findings if not f.harness]
+    cases = {f.record.signature: str(f.paths["case"]) for f in shown if "case" in f.paths}
     with TriageStore(store or default_store(run_folder)) as db:
-        delta = db.record_run(str(run.root), started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run.programs, records)
+        delta = db.record_run(str(run.root), started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run.programs,
+                              [f.record for f in shown], cases)
     atomic_write(run.root / DELTA_NAME, json.dumps(delta.to_json(), indent=1) + "\n")
     return delta

@@ -48,9 +48,20 @@ CREATE TABLE IF NOT EXISTS sightings (
     run TEXT NOT NULL REFERENCES runs(run),
     findings INTEGER NOT NULL,  -- the findings of the run with this cause (signatures, for a baseline id)
     versions TEXT NOT NULL,     -- JSON: target -> framework -> version, merged over those findings
+    case_path TEXT,             -- one of those findings' minimized case, resolved (NULL: none kept)
     PRIMARY KEY (cause, run)
 );
+CREATE TABLE IF NOT EXISTS rechecks (
+    cause TEXT NOT NULL REFERENCES causes(id),
+    at TEXT NOT NULL,           -- when (ISO 8601)
+    result TEXT NOT NULL,       -- RECHECK_RESULTS
+    versions TEXT NOT NULL,     -- JSON: target -> framework -> version of the targets it ran on
+    signatures TEXT NOT NULL    -- JSON: the signatures the case showed
+);
 """
+
+#: What ``aliasfuzz recheck`` found of a root cause's case on the targets present.
+RECHECK_RESULTS = ("still shows", "no longer shows", "changed signature", "cannot run")
 
 
 class TriageError(InputError):
@@ -117,20 +128,25 @@ class TriageStore:
 
     # ---- recording runs -------------------------------------------------------------------------
 
-    def record_run(self, run: str, started: str, programs: int, records: Iterable[Any]) -> RunDelta:
+    def record_run(self, run: str, started: str, programs: int, records: Iterable[Any],
+                   cases: dict[str, str] | None = None) -> RunDelta:
         """Records one run's finding records (``FindingRecord``; harness errors are not causes) and
-        returns what changed against the run recorded before it. Recording a run again changes
-        nothing and returns the same delta."""
+        returns what changed against the run recorded before it; ``cases`` maps a record's
+        signature to its minimized case file. Recording a run again changes nothing and returns
+        the same delta."""
         by_cause: dict[str, list[Any]] = {}
         for r in records:
             by_cause.setdefault(cause_of(r), []).append(r)
+        case_of = {cause: next((cases[r.signature] for r in rs if r.signature in (cases or {})), None)
+                       for cause, rs in by_cause.items()}
         try:
             with self.db:
-                return self._record(run, started, programs, by_cause)
+                return self._record(run, started, programs, by_cause, case_of)
         except sqlite3.Error as e:
             raise TriageError(f"{self.path}: cannot record {run} ({e})") from None
 
-    def _record(self, run: str, started: str, programs: int, by_cause: dict[str, list[Any]]) -> RunDelta:
+    def _record(self, run: str, started: str, programs: int, by_cause: dict[str, list[Any]],
+                case_of: dict[str, str | None]) -> RunDelta:
         db = self.db
         db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)", (run, started, programs))
         started = db.execute("SELECT started FROM runs WHERE run = ?", (run,)).fetchone()[0]
@@ -154,8 +170,8 @@ class TriageStore:
                 db.execute("UPDATE causes SET state = 'regressed-in', state_arg = ? WHERE id = ?",
                            (_versions_text(versions), cause))
                 regressed.append(cause)
-            db.execute("INSERT OR IGNORE INTO sightings VALUES (?, ?, ?, ?)",
-                       (cause, run, len(records), json.dumps(versions, sort_keys=True)))
+            db.execute("INSERT OR IGNORE INTO sightings VALUES (?, ?, ?, ?, ?)",
+                       (cause, run, len(records), json.dumps(versions, sort_keys=True), case_of[cause]))
         disappeared: list[str] = []
         if previous is not None:
             shown = {c for (c,) in db.execute("SELECT cause FROM sightings WHERE run = ?", (previous[0],))}
@@ -178,6 +194,25 @@ class TriageStore:
         return [Cause(i, bool(b), st, arg, sentence, first, last, runs, findings,
                       _merged_versions(json.loads(v) for v in versions.split("\x1f")))
                 for i, b, st, arg, sentence, first, last, runs, findings, versions in rows]
+
+    def latest_case(self, cause: str) -> str | None:
+        """The minimized case of the cause's most recent sighting that kept one."""
+        row = self.db.execute("SELECT s.case_path FROM sightings s JOIN runs r ON r.run = s.run WHERE s.cause = ? "
+                              "AND s.case_path IS NOT NULL ORDER BY r.started DESC LIMIT 1", (cause,)).fetchone()
+        return row[0] if row else None
+
+    def record_recheck(self, cause: str, at: str, result: str, versions: dict, signatures: Iterable[str]) -> None:
+        """One recheck of a cause; a baseline id not seen in any run yet is added as ``known``."""
+        assert result in RECHECK_RESULTS, result
+        with self.db:
+            self.db.execute("INSERT OR IGNORE INTO causes VALUES (?, 1, 'known', NULL, '')", (cause,))
+            self.db.execute("INSERT INTO rechecks VALUES (?, ?, ?, ?, ?)",
+                            (cause, at, result, json.dumps(versions, sort_keys=True), json.dumps(sorted(signatures))))
+
+    def last_recheck(self, cause: str) -> tuple[str, str] | None:
+        """``(at, result)`` of the cause's latest recheck."""
+        return self.db.execute("SELECT at, result FROM rechecks WHERE cause = ? ORDER BY at DESC LIMIT 1",
+                               (cause,)).fetchone()
 
     def set_state(self, cause: str, state: str, arg: str | None = None) -> None:
         """Sets a root cause's triage state; ``arg`` is required exactly for ``STATE_ARGS``."""

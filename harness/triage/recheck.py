@@ -1,0 +1,70 @@
+"""Re-checking root causes against the framework versions installed now.
+
+Every baseline entry's case, and the latest minimized case of every root cause the triage store
+holds that no entry names, is run on the targets present and judged as ``aliasfuzz repro`` judges
+it. A baseline entry *still shows* when a finding of its case matches the entry, a store cause
+when a finding has its signature; a case whose findings are all others *changed signature*; one
+without findings *no longer shows* (fixed, or the case no longer reaches it); one that cannot be
+read or run *cannot run*. Each result is recorded in the store with the targets' versions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from harness.case.ir import load_case
+from harness.errors import InputError
+from harness.judging.harness_errors import is_harness_error
+from harness.paths import ROOT
+from harness.triage.store import TriageStore
+
+
+@dataclass(frozen=True)
+class Recheck:
+    cause: str
+    case: str | None
+    result: str
+    signatures: tuple[str, ...] = field(default=())
+    note: str = ""
+
+
+def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
+    """Rechecks every baseline entry and every store cause with a case, records each result in
+    ``store``, and returns them (baseline entries first, in baseline order)."""
+    from harness.reporting.repro import run_case
+
+    versions = {t: dict(info.versions) for t, info in runner.infos.items()}
+    entries = {e.id for e in baseline.entries}
+    todo = [(e.id, str(ROOT / e.case), e.id) for e in baseline.entries]
+    todo += [(c.id, store.latest_case(c.id), None) for c in store.causes() if c.id not in entries]
+    out = []
+    for cause, case, entry in todo:
+        if case is None or not Path(case).is_file():
+            out.append(Recheck(cause, case, "cannot run", note="no minimized case kept"))
+        else:
+            try:
+                result = run_case(load_case(case), runner, runner.infos, baseline)
+            except InputError as e:
+                out.append(Recheck(cause, case, "cannot run", note=str(e)))
+            else:
+                out.append(_judge(cause, case, entry, result))
+        store.record_recheck(cause, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                             out[-1].result, versions, out[-1].signatures)
+    return out
+
+
+def _judge(cause: str, case: str, entry: str | None, result) -> Recheck:
+    findings = [f for f in result.findings if not is_harness_error(f)]
+    if len(findings) < len(result.findings):
+        return Recheck(cause, case, "cannot run", note="a harness error (see `aliasfuzz repro`)")
+    if not findings and result.ran_nowhere:
+        return Recheck(cause, case, "cannot run", note="no target ran the case")
+    signatures = tuple(sorted({f.signature for f in findings}))
+    if entry is not None:
+        shows = any((k := result.known.get(f.signature)) is not None and k.id == entry for f in findings)
+    else:
+        shows = cause in signatures
+    verdict = "still shows" if shows else "changed signature" if findings else "no longer shows"
+    return Recheck(cause, case, verdict, signatures)
