@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from harness.case import ops
 from harness.case.ir import Program, TensorDecl, check_program
+from harness.case.layers import DROPOUT_PS, LayerDecl, input_problem
 
 EXACT_VALUES = (0.0, 1.0, -1.0, 0.5, 2.0, -0.5, 0.25, 3.0, -2.0, 4.0)
 LEARNING_RATES = (0.5, 0.25, 1.0, 0.125)
@@ -38,11 +39,14 @@ class Profile:
     max_params: int = 3
     max_buffers: int = 2
     lazy_probability: float = 0.25
+    #: How often a program gets a batch-norm layer (over a declared [batch, features] tensor),
+    #: and how often a dropout layer.
+    layer_probability: float = 0.3
     weights: tuple[tuple[str, int], ...] = (
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
         ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2), ("backward", 2),
-        ("append", 2),
+        ("append", 2), ("forward", 3),
     )
 
     def op_menu(self) -> tuple[str, ...]:
@@ -56,7 +60,7 @@ PROFILES = {
         ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
         ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2),
-        ("append", 3))),
+        ("append", 3), ("forward", 3))),
 }
 
 
@@ -142,6 +146,25 @@ def tensors(draw, profile: Profile) -> tuple[TensorDecl, ...]:
     return tuple(out)
 
 
+BATCH_NORM_MOMENTA = (0.5, 1.0, 0.25)
+
+
+@st.composite
+def layers(draw, profile: Profile, decls: tuple[TensorDecl, ...]) -> tuple[LayerDecl, ...]:
+    """A batch norm over the features of a declared ``[batch >= 2, features]`` tensor (so a
+    ``forward`` has an input from the start), and a dropout, each with ``layer_probability``.
+    Momenta are dyadic, so that the running mean stays exact."""
+    out = []
+    chance = int(profile.layer_probability * 100)
+    inputs = [t for t in decls if len(t.shape) == 2 and t.shape[0] >= 2]
+    if inputs and draw(_count(0, 99)) < chance:
+        features = _pick_item(draw, inputs).shape[1]
+        out.append(LayerDecl("bn", "batch_norm", features=features, momentum=draw(st.sampled_from(BATCH_NORM_MOMENTA))))
+    if draw(_count(0, 99)) < chance:
+        out.append(LayerDecl("drop", "dropout", p=draw(st.sampled_from(DROPOUT_PS))))
+    return tuple(out)
+
+
 def _pick(draw, names: list[str]) -> str:
     return names[draw(_index(len(names)))]
 
@@ -149,11 +172,15 @@ def _pick(draw, names: list[str]) -> str:
 class _Drawn:
     """The names a program being drawn has bound so far, and its ops."""
 
-    def __init__(self, decls: tuple[TensorDecl, ...]):
+    def __init__(self, decls: tuple[TensorDecl, ...], layers: tuple[LayerDecl, ...] = ()):
         self.shape_of: dict[str, tuple[int, ...]] = {t.name: t.shape for t in decls}
-        self.base = [t.name for t in decls]
+        self.shape_of.update({n: shape for layer in layers for n, shape, _ in layer.states()})
+        self.layers = layers
+        self.stats = [n for layer in layers for n, _, _ in layer.states()]
+        self.base = [t.name for t in decls] + self.stats
         self.buffers = [t.name for t in decls if t.kind == "buffer"]
         self.params = [t.name for t in decls if t.trainable]
+        self.model = self.params + self.stats  # what module_clone and save bind under a prefix
         self.names = list(self.base)
         self.ops: list[dict[str, Any]] = []
         self.n_snap = self.n_module = 0
@@ -224,7 +251,7 @@ def _draw_module_clone(draw, p: _Drawn) -> None:
     name = f"m{p.n_module}"
     p.n_module += 1
     p.ops.append({"op": "module_clone", "name": name})
-    for param in p.params:
+    for param in p.model:
         p.shape_of[f"{name}.{param}"] = p.shape_of[param]
         p.names.append(f"{name}.{param}")
 
@@ -233,7 +260,7 @@ def _draw_save(draw, p: _Drawn) -> None:
     name = f"c{len(p.checkpoints)}"
     p.checkpoints.append(name)
     p.ops.append({"op": "save", "name": name, "to": draw(checkpoint_stores)})
-    for param in p.params:
+    for param in p.model:
         p.shape_of[f"{name}.{param}"] = p.shape_of[param]
         p.names.append(f"{name}.{param}")
 
@@ -296,6 +323,25 @@ def _draw_append(draw, p: _Drawn) -> None:
     p.shape_of[target] = (shape[0] + ops.appended_rows(shape, p.shape_of[source]),) + shape[1:]
 
 
+def _draw_forward(draw, p: _Drawn) -> None:
+    """A layer's output on a name it reads (a batch norm: ``[batch >= 2, features]``); a
+    snapshot instead when there is no layer or no such name."""
+    if not p.layers:
+        _draw_snapshot(draw, p)
+        return
+    layer = _pick_item(draw, list(p.layers))
+    inputs = [n for n in p.names if input_problem(layer, p.shape_of[n]) is None]
+    if not inputs:
+        _draw_snapshot(draw, p)
+        return
+    source = _pick(draw, inputs)
+    name = f"s{p.n_snap}"
+    p.n_snap += 1
+    p.ops.append({"op": "forward", "name": name, "layer": layer.name, "input": source})
+    p.shape_of[name] = p.shape_of[source]
+    p.names.append(name)
+
+
 #: How each op kind of the op table is drawn; an op with no fields is drawn as itself.
 #: ``tests/test_generators.py`` checks that every op of the table can be drawn.
 DRAWERS = {
@@ -314,6 +360,7 @@ DRAWERS = {
     "set_lr": _draw_set_lr,
     "replace": _draw_replace,
     "append": _draw_append,
+    "forward": _draw_forward,
 }
 
 
@@ -331,11 +378,12 @@ def programs(draw, profile: str | Profile = "default", max_ops: int | None = Non
     """A valid program. ``max_ops`` overrides the profile's length (benchmarks use it)."""
     prof = get_profile(profile)
     decls = draw(tensors(prof))
+    declared_layers = draw(layers(prof, decls))
     # sampled_from, not integers: integers() leans hard towards its lower bound, and half the
     # programs would have one op.
     n_ops = draw(_lengths(1 if max_ops is None else max_ops, max_ops or prof.max_ops))
-    drawn = _Drawn(decls)
+    drawn = _Drawn(decls, declared_layers)
     menu = _menu(prof)
     for _ in range(n_ops):
         draw_op(draw, draw(menu), drawn)
-    return Program(decls, check_program(decls, drawn.ops))
+    return Program(decls, check_program(decls, drawn.ops, layers=declared_layers), layers=declared_layers)

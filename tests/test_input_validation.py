@@ -362,7 +362,7 @@ def mostly(good: st.SearchStrategy, bad: st.SearchStrategy, one_in: int = 10) ->
     return st.sampled_from([good] * (one_in - 1) + [bad]).flatmap(lambda chosen: chosen)
 
 
-NAMES = mostly(st.sampled_from(["w", "p0", "b0", "l0", "s0", "m0", "m0.w"]),
+NAMES = mostly(st.sampled_from(["w", "p0", "b0", "l0", "s0", "m0", "m0.w", "bn", "drop", "bn.running_mean", "m0.bn.running_var"]),
                st.sampled_from(["p0\n", "a b", "", "1x", "w.x", "tensors"]) | st.text(max_size=4), one_in=5)
 NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2 ** 130, 2 ** 130),
                     st.sampled_from([0, 1, -1, 0.5, 1e39, -1e300, 3.4028234663852886e38]))
@@ -424,7 +424,7 @@ def _field_values(f) -> st.SearchStrategy:
         return FIELD_VALUES[f.name]
     if f.kind == "choice":
         return mostly(st.sampled_from(f.choices), ANY)
-    return {"name": NAMES, "new": NAMES, "prefix": NAMES, "checkpoint": NAMES, "number": GOOD_NUMBERS,
+    return {"name": NAMES, "new": NAMES, "prefix": NAMES, "checkpoint": NAMES, "layer": NAMES, "number": GOOD_NUMBERS,
             "values": VALUES, "row": FIELD_VALUES["index"], "betas": FIELD_VALUES["betas"],
             "flag": mostly(st.booleans(), ANY)}[f.kind]
 
@@ -436,12 +436,17 @@ def _op(kind: str) -> st.SearchStrategy:
 
 
 TENSOR = mostly(st.sampled_from(TENSOR_KINDS).flatmap(_tensor), ANY)
+LAYER = mostly(st.one_of(
+    _table({"kind": st.just("batch_norm")}, {"features": st.sampled_from([2, 0, 9, 1.5, True]),
+                                             "momentum": st.sampled_from([0.5, 0.0, 1.5, float("nan")])}),
+    _table({"kind": st.just("dropout")}, {"p": st.sampled_from([0.0, 1.0, 0.5, -1.0])})), ANY)
 OP = mostly(st.sampled_from(OP_KINDS).flatmap(_op), ANY)
 TENSOR_NAMES = mostly(st.sampled_from(["w", "p0", "b0", "l0"]), NAMES)
 DOCUMENT = st.fixed_dictionaries(
     {"format": mostly(st.just(FORMAT), ANY), "tensors": mostly(st.dictionaries(TENSOR_NAMES, TENSOR, min_size=1, max_size=3), ANY),
      "ops": mostly(st.lists(OP, max_size=6), ANY)},
-    optional={"title": mostly(st.text(max_size=5), ANY), "meta": ANY})
+    optional={"title": mostly(st.text(max_size=5), ANY), "meta": ANY,
+              "layers": mostly(st.dictionaries(st.sampled_from(["bn", "drop", "w"]), LAYER, max_size=2), ANY)})
 DOCUMENTS = mostly(DOCUMENT, st.tuples(DOCUMENT, st.dictionaries(NAMES, ANY, min_size=1, max_size=2)).map(
     lambda t: {**t[1], **t[0]}))
 

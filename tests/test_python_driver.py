@@ -118,7 +118,7 @@ def test_driver_serves_a_session_only_probe():
 
 
 def test_op_parsing_follows_the_op_table():
-    samples = {"name": "w", "new": "s", "prefix": "m", "checkpoint": "c", "number": 0.1, "row": 1,
+    samples = {"name": "w", "new": "s", "prefix": "m", "checkpoint": "c", "layer": "bn", "number": 0.1, "row": 1,
                "values": [0.1, "Infinity"], "betas": [0.1, 0.999], "flag": True}
     for spec in op_table.OP_TABLE:
         raw = {"op": spec.kind, **{f.name: f.choices[-1] if f.kind == "choice" else samples[f.kind]

@@ -212,6 +212,10 @@ def test_reproducer_translates_assign(framework, target, case, tmp_path):
     ("burn", "burn:flex", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: RowCache
     ("candle", "candle:cpu", "kv_cache_append_of_a_transposed_view.toml"),  # append: Tensor::cat; a refused Cache
     ("burn", "burn:flex", "appended_cache_keeps_its_source.toml"),  # append: cat_rows of a param's value
+    ("candle", "candle:cpu", "batch_norm_running_stats_across_clone_save_and_eval.toml"),
+    ("candle", "candle:cpu", "dropout_returns_its_input.toml"),
+    ("burn", "burn:flex", "batch_norm_running_stats_across_clone_save_and_eval.toml"),  # forward: BatchNorm
+    ("burn", "burn:flex", "dropout_returns_its_input.toml"),  # forward: Dropout
 ])
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)

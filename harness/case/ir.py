@@ -24,6 +24,7 @@ import tomli_w
 
 from harness.case import ops
 from harness.case import values as cv
+from harness.case.layers import LayerDecl, check_decls, check_layer
 from harness.case.op_checks import Scope, check_op, is_identifier
 from harness.errors import InputError
 
@@ -84,15 +85,25 @@ class TensorDecl:
 
 @dataclass(frozen=True)
 class Program:
-    """A case: tensors, ops in canonical form, and free-text metadata that never affects runs."""
+    """A case: tensors, ops in canonical form, free-text metadata that never affects runs, and
+    the model's layers (``harness.case.layers``)."""
 
     tensors: tuple[TensorDecl, ...]
     ops: tuple[Mapping[str, Any], ...]
     title: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
+    layers: tuple[LayerDecl, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
-        return {"tensors": [t.to_wire() for t in self.tensors], "ops": [dict(o) for o in self.ops]}
+        out = {"tensors": [t.to_wire() for t in self.tensors], "ops": [dict(o) for o in self.ops]}
+        if self.layers:  # absent when none: the wire form of a program without layers is unchanged
+            out["layers"] = [layer.to_wire() for layer in self.layers]
+        return out
+
+    @property
+    def model_names(self) -> list[str]:
+        """What the model holds by name (``ops.model_names``): what a prefix binds."""
+        return ops.model_names(self.tensors, self.layers)
 
     def with_ops(self, ops: Iterable[Mapping[str, Any]]) -> "Program":
         return replace(self, ops=tuple(ops))
@@ -229,16 +240,17 @@ def _check_decl(t: Any, seen: set[str], err) -> None:
         cv.flat_values(t.grad, t.numel, f"{where}.grad", err)
 
 
-def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err) -> tuple[dict[str, Any], ...]:
+def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err, layers: Sequence[LayerDecl] = ()) -> tuple[dict[str, Any], ...]:
     if not isinstance(ops, (list, tuple)):
         raise err("ops", "expected an array of [[ops]] tables")
-    scope = Scope(tensors)
+    scope = Scope(tensors, layers)
     return tuple(cv.guarded(f"ops[{i}]", err, check_op, raw, i, scope, err) for i, raw in enumerate(ops))
 
 
-def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]], path=None) -> tuple[dict[str, Any], ...]:
+def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]], path=None,
+                  layers: Sequence[LayerDecl] = ()) -> tuple[dict[str, Any], ...]:
     """Validates a program built in code (the generator, the minimizer, a corpus entry read
-    back): its tensor declarations, with the checks a case file's tensors get, and its ops (raw
+    back): its tensor and layer declarations, with the checks a case file's get, and its ops (raw
     or canonical). Returns the ops canonical. Raises ``CaseError``, and only that."""
 
     def err(where: str, message: str) -> CaseError:
@@ -249,7 +261,8 @@ def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]
     seen: set[str] = set()
     for t in tensors:
         cv.guarded(f"tensors.{getattr(t, 'name', '?')}", err, _check_decl, t, seen, err)
-    return _check_ops(tensors, ops, err)
+    layers = cv.guarded("layers", err, check_decls, layers, seen, err)
+    return _check_ops(tensors, ops, err, layers)
 
 
 def parse_case(doc: Mapping[str, Any], path: str | Path | None = None) -> Program:
@@ -270,14 +283,20 @@ def _parse_case(doc: Any, err) -> Program:
     if fmt != FORMAT:
         raise err("format", f"must be {FORMAT!r}, got {cv.brief(fmt)}")
     for key in doc:
-        if key not in ("format", "title", "tensors", "ops", "meta"):
-            raise err(key, "unknown top-level field (allowed: format, title, tensors, ops, meta)")
+        if key not in ("format", "title", "tensors", "layers", "ops", "meta"):
+            raise err(key, "unknown top-level field (allowed: format, title, tensors, layers, ops, meta)")
     raw_tensors = doc.get("tensors")
     if not isinstance(raw_tensors, dict) or not raw_tensors:
         raise err("tensors", "missing or empty [tensors] table")
     tensors = tuple(cv.guarded(f"tensors.{name}", err, _check_tensor, name, raw, err)
                     for name, raw in raw_tensors.items())
-    ops = _check_ops(tensors, doc.get("ops", []), err)
+    raw_layers = doc.get("layers", {})
+    if not isinstance(raw_layers, dict):
+        raise err("layers", "expected a [layers] table")
+    taken = {t.name for t in tensors}
+    layers = tuple(cv.guarded(f"layers.{name}", err, check_layer, name, raw, taken, err)
+                   for name, raw in raw_layers.items())
+    ops = _check_ops(tensors, doc.get("ops", []), err, layers)
     title = doc.get("title", "")
     if not isinstance(title, str):
         raise err("title", "expected a string")
@@ -285,7 +304,7 @@ def _parse_case(doc: Any, err) -> Program:
     if not isinstance(meta, dict):
         raise err("meta", "expected a table")
     cv.shallow(meta, "meta", err)
-    return Program(tensors, ops, title, meta)
+    return Program(tensors, ops, title, meta, layers)
 
 
 def load_case(path: str | Path) -> Program:
@@ -342,7 +361,9 @@ def case_document(program: Program) -> dict[str, Any]:
             entry["grad"] = _nest(t.grad, t.shape)
         tensors[t.name] = entry
     doc["tensors"] = tensors
-    doc["ops"] = [_op_document(op, shapes) for _, op, shapes in ops.walk(program.tensors, program.ops)]
+    if program.layers:
+        doc["layers"] = {layer.name: layer.document() for layer in program.layers}
+    doc["ops"] = [_op_document(op, shapes) for _, op, shapes in ops.walk(program.tensors, program.ops, program.layers)]
     if program.meta:
         doc["meta"] = dict(program.meta)
     return doc
@@ -361,6 +382,9 @@ def write_case(program: Program, path: str | Path) -> Path:
 
 
 def names_bound(program: Program) -> list[str]:
-    """Every name the program binds, in binding order (tensors, then snapshots)."""
-    params = [t.name for t in program.tensors if t.trainable]
-    return [t.name for t in program.tensors] + [b.name for op in program.ops for b in ops.bindings(op, params)]
+    """Every name the program binds, in binding order (tensors, layer states, then snapshots)."""
+    from harness.case.layers import state_names
+
+    params = program.model_names
+    return ([t.name for t in program.tensors] + state_names(program.layers)
+            + [b.name for op in program.ops for b in ops.bindings(op, params)])

@@ -11,10 +11,12 @@ from typing import Any, Mapping, Sequence
 
 from harness.case import ops
 from harness.case import values as cv
+from harness.case.layers import input_problem
 
-#: A name: an identifier, or ``<prefix>.<param>`` for what ``module_clone`` binds. Always matched
-#: with ``fullmatch``: ``$`` would also match before a final newline, and ``"p0\n"`` would pass.
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
+#: A name: an identifier, ``<layer>.<stat>`` for a layer's running statistic, or ``<prefix>.<name>``
+#: for what ``module_clone`` and ``save`` bind (``<prefix>.<layer>.<stat>``: two dots). Always
+#: matched with ``fullmatch``: ``$`` would also match before a final newline, and ``"p0\n"`` would pass.
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,2}")
 
 
 def is_identifier(name: Any) -> bool:
@@ -23,12 +25,15 @@ def is_identifier(name: Any) -> bool:
 
 
 class Scope:
-    """Names bound while walking the ops: name -> (shape, role) with role in TENSOR_KINDS or
-    'snapshot'. ``tensors`` are the program's declarations (``ir.TensorDecl``)."""
+    """Names bound while walking the ops: name -> (shape, role) with role in TENSOR_KINDS,
+    'running' (a layer's running statistic) or 'snapshot'. ``tensors`` and ``layers`` are the
+    program's declarations (``ir.TensorDecl``, ``layers.LayerDecl``)."""
 
-    def __init__(self, tensors: Sequence[Any]):
+    def __init__(self, tensors: Sequence[Any], layers: Sequence[Any] = ()):
         self.bound: dict[str, tuple[tuple[int, ...], str]] = {t.name: (t.shape, t.kind) for t in tensors}
-        self.params = [t.name for t in tensors if t.trainable]
+        self.bound.update({n: (shape, "running") for layer in layers for n, shape, _ in layer.states()})
+        self.layers = {layer.name: layer for layer in layers}
+        self.params = ops.model_names(tensors, layers)
         self.checkpoints: set[str] = set()  # taken by a ``save`` so far
 
 
@@ -97,6 +102,10 @@ class _FieldCheck:
             if target[0] + rows > ops.CACHE_ROWS:
                 raise self._fail(f, f"appending {rows} rows to the target's {target[0]} makes more than "
                                     f"{ops.CACHE_ROWS}")
+        if f.feeds:
+            problem = input_problem(self.scope.layers[self.op["layer"]], shape)
+            if problem is not None:
+                raise self._fail(f, problem)
         if f.fits:
             row = self._row_of(f.name)
             if row is not None and self.row(row) is not None:
@@ -116,6 +125,8 @@ class _FieldCheck:
             raise self._fail(f, f"name {name!r} is already bound")
         if name in self.scope.checkpoints:
             raise self._fail(f, f"name {name!r} already names a checkpoint")
+        if name in self.scope.layers:
+            raise self._fail(f, f"name {name!r} names a layer")
         return name
 
     def new(self, f: ops.Field) -> str:
@@ -139,6 +150,13 @@ class _FieldCheck:
         if not isinstance(name, str) or name not in self.scope.checkpoints:
             taken = ", ".join(sorted(self.scope.checkpoints)) or "none"
             raise self._fail(f, f"no checkpoint named {cv.brief(name)} at this point (taken: {taken})")
+        return name
+
+    def layer(self, f: ops.Field) -> str:
+        name = self.op[f.name]
+        if not isinstance(name, str) or name not in self.scope.layers:
+            declared = ", ".join(self.scope.layers) or "none"
+            raise self._fail(f, f"no layer named {cv.brief(name)} (declared: {declared})")
         return name
 
     def flag(self, f: ops.Field) -> bool:

@@ -12,11 +12,13 @@ kind      value                                                        the minim
 name      a name bound earlier; ``writes``: the op changes its values; renames only
           ``fits``: shaped like the written name's row (or whole);
           ``grows``: the op binds it again, with ``extends``'s rows appended;
-          ``extends``: shaped like a row of the grown name, or like rows of it
+          ``extends``: shaped like a row of the grown name, or like rows of it;
+          ``feeds``: what the op's ``layer`` reads (its input)
 new       a new identifier the op binds (a snapshot)                   renames only
 prefix    binds ``<prefix>.<p>`` for every trainable tensor ``p``      renames only
           (``checkpoint``: and names a checkpoint)
 checkpoint  a checkpoint an earlier op took (a ``checkpoint`` prefix)    renames only
+layer     a declared layer (``harness.case.layers``)                    leaves it
 number    a finite float32 (``positive``: > 0)                         tries ``shrink(x)``
 choice    one of ``choices`` (``ordered``: simplest first)            tries the earlier choices
 row       ``None`` (the whole tensor) or a first-dimension index       tries row 0
@@ -45,7 +47,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-FIELD_KINDS = ("name", "new", "prefix", "checkpoint", "number", "choice", "row", "values", "betas", "flag")
+FIELD_KINDS = ("name", "new", "prefix", "checkpoint", "layer", "number", "choice", "row", "values", "betas", "flag")
 
 #: The marker of a field without a default: a case must give it.
 REQUIRED = object()
@@ -75,6 +77,7 @@ class Field:
     rebinds: bool = False  # ``name``: the op rebinds it to what it makes of the op's other name
     grows: bool = False  # ``name``: the op rebinds it to a new, longer tensor: it with ``extends`` appended
     extends: bool = False  # ``name``: what the grown name is extended by (a row of it, or rows)
+    feeds: bool = False  # ``name``: the input of the op's ``layer`` field (shaped as the layer reads)
     positive: bool = False  # ``number``: strictly positive
     wide: bool = False  # ``number``/``betas``: f64 in the probes (optimizer hyper-parameters), else f32
     shrink: Callable[[float], tuple[float, ...]] = lambda x: ()  # ``number``: simpler values
@@ -102,6 +105,8 @@ class OpSpec:
     #: The op changes every trainable tensor the model holds without naming one (a step trains
     #: them, a load overwrites them): its effect on each is its own, not a snapshot relation's.
     acts_on_params: bool = False
+    #: The op changes the running state of its ``layer`` (a ``forward`` in training mode).
+    acts_on_layer: bool = False
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -124,7 +129,7 @@ class MethodSpec:
     shape: Callable[[tuple[int, ...]], tuple[int, ...]] = lambda s: s
     view: Callable[[Any], Any] = lambda a: a
     min_rank: int = 1
-    sources: tuple[str, ...] = ("param", "buffer", "lazy", "snapshot")
+    sources: tuple[str, ...] = ("param", "buffer", "lazy", "running", "snapshot")
 
 
 TENSOR_KINDS = ("param", "buffer", "lazy")
@@ -169,7 +174,7 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("view_row", "the first row as a view", shape=lambda s: (1,) + s[1:], view=lambda a: a[0:1]),
     MethodSpec("transpose", "the last two dimensions swapped", shape=lambda s: s[:-2] + (s[-1], s[-2]),
                view=lambda a: a.swapaxes(-1, -2), min_rank=2),
-    MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy")),
+    MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy", "running")),
     MethodSpec("deepcopy", "a deep copy of the tensor"),
     MethodSpec("to_host", "read to the host and made a tensor again"),
     MethodSpec("save_load", "saved to a file and loaded back"),
@@ -281,6 +286,9 @@ OP_TABLE: tuple[OpSpec, ...] = (
            "binds `target` to a longer tensor: `target` with `source` (a row of it, or rows) appended along "
            "the first dimension (`how`: a concatenation, or a preallocated KV-cache buffer)",
            label=lambda op: f"append:{op['how']}"),
+    OpSpec("forward", (Field("name", "new"), Field("layer", "layer"), Field("input", "name", feeds=True)),
+           "binds `name` to `layer`'s output on `input`; in training mode a batch norm updates its running "
+           "statistics, and a dropout drops (p = 1) or keeps (p = 0) every element", acts_on_layer=True),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)
@@ -333,7 +341,7 @@ class Binding:
 
 
 def bindings(op: Mapping[str, Any], params: Sequence[str]) -> tuple[Binding, ...]:
-    """The names ``op`` binds, in binding order; ``params`` are the program's trainable tensors."""
+    """The names ``op`` binds, in binding order; ``params`` are the model's names (``model_names``)."""
     out: list[Binding] = []
     s = spec(op)
     for f in s.fields:
@@ -411,11 +419,17 @@ def bound_shape(b: Binding, shapes: Mapping[str, tuple[int, ...]]) -> tuple[int,
     return snapshot_shape(b.method, shapes[b.source])
 
 
-def walk(tensors, ops: Sequence[Mapping[str, Any]]):
+def model_names(tensors, layers=()) -> list[str]:
+    """The names the model holds: its trainable tensors, then its layers' running statistics
+    (what a ``prefix`` field binds under the prefix)."""
+    return [t.name for t in tensors if t.trainable] + [n for layer in layers for n, _, _ in layer.states()]
+
+
+def walk(tensors, ops: Sequence[Mapping[str, Any]], layers=()):
     """Yields ``(i, op, shapes)`` for every op, ``shapes`` being every name bound before op ``i``
     and its shape (one dict, updated in place after each yield)."""
-    shapes = {t.name: t.shape for t in tensors}
-    params = [t.name for t in tensors if t.trainable]
+    shapes = {t.name: t.shape for t in tensors} | {n: shape for layer in layers for n, shape, _ in layer.states()}
+    params = model_names(tensors, layers)
     for i, op in enumerate(ops):
         yield i, op, shapes
         for b in bindings(op, params):

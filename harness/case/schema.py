@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from harness.case import ops
+from harness.case.layers import LAYER_KINDS
 from harness.paths import ROOT, SCHEMA as SCHEMA_PATH
 
 #: The ``$defs`` entry naming each enumeration of the table, in the order the Rust protocol
@@ -35,6 +36,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("append_how", ops.APPEND_HOWS),
     ("tensor_kind", ops.TENSOR_KINDS),
     ("lazy_init", ops.LAZY_INITS),
+    ("layer_kind", LAYER_KINDS),
 )
 
 
@@ -47,7 +49,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _field_schema(f: ops.Field) -> dict[str, Any]:
-    if f.kind in ("name", "new", "prefix", "checkpoint"):
+    if f.kind in ("name", "new", "prefix", "checkpoint", "layer"):
         return _ref("name")
     if f.kind == "number":
         return {"type": "number"}
@@ -84,7 +86,16 @@ def _program_defs() -> dict[str, Any]:
         "program": {
             "type": "object", "additionalProperties": False, "required": ["tensors", "ops"],
             "properties": {"tensors": {"type": "array", "items": _ref("tensor")},
+                           "layers": {"type": "array", "items": _ref("layer")},
                            "ops": {"type": "array", "items": _ref("op")}},
+        },
+        "layer": {
+            "type": "object", "additionalProperties": False, "required": ["name", "kind"],
+            "properties": {
+                "name": _ref("name"), "kind": _ref("layer_kind"),
+                "features": {"type": "integer", "minimum": 1}, "momentum": {"type": "number"},
+                "p": {"type": "number"},
+            },
         },
         "tensor": {
             "type": "object", "additionalProperties": False, "required": ["name", "kind", "shape"],

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from harness.case.ir import Program, TensorDecl, check_program
+from harness.case.layers import LayerDecl
 from harness.errors import CampaignError
 from harness.files import atomic_write
 from harness.fuzzing import folder_setup, journal
@@ -57,7 +58,9 @@ def program_from_bytes(raw: bytes) -> Program:
                                tuple(t["value"]) if t.get("value") is not None else None,
                                tuple(t["grad"]) if t.get("grad") is not None else None,
                                t.get("init"), t.get("fill"), t.get("seed")) for t in doc["tensors"])
-    return Program(tensors, check_program(tensors, doc["ops"]))
+    layers = tuple(LayerDecl(x["name"], x["kind"], x.get("features"), x.get("momentum"), x.get("p"))
+                   for x in doc.get("layers", ()))
+    return Program(tensors, check_program(tensors, doc["ops"], layers=layers), layers=layers)
 
 
 def inside(root: Path, rel: Any, root_too: bool = False) -> Path | None:

@@ -13,10 +13,11 @@ from harness.judging.trace import relation_end, snapshots
 
 def nondeterministic_names(program: Program) -> set[str]:
     """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
-    from them: their values differ between frameworks by design."""
+    from them (snapshots, writes from them, the running statistics a forward of them moves):
+    their values differ between frameworks by design."""
     roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
     out = set(roots)
-    params = [t.name for t in program.tensors if t.trainable]
+    params = program.model_names
     source = {s.name: s.source for s in snapshots(program)}
     # To a fixpoint: an op that writes a name from a nondeterministic one (``assign``) makes it
     # nondeterministic, and with it what the write may reach through shared storage on some
@@ -27,6 +28,9 @@ def nondeterministic_names(program: Program) -> set[str]:
             out.update(b.name for b in ops.bindings(op, params) + ops.rebindings(op) if b.source in out)
             if ops.grown(op) is not None and any(n in out for n in ops.reads(op)):
                 out.add(ops.grown(op))
+            if ops.spec(op).acts_on_layer and any(n in out for n in ops.reads(op)):
+                # A training forward moves its layer's running statistics by its input's values.
+                out.update(n for layer in program.layers if layer.name == op["layer"] for n, _, _ in layer.states())
             target = ops.written(op)
             if target is not None and any(n in out for n in ops.reads(op) if n != target):
                 seen: set[str] = set()

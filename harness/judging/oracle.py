@@ -249,6 +249,8 @@ def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
     relation of some snapshot to it."""
     if ops.spec(op).acts_on_params:
         return any(t.name == name and t.trainable for t in program.tensors)
+    if ops.spec(op).acts_on_layer:
+        return name in {n for layer in program.layers if layer.name == op["layer"] for n, _, _ in layer.states()}
     return name in (op.get("target"), op.get("of"))
 
 

@@ -211,7 +211,7 @@ def snapshots(program: Program) -> list[SnapshotInfo]:
     relation per rebinding; one rebound from itself (``replace p0 value = p0``) has none: the new
     object is made of the old one, so the relations of the old one's snapshots go on
     (``relation_end``), and a relation of a name to itself could never diverge."""
-    params = [t.name for t in program.tensors if t.trainable]
+    params = program.model_names
     return [SnapshotInfo(b.name, i, b.source, b.method)
             for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)
             if b.name != b.source]

@@ -1,5 +1,6 @@
-"""When two targets' values agree: exactly, or within Adam's float32 tolerance. The one rule the
-oracle, the terminal table and every report view use to call a value divergent."""
+"""When two targets' values agree: exactly, or within the float32 tolerance of Adam and batch
+norm. The one rule the oracle, the terminal table and every report view use to call a value
+divergent."""
 
 from __future__ import annotations
 
@@ -11,10 +12,15 @@ ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
 
 
 def adam_lr(program: Program) -> float | None:
-    """The largest learning rate of the program's ``adam``/``adamw`` steps, which sets the
-    tolerance values are compared with across targets; None without such a step (values are
-    then compared exactly)."""
+    """The scale of the float32 error two targets' values may differ by, which sets the tolerance
+    values are compared with: the largest learning rate of the program's ``adam``/``adamw`` steps
+    (bias correction), or 1 for a program with a batch-norm ``forward`` (a division by a square
+    root, which every kernel rounds its own way), whichever is larger; None when neither is in
+    the program (values are then compared exactly)."""
     lrs = [op["lr"] for op in program.ops if op["op"] == "step" and op["optimizer"] in ("adam", "adamw")]
+    norms = {layer.name for layer in program.layers if layer.kind == "batch_norm"}
+    if any(op["op"] == "forward" and op["layer"] in norms for op in program.ops):
+        lrs.append(1.0)
     return max(lrs) if lrs else None
 
 

@@ -4,7 +4,7 @@ A domain pass over the case format, run to a fixpoint:
 
 1. remove ops: chunks first (halves, quarters, ...), then single ops; an op that binds a name is
    removed together with every later op that uses that name;
-2. remove tensors, with every op that uses them;
+2. remove tensors and layers, with every op that uses them;
 3. simplify: values to 0 and 1, drop custom gradients, shrink shapes, simplify op fields
    (learning rates, optimizers, write values, devices);
 4. rename tensors canonically (``p0``, ``b0``, ``l0`` for tensors, ``s0``... for snapshots,
@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from harness.case import ops
 from harness.case.ir import CaseError, Program, TensorDecl, check_program
+from harness.case.layers import LayerDecl
 
 #: Given candidate programs, which of them still show the signature (same order).
 Predicate = Callable[[Sequence[Program]], list[bool]]
@@ -42,12 +43,12 @@ class MinimizeResult:
     hypothesis_runs: int = 0  # runs spent in Hypothesis's shrinker before the domain pass
 
 
-def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]]) -> Program | None:
+def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]], layers: Sequence[LayerDecl] = ()) -> Program | None:
     try:
-        canonical = check_program(tuple(tensors), list(ops))
+        canonical = check_program(tuple(tensors), list(ops), layers=tuple(layers))
     except CaseError:
         return None
-    return Program(tuple(tensors), canonical)
+    return Program(tuple(tensors), canonical, layers=tuple(layers))
 
 
 def _bound_by(op: Mapping[str, Any], params: Sequence[str]) -> set[str]:
@@ -62,7 +63,7 @@ def _uses(op: Mapping[str, Any]) -> set[str]:
 
 def without_ops(program: Program, drop: set[int]) -> Program | None:
     """The program without ops ``drop`` and, transitively, every op using a name they bound."""
-    params = [t.name for t in program.tensors if t.trainable]
+    params = program.model_names
     gone: set[str] = set()
     kept = []
     for i, op in enumerate(program.ops):
@@ -73,9 +74,9 @@ def without_ops(program: Program, drop: set[int]) -> Program | None:
     if len(kept) == len(program.ops):
         return None
     # A dropped ``append`` leaves its name shorter: later writes of it are cut to fit.
-    p = _valid(program.tensors, kept)
-    if p is None and (reshaped := _reshaped_ops(program.tensors, kept)) is not None:
-        p = _valid(program.tensors, reshaped)
+    p = _valid(program.tensors, kept, program.layers)
+    if p is None and (reshaped := _reshaped_ops(program.tensors, kept, program.layers)) is not None:
+        p = _valid(program.tensors, reshaped, program.layers)
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -83,7 +84,7 @@ def without_tensor(program: Program, name: str) -> Program | None:
     if len(program.tensors) <= 1:
         return None
     tensors = tuple(t for t in program.tensors if t.name != name)
-    params = [t.name for t in program.tensors if t.trainable]
+    params = program.model_names
     gone = {name}
     kept = []
     for op in program.ops:
@@ -93,7 +94,25 @@ def without_tensor(program: Program, name: str) -> Program | None:
         # a module clone no longer holds the removed param
         gone.update(f"{op[f.name]}.{name}" for f in ops.spec(op).of_kind("prefix"))
         kept.append(op)
-    p = _valid(tensors, kept)
+    p = _valid(tensors, kept, program.layers)
+    return replace(p, title=program.title, meta=program.meta) if p else None
+
+
+def without_layer(program: Program, name: str) -> Program | None:
+    """The program without layer ``name``, the ops that run it, and every op using a name its
+    stats or those ops bound (a prefix no longer binds its stats)."""
+    layer = next(x for x in program.layers if x.name == name)
+    stats = {n for n, _, _ in layer.states()}
+    params = program.model_names
+    gone = set(stats)
+    kept = []
+    for op in program.ops:
+        if _uses(op) & gone or (op["op"] == "forward" and op["layer"] == name):
+            gone |= _bound_by(op, params)
+            continue
+        gone.update(f"{op[f.name]}.{s}" for f in ops.spec(op).of_kind("prefix") for s in stats)
+        kept.append(op)
+    p = _valid(program.tensors, kept, tuple(x for x in program.layers if x.name != name))
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -105,16 +124,16 @@ def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program |
     grad = None if decl.grad is None else tuple((list(decl.grad) * n)[:n])
     tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t
                     for t in program.tensors)
-    out = _reshaped_ops(tensors, program.ops)
-    p = _valid(tensors, out) if out is not None else None
+    out = _reshaped_ops(tensors, program.ops, program.layers)
+    p = _valid(tensors, out, program.layers) if out is not None else None
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
-def _reshaped_ops(tensors, program_ops) -> list | None:
+def _reshaped_ops(tensors, program_ops, layers=()) -> list | None:
     """The ops adapted to the shapes their names have with ``tensors`` (``_reshaped_op``); None
     when one no longer applies."""
     out = []
-    for _, op, shapes in ops.walk(tensors, program_ops):
+    for _, op, shapes in ops.walk(tensors, program_ops, layers):
         op = _reshaped_op(op, shapes)
         if op is None:
             return None
@@ -192,12 +211,13 @@ def simplifications(program: Program) -> Iterator[Program]:
     for i, op in enumerate(program.ops):
         for key in (f.name for f in ops.spec(op).of_kind("name")):
             if op[key] in source:
-                p = _valid(program.tensors, program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1:])
+                p = _valid(program.tensors, program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1:],
+                           program.layers)
                 if p is not None:
                     yield replace(p, title=program.title, meta=program.meta)
     for i, op in enumerate(program.ops):
         for simpler in _simpler_op(op):
-            p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:])
+            p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:], program.layers)
             if p is not None:
                 yield replace(p, title=program.title, meta=program.meta)
 
@@ -224,8 +244,8 @@ def _simpler_op(op: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def canonical_names(program: Program) -> Program:
-    """Renames tensors p0.., b0.., l0.. and snapshots s0.., module clones m0.., checkpoints c0..,
-    in order."""
+    """Renames tensors p0.., b0.., l0.., layers n0.. (batch norms) and d0.. (dropouts), and
+    snapshots s0.., module clones m0.., checkpoints c0.., in order."""
     mapping: dict[str, str] = {}
     counters: dict[str, int] = {}
 
@@ -237,7 +257,13 @@ def canonical_names(program: Program) -> Program:
     prefix_of = {"param": "p", "buffer": "b", "lazy": "l"}
     for t in program.tensors:
         mapping[t.name] = fresh(prefix_of[t.kind])
-    params = [t.name for t in program.tensors if t.trainable]
+    layers = []
+    for layer in program.layers:  # batch norms n0.., dropouts d0..; their stats with them
+        layers.append(replace(layer, name=fresh("n" if layer.kind == "batch_norm" else "d")))
+        mapping[layer.name] = layers[-1].name
+        for (old, _, _), (new, _, _) in zip(layer.states(), layers[-1].states()):
+            mapping[old] = new
+    params = program.model_names
     renamed = []
     for op in program.ops:
         spec = ops.spec(op)
@@ -246,7 +272,7 @@ def canonical_names(program: Program) -> Program:
             op[f.name] = mapping[op[f.name]]
         for f in spec.of_kind("new"):
             mapping[op[f.name]] = op[f.name] = fresh("s")
-        for f in spec.of_kind("checkpoint"):
+        for f in (*spec.of_kind("checkpoint"), *spec.of_kind("layer")):
             op[f.name] = mapping[op[f.name]]
         for f in spec.of_kind("prefix"):
             old = op[f.name]
@@ -255,11 +281,12 @@ def canonical_names(program: Program) -> Program:
                 mapping[f"{old}.{p}"] = f"{op[f.name]}.{mapping[p]}"
         renamed.append(op)
     tensors = tuple(replace(t, name=mapping[t.name]) for t in program.tensors)
-    return Program(tensors, check_program(tensors, renamed), program.title, program.meta)
+    return Program(tensors, check_program(tensors, renamed, layers=tuple(layers)), program.title, program.meta,
+                   tuple(layers))
 
 
 def _snapshot_sources(program: Program) -> dict[str, str]:
-    params = [t.name for t in program.tensors if t.trainable]
+    params = program.model_names
     return {b.name: b.source for op in program.ops for b in ops.bindings(op, params)}
 
 
@@ -281,7 +308,7 @@ def cost(program: Program) -> tuple:
     fixpoint loop terminates."""
     return (
         len(program.ops),
-        len(program.tensors),
+        len(program.tensors) + len(program.layers),
         sum(t.numel for t in program.tensors),
         sum(ops.value_cost(t.value or ()) + (0 if t.grad is None else 1 + ops.value_cost(t.grad))
             + (t.kind == "lazy" and t.init == "uniform") for t in program.tensors),
@@ -364,6 +391,10 @@ def _tensor_removals(program: Program) -> Iterator[Program]:
         p = without_tensor(program, t.name)
         if p is not None:
             yield p
+    for layer in reversed(program.layers):
+        p = without_layer(program, layer.name)
+        if p is not None:
+            yield p
 
 
 class _OutOfTime(Exception):
@@ -382,6 +413,10 @@ def is_one_minimal(program: Program, shows: Predicate) -> list[str]:
         p = without_tensor(program, t.name)
         if p is not None:
             cands.append((f"tensor {t.name}", p))
+    for layer in program.layers:
+        p = without_layer(program, layer.name)
+        if p is not None:
+            cands.append((f"layer {layer.name}", p))
     if not cands:
         return []
     oks = shows([p for _, p in cands])

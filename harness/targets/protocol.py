@@ -35,9 +35,10 @@ from typing import Any, Callable
 import numpy as np
 
 from harness.case import ops as op_table
+from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 class Malformed(Exception):
@@ -140,6 +141,7 @@ class Program:
 
     tensors: list[dict]
     ops: list
+    layers: list = ()  # LayerSpec dicts: name, kind, features, momentum, p (absent ones None)
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,23 @@ def parse_tensor(t) -> dict:
     return spec
 
 
+def parse_layer(x) -> dict:
+    if not isinstance(x, dict):
+        raise Malformed("invalid type for a layer: expected an object")
+    for key in x:
+        if key not in ("name", "kind", "features", "momentum", "p"):
+            raise Malformed(f"unknown field `{key}` of a layer")
+    spec = {"name": _str(x, "name"), "kind": _enum(x, "kind", LAYER_KINDS)}
+    features = x.get("features")
+    spec["features"] = None if features is None else _u64(features, "features")
+    for key in ("momentum", "p"):
+        value = x.get(key)
+        if value is not None and not _is_num(value):
+            raise Malformed(f"invalid type for `{key}`: expected a number")
+        spec[key] = value
+    return spec
+
+
 def _reject_constant(name):
     raise Malformed(f"{name} is not JSON")
 
@@ -218,7 +237,10 @@ def parse_request(line: bytes) -> Hello | Run | Exit:
         ops = _need(program, "ops")
         if not isinstance(tensors, list) or not isinstance(ops, list):
             raise Malformed("invalid type for `tensors` or `ops`: expected a sequence")
-        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops))
+        layers = program.get("layers", [])
+        if not isinstance(layers, list):
+            raise Malformed("invalid type for `layers`: expected a sequence")
+        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers]))
     raise Malformed(f"unknown variant {json.dumps(kind)} for `type`, expected hello, run or exit")
 
 
@@ -251,6 +273,7 @@ _FIELD_PARSERS: dict[str, Callable[[dict, op_table.Field], Any]] = {
     "new": lambda raw, f: _str(raw, f.name),
     "prefix": lambda raw, f: _str(raw, f.name),
     "checkpoint": lambda raw, f: _str(raw, f.name),
+    "layer": lambda raw, f: _str(raw, f.name),
     "flag": lambda raw, f: _bool(raw, f.name),
     "number": _parse_number,
     "choice": lambda raw, f: _enum(raw, f.name, f.choices),

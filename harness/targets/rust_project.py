@@ -136,12 +136,19 @@ class MainWriter:
             self.body += [f"    // op {i}: {op_text(op)}", f"    // {op['op']}: {self.framework} has no such call"]
         self.show(f"after op {i}")
 
+    def declare_layer(self, layer) -> None:
+        """Declares one of the program's layers, after every tensor (as the probes open a
+        session): a writer whose framework has layers overrides it."""
+        self.body.append(f"    // layer {layer.name}: {self.framework} reproducers declare no layers")
+
     def lines(self, program: Program, repro: dict | None) -> list[str]:
         """The body lines for ``program``; ``repro`` (the finding's repro JSON) says which ops the
         framework ran."""
         st = statuses(repro, self.framework)
         for t in program.tensors:
             self.declare(t)
+        for layer in program.layers:
+            self.declare_layer(layer)
         self.show("initial")
         for i, op in enumerate(program.ops):
             self.op(i, op, *st.get(i, ("ok", None)))

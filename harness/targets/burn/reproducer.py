@@ -6,9 +6,12 @@ are the probe's own ``support.rs``, copied into the project (``harness/targets/r
 this module writes only the program-specific part.
 
 As in the probe (``rust_probes/burn_probe/src/session.rs``), params live in the model's slots
-(``model.p<rank>[<index>]``) and every other name is a Rust variable holding a ``Param`` or a
-``Tensor``; a burn call consumes its argument, so an edit rebinds the name to a fresh variable (or
-puts the result back in the model's slot). Each op kind has an emitter method
+(``model.p<rank>[<index>]``), layers in its ``bn`` / ``dropout`` fields (``batch_norm``,
+``dropout``; a dropout burn refuses to build, p = 1, is a comment), a running statistic is read
+from its layer each time (``model.bn[<i>].running_mean.value()``, or a module clone's layer), and
+every other name is a Rust variable holding a ``Param`` or a ``Tensor``; a burn call consumes its
+argument, so an edit rebinds the name to a fresh variable (or puts the result back in the model's
+slot). Each op kind has an emitter method
 (``_Writer.EMITTERS``). An op burn did not run in the finding's repro result, or whose input was not
 translated, is a comment.
 """
@@ -19,6 +22,7 @@ from typing import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
+from harness.case.layers import RUNNING_STATS
 from harness.targets.reproducer_base import step_fields
 from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
 
@@ -37,6 +41,9 @@ _TENSOR_METHODS = {
 }
 _OPTIMIZER_ARGS = ("kind", "momentum", "dampening", "betas", "eps", "weight_decay")
 _DEVICES = {"home": "cpu_device()", "cpu": "cpu_device()", "alt": "Device::ndarray().autodiff()"}
+_STATS = [stat for stat, _ in RUNNING_STATS]
+# What the probe answers for a write into a running statistic (session/layers.rs `refuse_stat_write`).
+_NO_STAT_WRITE = "burn has no call that writes a RunningState in place (burn-core module/param/running.rs)"
 
 
 def _dims(shape) -> str:
@@ -60,8 +67,11 @@ class _Writer(MainWriter):
 
     def __init__(self) -> None:
         super().__init__()
-        # name -> ("model", rank, idx) | ("param", rank) | ("tensor", rank) | None (not translated)
+        # name -> ("model", rank, idx) | ("param", rank) | ("tensor", rank) | ("stat", module, i, stat):
+        # `<module>.bn[i].<stat>`, a running statistic | None (not translated)
         self.slots: dict[str, tuple | None] = {}
+        self.layers: dict[str, tuple[str, int] | None] = {}  # layer -> (model field, index); None: refused
+        self.bn_names: list[tuple[str, int]] = []  # the batch norms, in the case's order, and their index
         self.order: list[str] = []
         self.cur: dict[str, str] = {}  # name -> its current Rust variable (names outside the model)
         self.params: list[tuple[str, int, int, list[float]]] = []  # (name, rank, idx, grad)
@@ -80,7 +90,17 @@ class _Writer(MainWriter):
 
     def ref(self, name: str) -> str:
         s = self.slots[name]
+        if s[0] == "stat":
+            return f"{s[1]}.bn[{s[2]}].{s[3]}"
         return f"model.p{s[1]}[{s[2]}]" if s[0] == "model" else self.cur[name]
+
+    def value(self, name: str) -> str:
+        """The name's value as a tensor: a param's ``val()``, a tensor's handle clone, a running
+        statistic's ``value()`` (read from its layer now, as the probe reads it)."""
+        s = self.slots[name]
+        if s[0] == "stat":
+            return f"{self.ref(name)}.value()"
+        return f"{self.ref(name)}.val()" if s[0] in ("model", "param") else f"{self.ref(name)}.clone()"
 
     def rebind(self, name: str, call: Callable[[str], str]) -> None:
         """``name`` becomes ``call(its value)``: a fresh variable, or the model's slot
@@ -99,8 +119,31 @@ class _Writer(MainWriter):
     def show(self, label: str) -> None:
         for n in self.order:
             s = self.slots[n]
-            if s is not None:
+            if s is None:
+                continue
+            if s[0] == "stat":
+                self.body.append(f'    show_t("{label}", "{n}", &{self.value(n)});')
+            else:
                 self.body.append(f'    {"show_t" if s[0] == "tensor" else "show_p"}("{label}", "{n}", &{self.ref(n)});')
+
+    def declare_layer(self, layer) -> None:
+        """``batch_norm`` / ``dropout`` (support.rs) into the model's field; its statistics bound."""
+        if layer.kind == "batch_norm":
+            i = len(self.bn_names)
+            self.body.append(f"    model.bn.push(batch_norm({layer.features}, {rust_float(layer.momentum)}, &dev));"
+                             f"  // {layer.name}")
+            self.layers[layer.name] = ("bn", i)
+            self.bn_names.append((layer.name, i))
+            for stat in _STATS:
+                self.bind(f"{layer.name}.{stat}", ("stat", "model", i, stat))
+        elif layer.p < 1.0:
+            n = sum(1 for at in self.layers.values() if at is not None and at[0] == "dropout")
+            self.body.append(f"    model.dropout.push(dropout({rust_float(layer.p)}));  // {layer.name}")
+            self.layers[layer.name] = ("dropout", n)
+        else:
+            self.body.append(f"    // {layer.name}: DropoutConfig::init panics for p = {rust_float(layer.p)} "
+                             "(its range is [0, 1)): no layer")
+            self.layers[layer.name] = None
 
     def declare(self, t) -> None:
         r, dims = len(t.shape), _dims(t.shape)
@@ -131,7 +174,10 @@ class _Writer(MainWriter):
             self.slots.setdefault(name, None)
             return
         s, v = self.slots[of], self.new_var(name)
-        if m == "alias":
+        if s[0] == "stat":
+            self._snapshot_stat(of, m, v)
+            self.bind(name, ("tensor", 1))
+        elif m == "alias":
             self.body.append(f"    let {v} = {self.ref(of)}.clone();  // a second handle on the same value")
             self.bind(name, ("param", s[1]) if s[0] in ("model", "param") else ("tensor", s[1]))
         elif m in ("state_dict", "save_load"):
@@ -139,10 +185,28 @@ class _Writer(MainWriter):
             self.bind(name, ("param", s[1]))
         else:
             expr, rank = _TENSOR_METHODS[m]
-            t = f"{self.ref(of)}.val()" if s[0] in ("model", "param") else f"{self.ref(of)}.clone()"
-            self.body.append(f"    let {v} = {expr.format(t=t)};")
+            self.body.append(f"    let {v} = {expr.format(t=self.value(of))};")
             self.bind(name, ("tensor", rank or s[1]))
         self.cur[name] = v
+
+    def _snapshot_stat(self, of: str, m: str, v: str) -> None:
+        """A snapshot of a running statistic: of its ``value()``, or its entry in the record (or
+        file) of the module it lives in, read out of the loaded layer (the probe's
+        ``snapshot_stat``)."""
+        if m not in ("state_dict", "save_load"):
+            expr = "{t}" if m == "alias" else _TENSOR_METHODS[m][0]
+            self.body.append(f"    let {v} = {expr.format(t=self.value(of))};")
+            return
+        _, owner, i, stat = self.slots[of]
+        if owner == "model":
+            module, at = "model.clone()", f"bn[{i}]"
+        else:  # a module clone's layer: a one-layer model
+            module, at = f"Model {{ bn: vec![{owner}.bn[{i}].clone()], ..Model::empty() }}", "bn[0]"
+        if m == "state_dict":
+            read = f'record_round_trip({module}).expect("state_dict")'
+        else:
+            read = f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev).expect("save_load")'
+        self.body.append(f"    let {v} = {read}.{at}.{stat}.value();")
 
     def _record(self, of: str, method: str) -> str:
         """The param read back from the module ``of`` lives in, through its record or a checkpoint
@@ -154,7 +218,7 @@ class _Writer(MainWriter):
             module, at = "model.clone()", f"p{r}[{s[2]}]"
         else:
             fields = {k: f"vec![{self.cur[of]}.clone()]" if k == r else "vec![]" for k in (1, 2, 3)}
-            module, at = f"Model {{ p1: {fields[1]}, p2: {fields[2]}, p3: {fields[3]} }}", f"p{r}[0]"
+            module, at = f"Model {{ p1: {fields[1]}, p2: {fields[2]}, p3: {fields[3]}, ..Model::empty() }}", f"p{r}[0]"
         if method == "state_dict":
             return f'record_round_trip({module}).expect("state_dict").{at}.clone()'
         return f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev).expect("save_load").{at}.clone()'
@@ -166,8 +230,8 @@ class _Writer(MainWriter):
     def assign(self, op: dict) -> None:
         """The source's value first (the probe's ``assign``: taken before the target is consumed),
         then ``assign_tensor`` / ``assign_param`` into the target."""
-        source, s = op["source"], self.slots[op["source"]]
-        value = f"{self.ref(source)}.val()" if s[0] in ("model", "param") else f"{self.ref(source)}.clone()"
+        source = op["source"]
+        value = self.value(source)
         src = self.new_var(f"{source}_value")
         j = op.get("source_index")
         self.body.append(f"    let {src} = {value}.unsqueeze();" if j is None else f"    let {src} = row_of({value}, {j});")
@@ -178,12 +242,12 @@ class _Writer(MainWriter):
     def replace(self, op: dict) -> None:
         """The value first (the probe's ``replace``), then ``Param::from_tensor`` (a new ParamId)
         or ``Param::map`` (the id kept) in the param's slot."""
-        value, s = op["value"], self.slots[op["value"]]
+        value = op["value"]
         if op["how"] == "tie":  # the same Param (same ParamId) in a second field
             self.rebind(op["target"], lambda v: f"{{ let _ = {v}; {self.ref(value)}.clone() }}")
             return
         src = self.new_var(f"{value}_value")
-        self.body.append(f"    let {src} = {self.ref(value)}{'.val()' if s[0] in ('model', 'param') else '.clone()'};")
+        self.body.append(f"    let {src} = {self.value(value)};")
         if op["how"] == "new":
             self.rebind(op["target"], lambda v: f"{{ let _ = {v}; Param::from_tensor({src}) }}")
         else:
@@ -193,12 +257,12 @@ class _Writer(MainWriter):
         """The source's value first (the probe's ``append``), then ``cat_rows``, or the name's
         ``RowCache`` (its first cache append starts one with the name's rows); the name is a
         tensor from then on."""
-        source, s = op["source"], self.slots[op["source"]]
+        source = op["source"]
         tgt, t = op["target"], self.slots[op["target"]]
-        value = f"{self.ref(source)}.val()" if s[0] in ("model", "param") else f"{self.ref(source)}.clone()"
         src = self.new_var(f"{source}_value")
-        self.body.append(f"    let {src} = {value}.unsqueeze();  // a row gets a leading 1")
-        cur, cache, v = self.cur[tgt] + (".val()" if t[0] == "param" else ""), f"{ident(tgt)}_cache", self.new_var(tgt)
+        self.body.append(f"    let {src} = {self.value(source)}.unsqueeze();  // a row gets a leading 1")
+        cur = self.value(tgt) if t[0] == "stat" else self.cur[tgt] + (".val()" if t[0] == "param" else "")
+        cache, v = f"{ident(tgt)}_cache", self.new_var(tgt)
         if op["how"] == "cat":
             self.caches.discard(tgt)
             self.body.append(f"    let {v} = cat_rows({cur}, {src});")
@@ -209,7 +273,7 @@ class _Writer(MainWriter):
                               f"    let _ = {cache}.append({cur});"]
             self.body.append(f"    let {v} = {cache}.append({src});")
         self.cur[tgt] = v
-        self.bind(tgt, ("tensor", t[1]))
+        self.bind(tgt, ("tensor", 1 if t[0] == "stat" else t[1]))
 
     def step(self, op: dict) -> None:
         """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
@@ -244,7 +308,7 @@ class _Writer(MainWriter):
         c = ident(op["name"])
         if op["to"] == "memory":
             self.body += [f"    let {c}_record = model.clone().into_record();",
-                          f"    let {c}_read = model.clone().load_record({c}_record.clone());"]
+                          f'    let {c}_read = read_record(model.clone(), {c}_record.clone()).expect("load_record");']
         else:
             self.body += [f'    let {c}_path = checkpoints.next().expect("checkpoint");',
                           f'    let {c}_read = save_and_load(model.clone(), &{c}_path, &dev).expect("save_file");']
@@ -254,6 +318,12 @@ class _Writer(MainWriter):
             self.cur[n] = v = self.new_var(n)
             self.body.append(f"    let {v} = {c}_read.p{r}[{idx}].clone();")
             self.bind(n, ("param", r))
+        for layer, i in self.bn_names:  # what the checkpoint holds: values read out of it
+            for stat in _STATS:
+                n = f"{op['name']}.{layer}.{stat}"
+                self.cur[n] = v = self.new_var(n)
+                self.body.append(f"    let {v} = {c}_read.bn[{i}].{stat}.value();")
+                self.bind(n, ("tensor", 1))
 
     def load(self, op: dict) -> None:
         c = ident(op["from"])
@@ -274,17 +344,33 @@ class _Writer(MainWriter):
             self.cur[n] = v = self.new_var(n)
             self.body.append(f"    let {v} = {mv}.p{r}[{idx}].clone();")
             self.bind(n, ("param", r))
+        for layer, i in self.bn_names:  # the clone's layers: their running states are the model's
+            for stat in _STATS:
+                self.bind(f"{op['name']}.{layer}.{stat}", ("stat", mv, i, stat))
+
+    def forward(self, op: dict) -> None:
+        """``layer.forward(x.clone())`` on the model's layer (burn picks the mode: batch.rs,
+        dropout.rs)."""
+        field, i = self.layers[op["layer"]]
+        v = self.new_var(op["name"])
+        self.body.append(f"    let {v} = model.{field}[{i}].forward({self.value(op['input'])});")
+        self.cur[op["name"]] = v
+        s = self.slots[op["input"]]
+        self.bind(op["name"], ("tensor", 1 if s[0] == "stat" else s[1]))
 
     def mode(self, op: dict) -> None:
         self.body.append(f"    model = model.{op['op']}();")
 
     def read(self, op: dict) -> None:
         s = self.slots[op["target"]]
+        if s[0] == "stat":
+            self.body.append(f"    let _ = {self.value(op['target'])}.to_data();")
+            return
         self.body.append(f"    let _ = {self.ref(op['target'])}{'.val()' if s[0] != 'tensor' else ''}.to_data();")
 
     EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
                 "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
-                "backward": backward,
+                "backward": backward, "forward": forward,
                 "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace, "append": append}
 
     def bound(self, name: str) -> bool:
@@ -297,6 +383,10 @@ class _Writer(MainWriter):
         if (op["op"] == "snapshot" and op["method"] in ("state_dict", "save_load")
                 and self.slots[op["of"]][0] == "tensor"):
             return "unsupported", "burn records hold module params only, not a plain tensor"
+        if op["op"] in ops.WRITE_OPS and self.slots[ops.written(op)][0] == "stat":
+            return "unsupported", _NO_STAT_WRITE
+        if op["op"] == "forward" and self.layers.get(op["layer"]) is None:
+            return "unsupported", "DropoutConfig::init panics for p outside [0, 1): no layer to run"
         return None
 
     def not_run(self, op: dict) -> None:
@@ -305,6 +395,11 @@ class _Writer(MainWriter):
         elif op["op"] == "save":
             for pname, _, _, _ in self.params:
                 self.slots.setdefault(f"{op['name']}.{pname}", None)
+            for layer, _ in self.bn_names:
+                for stat in _STATS:
+                    self.slots.setdefault(f"{op['name']}.{layer}.{stat}", None)
+        elif op["op"] == "forward":
+            self.slots.setdefault(op["name"], None)
 
 
 def burn_main(program: Program, repro: dict | None = None) -> str:

@@ -8,15 +8,22 @@ A name is bound to a ``Var`` or a ``Tensor``, whichever type the candle call giv
 ``Handle``, ``rust_probes/candle_probe/src/session.rs``): it decides how a write is spelled. Each op
 kind has an emitter method (``_Writer.EMITTERS``). An op candle did not run in the finding's repro
 result is a comment.
+
+The program's layers are built after its tensors, as the probe builds them
+(``rust_probes/candle_probe/src/session/layers.rs``): a batch norm through the VarMap
+(``batch_norm_layer``), its running statistics bound to the VarMap's Vars; a ``candle_nn::Dropout``.
+candle has no module modes: ``valid`` / ``train`` shadow the ``train`` flag every ``forward_t``
+is given.
 """
 
 from __future__ import annotations
 
+from harness.case import layers as layer_table
 from harness.case import ops
 from harness.case.ir import Program
 from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
 
-_USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, VarMap};",
+_USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
          "use std::collections::HashMap;", ""]
 _MAIN = ["fn main() -> candle_core::Result<()> {", "    let dev = Device::Cpu;",
          "    #[allow(unused_mut)] // only `load` needs it mutable",
@@ -42,7 +49,8 @@ class _Writer(MainWriter):
         super().__init__()
         self.kinds: dict[str, str] = {}  # name -> "var" | "tensor"
         self.order: list[str] = []
-        self.params = [t.name for t in program.tensors if t.kind != "buffer"]
+        self.params = program.model_names  # what a prefix binds: params, then the layers' stats
+        self.layers = program.layers
         self.caches: set[str] = set()  # names whose KV cache a cache append started
 
     def bind(self, name: str, kind: str) -> None:
@@ -81,6 +89,22 @@ class _Writer(MainWriter):
             grad = list(t.grad) if t.grad is not None else [1.0] * t.numel
             self.body.append(f'    grads.insert("{t.name}".to_string(), {rust_f32_list(grad)});')
 
+    def declare_layer(self, layer) -> None:
+        """A layer, as the probe's ``add_layer`` builds it, after the tensors; after the last one
+        the ``train`` flag (true)."""
+        v = _layer_var(layer.name)
+        if layer.kind == "batch_norm":
+            self.body.append(f'    let {v} = batch_norm_layer(&varmap, "{layer.name}", {layer.features}, '
+                             f"{rust_float(layer.momentum)}, {rust_float(layer_table.BATCH_NORM_EPS)}, &dev)?;")
+            for stat, _, _ in layer.states():
+                self.body.append(f'    let {ident(stat)} = var_of(&varmap, "{stat}").expect("batch_norm puts '
+                                 'its stats in the VarMap");')
+                self.bind(stat, "var")
+        else:  # Dropout::new takes any p; only the training forward refuses p = 1
+            self.body.append(f"    let {v} = candle_nn::Dropout::new({rust_f32(rust_float(layer.p))});")
+        if layer is self.layers[-1]:
+            self.body.append("    let train = true;  // candle has no module modes: what every forward_t is given")
+
     # -- op emitters -----------------------------------------------------------------------------
 
     def snapshot(self, op: dict) -> None:
@@ -93,7 +117,7 @@ class _Writer(MainWriter):
             self.body.append(f"    let {name} = {_TENSOR_METHODS[m].format(t=self.ten(of), r=self.ten_ref(of))};")
             self.bind(op["name"], "tensor")
         elif m == "state_dict":
-            self.body.append(f'    let {name} = var_of(&varmap, "{of}").expect("a param is in the VarMap");')
+            self.body.append(f'    let {name} = var_of(&varmap, "{of}").expect("a param or layer stat is in the VarMap");')
             self.bind(op["name"], "var")
         elif m == "save_load":
             self.body += [f"    let {name} = {{",
@@ -221,12 +245,28 @@ class _Writer(MainWriter):
             self.body.append(f'    let {ident(n)} = cloned["{p}"].clone();')
             self.bind(n, "var")
 
+    def forward(self, op: dict) -> None:
+        self.body.append(f"    let {ident(op['name'])} = {_layer_var(op['layer'])}.forward_t({self.ten_ref(op['input'])}, train)?;")
+        self.bind(op["name"], "tensor")
+
+    def valid(self, op: dict) -> None:
+        self.body.append("    let train = false;  // the flag forward_t is given from now on")
+
+    def train(self, op: dict) -> None:
+        self.body.append("    let train = true;  // the flag forward_t is given from now on")
+
     def read(self, op: dict) -> None:
         self.body.append(f"    let _ = values({self.ten_ref(op['target'])})?;")
 
     EMITTERS = {"snapshot": snapshot, "write": write, "assign": assign, "fill": fill, "scale": scale, "step": step, "move": move,
                 "module_clone": module_clone, "read": read, "set_lr": set_lr, "save": save, "load": load,
-                "replace": replace, "backward": backward, "append": append}
+                "replace": replace, "backward": backward, "append": append, "forward": forward,
+                "valid": valid, "train": train}
+
+
+def _layer_var(layer: str) -> str:
+    """The Rust variable of a layer (``layer_bn``: never a bound name's ``v_...``)."""
+    return f"layer_{layer}"
 
 
 def candle_main(program: Program, repro: dict | None = None) -> str:

@@ -60,6 +60,7 @@ optimizers = {{}}
 checkpoints = {{}}  # name -> the state dict as returned (memory) or the bytes torch.save wrote (file)
 accumulating = False  # a backward pass ran since the last step: its gradients are kept
 caches = {{}}  # name -> [the KV-cache buffer of its cache appends, rows filled]
+stats = []  # the layers' running statistics by name: bn.running_mean, ...
 '''
 
 # Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
@@ -92,6 +93,21 @@ def _tensor_lines(t) -> list[str]:
     return out + [f'model.register_parameter("{t.name}", nn.Parameter(_t))',
                   f'names["{t.name}"] = model._parameters["{t.name}"]',
                   f'grads["{t.name}"] = {list(t.grad) if t.grad is not None else None!r}']
+
+
+def _layer_lines(layer) -> list[str]:
+    """One layer, a submodule of the model; a batch norm's running buffers bound by name."""
+    if layer.kind == "dropout":
+        return [f"model.add_module({layer.name!r}, nn.Dropout({float(layer.p)!r}))"]
+    out = [f"model.add_module({layer.name!r}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
+           "affine=False))"]
+    for name, _, _ in layer.states():
+        out += [f"stats.append({name!r})", f"names[{name!r}] = model.get_buffer({name!r})"]
+    return out
+
+
+def _forward(op: dict) -> list[str]:
+    return [f"{_name(op['name'])} = model.get_submodule({op['layer']!r})({_name(op['input'])})"]
 
 
 def _snapshot(op: dict) -> list[str]:
@@ -189,7 +205,7 @@ def _save(op: dict) -> list[str]:
     else:
         out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{n!r}] = _buf.getvalue()",
                 f"_sd = torch.load(io.BytesIO(checkpoints[{n!r}]))  # what the file holds"]
-    return out + ["for _k in grads:", f"    names[{n!r} + '.' + _k] = _sd[_k]"]
+    return out + ["for _k in [*grads, *stats]:", f"    names[{n!r} + '.' + _k] = _sd[_k]"]
 
 
 def _replace(op: dict) -> list[str]:
@@ -210,9 +226,9 @@ def _load(op: dict) -> list[str]:
     declared names read from then on (as the torch target rebinds them)."""
     return [f"_ck = checkpoints[{op['from']!r}]",
             "_sd = torch.load(io.BytesIO(_ck)) if isinstance(_ck, bytes) else _ck",
-            "_before = {**model._parameters, **model._buffers}",
+            "_before = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
             f"model.load_state_dict(_sd, assign={bool(op['assign'])!r})",
-            "_after = {**model._parameters, **model._buffers}",
+            "_after = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
             "for _k, _old in _before.items():",
             "    if _after[_k] is not _old and names.get(_k) is _old:",
             "        names[_k] = _after[_k]"]
@@ -233,7 +249,8 @@ def _move(op: dict) -> list[str]:
 
 def _module_clone(op: dict) -> list[str]:
     return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters(remove_duplicate=False):",
-            f"    names[{op['name']!r} + '.' + _k] = _p"]
+            f"    names[{op['name']!r} + '.' + _k] = _p", "for _k in stats:",
+            f"    names[{op['name']!r} + '.' + _k] = _m.get_buffer(_k)"]
 
 
 EMITTERS: dict[str, Callable[[dict], list[str]]] = {
@@ -245,7 +262,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
     "freeze": lambda op: ["model.requires_grad_(False)"],
     "read": lambda op: [f"_ = {_name(op['target'])}.tolist()"],
     "set_lr": _set_lr, "save": _save, "load": _load, "replace": _replace, "backward": _backward,
-    "append": _append,
+    "append": _append, "forward": _forward,
 }
 
 
@@ -255,6 +272,8 @@ def torch_script(program: Program, repro: dict | None = None) -> str:
     out = [_PRELUDE.format(title=program.title or "case")]
     for t in program.tensors:
         out += _tensor_lines(t)
+    for layer in program.layers:
+        out += _layer_lines(layer)
     out.append('show("initial", names)')
     for i, op in enumerate(program.ops):
         out.append("")

@@ -28,6 +28,7 @@ from torch import nn
 from harness.case import ops as op_table
 from harness.targets.driver import Unsupported
 from harness.targets.protocol import Program, unreadable
+from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.training import TrainingOps
 
 # ---------------------------------------------------------------------------------------------
@@ -123,7 +124,7 @@ def _obs(t) -> dict:
     }
 
 
-class TorchSession(TrainingOps):
+class TorchSession(TrainingOps, LayerOps):
     """One program on one torch device: the driver's ``Session``.
 
     ``bound`` maps every name bound now to the object a user's variable of that name would hold;
@@ -131,7 +132,7 @@ class TorchSession(TrainingOps):
     reused within a program. Tensors change only inside ``__init__`` and ``apply`` (the driver's
     contract), which is what lets ``observe`` reuse a round of change keys until the next op."""
 
-    def __init__(self, device_name: str, tensors: list[dict]):
+    def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = ()):
         if device_name not in DEVICES:
             raise Unsupported(f"unknown device {json.dumps(device_name)} "
                               f"(this probe has {', '.join(DEVICES)})")
@@ -162,6 +163,9 @@ class TorchSession(TrainingOps):
                 self.model.register_parameter(spec["name"], t)
                 self.grads[spec["name"]] = spec["grad"]
             self._bind(spec["name"], t)
+        self.layer_stats: list[str] = []  # `<layer>.running_mean`, ...: the model's buffers by name
+        for spec in layers:
+            self._add_layer(spec)
 
     def _create(self, spec: dict) -> torch.Tensor:
         shape = spec["shape"]
@@ -225,7 +229,7 @@ class TorchSession(TrainingOps):
             return t.transpose(-2, -1)
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
-            if of not in self.model._parameters and of not in self.model._buffers:
+            if of not in self.model._parameters and of not in self.model._buffers and of not in self.layer_stats:
                 raise Unsupported(f"state_dict: {of!r} is not a parameter or buffer of the model "
                                   "(a snapshot has no state_dict entry)")
             return self.model.state_dict()[of]
@@ -355,12 +359,8 @@ class TorchSession(TrainingOps):
         self.clone_prefix[id(clone)] = op["name"] + "."
         for pname, p in clone.named_parameters(remove_duplicate=False):  # a tied one under each name
             self._bind(f"{op['name']}.{pname}", p)
-
-    def _op_valid(self, op: dict) -> None:
-        self.model.eval()
-
-    def _op_train(self, op: dict) -> None:
-        self.model.train()
+        for stat in self.layer_stats:  # deepcopy copies the layers' buffers too
+            self._bind(f"{op['name']}.{stat}", clone.get_buffer(stat))
 
     def _op_no_grad(self, op: dict) -> None:
         # torch has no module-level no-grad or freeze flag: both are requires_grad_(False) on every
@@ -443,7 +443,7 @@ class TorchProbe:
         }
 
     def open(self, device: str, program: Program) -> TorchSession:
-        return TorchSession(device, program.tensors)
+        return TorchSession(device, program.tensors, program.layers)
 
 
 def _move_param_like_module_apply(module: nn.Module, key: str, dev) -> nn.Parameter:

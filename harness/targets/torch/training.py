@@ -129,7 +129,7 @@ class TrainingOps:
             data = buf.getvalue()
             self.checkpoints[op["name"]] = ("file", data)
             entries = _read_checkpoint(data)  # what the file holds, as a user reading it sees it
-        for p in self.grads:  # the declared trainable tensors, in declaration order
+        for p in [*self.grads, *self.layer_stats]:  # the model's names, in declaration order
             self._bind(f"{op['name']}.{p}", entries[p])
 
     def _op_load(self, op: dict) -> None:
@@ -138,12 +138,12 @@ class TrainingOps:
             raise Skipped(f"no checkpoint named {op['from']} (its save did not run here)")
         how, held = taken
         sd = held if how == "memory" else _read_checkpoint(held)
-        before = {**self.model._parameters, **self.model._buffers}
+        before = {**self.model._parameters, **self.model._buffers, **self._stat_tensors()}
         # assign=False copies into the existing tensors in place (param.copy_(input) under
         # no_grad); assign=True installs the loaded tensors (wrapped in new Parameters where the
         # model held Parameters) in the model's slots (Module._load_from_state_dict).
         self.model.load_state_dict(sd, assign=op["assign"])
-        after = {**self.model._parameters, **self.model._buffers}
+        after = {**self.model._parameters, **self.model._buffers, **self._stat_tensors()}
         for key, old in before.items():
             if after[key] is not old:
                 self._rebind_slot(self.model, key, old, after[key], key)

@@ -1,32 +1,34 @@
-//! One program on one device: names bound to burn values, the model that owns the params, and
-//! the optimizers. Every op is the burn call a user writes; the table is in README.md.
+//! One program on one device: names bound to burn values, the model that owns the params and
+//! the layers, and the optimizers. Every op is the burn call a user writes; the table is in
+//! README.md.
 
-use crate::on_val;
-use crate::support::{
-    cpu_device, flatten, placeholder, record_round_trip, save_and_load,
-    through_host, to_own_device, uniform_param, Checkpoints, Edit, Model,
-};
+use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model, Stat};
 use crate::vals::{
-    assign_val, cat_val, KvCache, edit_val, move_val, obs_param, observe_val, read_val, replace_val, IntoVal, MoveKind, Val,
+    assign_val, cat_val, edit_val, make, move_val, obs_param, observe_val, read_val, replace_val, KvCache,
+    MoveKind, Val,
 };
 use aliasfuzz_protocol::{
-    panic_message, AppendHow, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op,
-    Outcome, Program, ReplaceHow, Session, TensorKind, TensorSpec,
+    panic_message, AppendHow, DeviceRole, MoveMethod, Obs, Op, Outcome, Program, ReplaceHow, Session, TensorKind,
 };
-use burn::store::ModuleRecord;
-use std::path::PathBuf;
-use burn::module::{Module, Param};
-use burn::nn::Initializer;
+use burn::module::Module;
+use burn::nn::BatchNorm;
 use burn::optim::{GradientsAccumulator, ModuleOptimizer};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::store::ModuleRecord;
+use burn::tensor::Device;
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
 
 enum Slot {
     /// A param owned by the model, at (rank, index).
     Model(usize, usize),
     /// A value bound outside the model: a buffer or a snapshot.
     Own(Val),
+    /// A running statistic of the model's batch norm `model.bn[i]`, read from it when used.
+    ModelStat(usize, Stat),
+    /// A running statistic of a batch norm outside the model (a module clone's layer, sharing
+    /// burn's running states with the model's as the clone does), read from it when used.
+    LayerStat(Box<BatchNorm>, Stat),
     /// The value was moved into a burn call that panicked: burn consumed it, nothing to observe.
     Lost(String),
 }
@@ -57,8 +59,14 @@ pub struct BurnSession {
     checkpoints: Checkpoints,
     /// The KV cache of each name a `cache` append grew (dropped by a `cat` append of the name).
     caches: HashMap<String, KvCache>,
+    /// The case's layers, in its order (the model holds them by kind).
+    layers: Vec<layers::ModelLayer>,
+    /// Why the model's layers were lost to a panicking call, if they were.
+    layers_lost: Option<String>,
 }
 
+mod layers;
+mod snapshots;
 mod training;
 
 /// What a `save` kept.
@@ -67,71 +75,6 @@ enum Saved {
     Record(ModuleRecord),
     /// The file `save_file` wrote.
     File(PathBuf),
-}
-
-fn make<const D: usize>(spec: &TensorSpec, home: &Device) -> Result<Val, String>
-where
-    Tensor<D>: IntoVal,
-    Param<Tensor<D>>: IntoVal,
-{
-    let dims: [usize; D] = spec
-        .shape
-        .clone()
-        .try_into()
-        .map_err(|_| format!("{}: shape {:?} is not rank {D}", spec.name, spec.shape))?;
-    let numel: usize = dims.iter().product();
-    let data = || -> Result<TensorData, String> {
-        let value = spec.value.clone().ok_or_else(|| format!("{}: no value", spec.name))?;
-        if value.len() != numel {
-            return Err(format!(
-                "{}: {} values for shape {:?}",
-                spec.name,
-                value.len(),
-                spec.shape
-            ));
-        }
-        Ok(TensorData::new(value, dims))
-    };
-    if let Some(g) = &spec.grad {
-        if g.len() != numel {
-            return Err(format!("{}: grad has {} values for shape {:?}", spec.name, g.len(), dims));
-        }
-    }
-    Ok(match spec.kind {
-        // Param::from_data: a leaf requiring grad on an autodiff device (burn-core param/tensor.rs).
-        TensorKind::Param => Param::<Tensor<D>>::from_data(data()?, home).into_val(),
-        TensorKind::Buffer => Tensor::<D>::from_data(data()?, home).into_val(),
-        TensorKind::Lazy => match spec.init {
-            // burn-nn initializer.rs `Initializer::init`: a `Param::uninitialized` whose closure
-            // runs on first `val()`.
-            Some(LazyInit::Const) => {
-                let value = spec.fill.ok_or_else(|| format!("{}: const needs fill", spec.name))?;
-                Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
-            }
-            // Seeded when it initialises (support.rs `uniform_param`).
-            Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), home).into_val(),
-            None => return Err(format!("{}: lazy tensor without init", spec.name)),
-        },
-    })
-}
-
-fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method) -> Result<Val, Outcome>
-where
-    Tensor<D>: IntoVal,
-{
-    Ok(match method {
-        // `Tensor::clone`: a handle on the same primitive.
-        Method::Clone => t.clone().into_val(),
-        Method::Detach => t.detach().into_val(),
-        Method::Mul1 => t.mul_scalar(1.0).into_val(),
-        Method::ToHome => to_own_device(t).into_val(),
-        Method::ToCpu => t.to_device(&cpu_device()).into_val(),
-        Method::Reshape => flatten(t).into_val(),
-        Method::ViewRow => t.slice([0..1]).into_val(),
-        Method::Transpose => t.transpose().into_val(),
-        Method::ToHost => through_host(t).into_val(),
-        other => return Err(Outcome::Error(format!("internal: {} is not a tensor method", other.as_str()))),
-    })
 }
 
 impl BurnSession {
@@ -149,6 +92,8 @@ impl BurnSession {
             saved: HashMap::new(),
             checkpoints: Checkpoints::default(),
             caches: HashMap::new(),
+            layers: vec![],
+            layers_lost: None,
         };
         for spec in &program.tensors {
             if s.slots.contains_key(&spec.name) {
@@ -175,6 +120,9 @@ impl BurnSession {
             };
             s.bind(spec.name.clone(), slot);
         }
+        for spec in &program.layers {
+            s.add_layer(spec)?;
+        }
         Ok(s)
     }
 
@@ -190,6 +138,7 @@ impl BurnSession {
         match self.slots.get(name) {
             Some(Slot::Model(r, i)) => Ok(self.model.get(*r, *i)),
             Some(Slot::Own(v)) => Ok(v.handle_clone()),
+            Some(slot @ (Slot::ModelStat(..) | Slot::LayerStat(..))) => Ok(self.stat_value(slot).expect("a stat slot")),
             // Skipped, as an op whose input an unsupported or failed op never bound: the failed
             // call that consumed the value is the error, once.
             Some(Slot::Lost(m)) => Err(Outcome::Skipped(format!("{name} was lost earlier ({m})"))),
@@ -205,7 +154,7 @@ impl BurnSession {
                 _ => self.model.p3[*i].lazy_shape().as_slice().to_vec(),
             }),
             Some(Slot::Own(v)) => Ok(v.shape()),
-            _ => self.get(name).map(|_| vec![]),
+            _ => self.get(name).map(|v| v.shape()),
         }
     }
 
@@ -216,6 +165,11 @@ impl BurnSession {
         let (holder, v) = match self.slots.remove(name) {
             Some(Slot::Model(r, i)) => (Some((r, i)), self.model.take(r, i)),
             Some(Slot::Own(v)) => (None, v),
+            // A statistic's value (an append rebinds the name to a longer plain tensor; writes
+            // are refused before this: `refuse_stat_write`).
+            Some(slot @ (Slot::ModelStat(..) | Slot::LayerStat(..))) => {
+                (None, self.stat_value(&slot).expect("a stat slot"))
+            }
             Some(Slot::Lost(m)) => {
                 let out = Outcome::Skipped(format!("{name} was lost earlier ({m})"));
                 self.slots.insert(name.to_string(), Slot::Lost(m));
@@ -264,6 +218,7 @@ impl BurnSession {
 
     fn lose_model(&mut self, lens: (usize, usize, usize), msg: &str) {
         let mut m = Model::empty();
+        self.lose_layers(&mut m, msg);
         for _ in 0..lens.0 {
             m.push(Model::placeholder_val(1)).ok();
         }
@@ -277,7 +232,7 @@ impl BurnSession {
         let names: Vec<String> = self
             .slots
             .iter()
-            .filter(|(_, s)| matches!(s, Slot::Model(..)))
+            .filter(|(_, s)| matches!(s, Slot::Model(..) | Slot::ModelStat(..)))
             .map(|(n, _)| n.clone())
             .collect();
         for n in names {
@@ -288,90 +243,10 @@ impl BurnSession {
         }
     }
 
-    /// The module `of` lives in, and its slot there: the model itself for a model param, a
-    /// one-param model for a Param bound outside it.
-    fn module_of(&self, of: &str, src: Val) -> Result<(Model, usize, usize), Outcome> {
-        match self.slots.get(of) {
-            Some(Slot::Model(r, i)) => {
-                self.refuse_lost_params()?;
-                Ok((self.model.clone(), *r, *i))
-            }
-            _ => match src {
-                v @ (Val::P1(_) | Val::P2(_) | Val::P3(_)) => {
-                    let mut m = Model::empty();
-                    let (r, i) = m.push(v).map_err(Outcome::Error)?;
-                    Ok((m, r, i))
-                }
-                _ => Err(Outcome::Unsupported(
-                    "burn records hold module params only: a plain Tensor in a module is a \
-                     constant whose visit records nothing (burn-core module/param/constant.rs, \
-                     `TODO: tensor record should persist`)"
-                        .into(),
-                )),
-            },
-        }
-    }
-
-    /// An error when a param was lost to an earlier failed call: its slot holds this probe's
-    /// placeholder, which no user's model has, so a record or file of the model would show it.
-    fn refuse_lost_params(&self) -> Result<(), Outcome> {
-        match self.params.iter().find(|mp| self.lost.contains(&(mp.rank, mp.idx))) {
-            Some(mp) => Err(Outcome::Error(format!(
-                "{} was lost to an earlier failed call: the model cannot be recorded",
-                mp.name
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    fn snapshot(&mut self, name: &str, of: &str, method: Method) -> Outcome {
-        let src = match self.get(of) {
-            Ok(v) => v,
-            Err(o) => return o,
-        };
-        let result: Result<Val, Outcome> = match method {
-            // The same handle bound to the name: `Param::clone` (same ParamId, shared lazy state)
-            // or `Tensor::clone`.
-            Method::Alias => Ok(src),
-            Method::Contiguous => Err(Outcome::Unsupported(
-                "burn has no contiguous call: layout is internal to each backend (burn-tensor \
-                 0.22.1 Tensor API)"
-                    .into(),
-            )),
-            Method::Copy => Err(Outcome::Unsupported(
-                "burn has no copy-into call (no copy_/copy_from in the burn-tensor 0.22.1 Tensor \
-                 API): tensors are values"
-                    .into(),
-            )),
-            Method::Deepcopy => Err(Outcome::Unsupported(
-                "burn has no deep copy: Tensor::clone and Param::clone are handle clones and \
-                 Module clones share lazy state (burn-core module/param/base.rs)"
-                    .into(),
-            )),
-            // The model's record applied back onto it, then the param read out of the loaded
-            // model (support.rs `record_round_trip`).
-            Method::StateDict => self.module_of(of, src).and_then(|(model, r, i)| {
-                Ok(record_round_trip(model).map_err(Outcome::Error)?.get(r, i))
-            }),
-            // A checkpoint file restored into a fresh model on the home device (support.rs
-            // `save_and_load`); the loaded param carries the ParamId stored in the file.
-            Method::SaveLoad => self.module_of(of, src).and_then(|(model, r, i)| {
-                let path = self.checkpoints.next().map_err(Outcome::Error)?;
-                Ok(save_and_load(model, &path, &self.home).map_err(Outcome::Error)?.get(r, i))
-            }),
-            // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
-            m => on_val!(src, param p => snap_tensor(p.val(), m), tensor t => snap_tensor(t, m)),
-        };
-        match result {
-            Ok(v) => {
-                self.bind(name.to_string(), Slot::Own(v));
-                Outcome::Ok
-            }
-            Err(o) => o,
-        }
-    }
-
     fn edit(&mut self, target: &str, edit: Edit) -> Outcome {
+        if let Some(o) = self.refuse_stat_write(target) {
+            return o;
+        }
         let shape = match self.shape_of(target) {
             Ok(s) => s,
             Err(o) => return o,
@@ -385,6 +260,9 @@ impl BurnSession {
     /// `assign`: a handle to the source (taken before the target is consumed, so `source ==
     /// target` reads the target's own values), then `slice_assign` into the target.
     fn assign(&mut self, target: &str, source: &str, index: Option<usize>, source_index: Option<usize>) -> Outcome {
+        if let Some(o) = self.refuse_stat_write(target) {
+            return o;
+        }
         let src = match self.get(source) {
             Ok(v) => v,
             Err(o) => return o,
@@ -460,6 +338,11 @@ impl BurnSession {
         for (n, v) in bound {
             self.bind(n, Slot::Own(v));
         }
+        // The clone's layers share the model's running states (burn's Clone of a RunningState
+        // clones its Arc): bound live, read from the clone's layer.
+        if self.layers_lost.is_none() {
+            self.bind_stats(name, &clone, true);
+        }
         Outcome::Ok
     }
 }
@@ -509,6 +392,7 @@ impl Session for BurnSession {
                 self.consume(target, |v| move_val(v, kind, &dev))
             }
             Op::ModuleClone { name } => self.module_clone(name),
+            Op::Forward { name, layer, input } => self.forward(name, layer, input),
             // Module mode changes rebind the model, as `model = model.valid()` does.
             Op::Valid {} => self.model_op(|m| m.valid()),
             Op::Train {} => self.model_op(|m| m.train()),
@@ -536,6 +420,10 @@ impl Session for BurnSession {
                 _ => obs_param(&self.model.p3[*i]),
             },
             Some(Slot::Own(v)) => observe_val(v),
+            // Plain tensors: no ParamId to report (a RunningState's id is private in running.rs).
+            Some(slot @ (Slot::ModelStat(..) | Slot::LayerStat(..))) => {
+                observe_val(&self.stat_value(slot).expect("a stat slot"))
+            }
             Some(Slot::Lost(m)) => Obs::unreadable(m.clone()),
             None => Obs::unreadable(format!("no tensor named {name}")),
         }

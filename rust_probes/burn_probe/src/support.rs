@@ -5,31 +5,39 @@
 //! probe ran and this is the one copy of it. Anything the protocol needs (rank-erased values,
 //! observations, error outcomes) stays in `vals.rs` and `session.rs`.
 
-use burn::module::{Module, Param, ParamId};
+use burn::module::{Module, Param, ParamId, RunningState};
+use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
+use burn::store::ModuleRecord;
 use burn::tensor::{Device, Distribution, Shape, Tensor, TensorData};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The program's trainable parameters, by rank, in program order within each rank. Buffers are
-/// not in the model: they are plain tensors bound outside it (a plain `Tensor` field would be a
-/// module *constant*, which burn neither records nor trains).
+/// The program's model: its trainable parameters, by rank, in program order within each rank,
+/// and its layers, by kind, in program order within each kind (the probe keeps the case's layer
+/// order beside it). Buffers are not in the model: they are plain tensors bound outside it (a
+/// plain `Tensor` field would be a module *constant*, which burn neither records nor trains).
+/// The layers are fields so that every `Module` call on the model (clone, record, file, valid,
+/// train, no_grad, freeze, to_device) carries them, as it does a user's model.
 #[derive(Module, Debug)]
 pub struct Model {
     pub p1: Vec<Param<Tensor<1>>>,
     pub p2: Vec<Param<Tensor<2>>>,
     pub p3: Vec<Param<Tensor<3>>>,
+    pub bn: Vec<BatchNorm>,
+    pub dropout: Vec<Dropout>,
 }
 
 impl Model {
     pub fn empty() -> Model {
-        Model { p1: vec![], p2: vec![], p3: vec![] }
+        Model { p1: vec![], p2: vec![], p3: vec![], bn: vec![], dropout: vec![] }
     }
 
-    /// The same layout with fresh, lazily zero-initialised params (new ParamIds) on `device`:
-    /// what a user builds from the model's config before `load_file`.
+    /// The same layout with fresh, lazily zero-initialised params (new ParamIds) and freshly
+    /// configured layers on `device`: what a user builds from the model's config before
+    /// `load_file`.
     pub fn skeleton(&self, device: &Device) -> Model {
         fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device) -> Param<Tensor<D>> {
             let shape = p.lazy_shape();
@@ -40,7 +48,76 @@ impl Model {
             p1: self.p1.iter().map(|p| fresh(p, device)).collect(),
             p2: self.p2.iter().map(|p| fresh(p, device)).collect(),
             p3: self.p3.iter().map(|p| fresh(p, device)).collect(),
+            bn: self.bn.iter().map(|bn| fresh_batch_norm(bn, device)).collect(),
+            dropout: self.dropout.iter().map(|d| dropout(d.prob)).collect(),
         }
+    }
+
+    /// The same params with freshly configured layers (each on its running state's device):
+    /// the model a record is loaded into to read it. Loading into the model itself, or into a
+    /// clone, would write into the model's running states: a `RunningState` is an `Arc` shared
+    /// by every clone of its module, and a load maps its value in place (burn-core
+    /// module/param/running.rs `Module::map`).
+    pub fn with_fresh_layers(self) -> Model {
+        let bn = self.bn.iter().map(|bn| fresh_batch_norm(bn, &bn.running_mean.value().device())).collect();
+        let dropout = self.dropout.iter().map(|d| dropout(d.prob)).collect();
+        Model { bn, dropout, ..self }
+    }
+}
+
+/// A batch-norm layer: `BatchNormConfig::new(features).with_momentum(momentum)`, epsilon at its
+/// default (1e-5). burn's BatchNorm always has `gamma` (ones) and `beta` (zeros) params
+/// (burn-nn modules/norm/batch.rs): the program gives them no gradient, so steps leave them.
+pub fn batch_norm(features: usize, momentum: f64, device: &Device) -> BatchNorm {
+    BatchNormConfig::new(features).with_momentum(momentum).init(device)
+}
+
+/// A dropout layer: `DropoutConfig::new(p).init()`, which panics for p outside [0, 1)
+/// (burn-nn modules/dropout.rs).
+pub fn dropout(p: f64) -> Dropout {
+    DropoutConfig::new(p).init()
+}
+
+/// A batch norm configured as `bn` is, with fresh running statistics (zeros and ones), on `device`.
+fn fresh_batch_norm(bn: &BatchNorm, device: &Device) -> BatchNorm {
+    let features = bn.gamma.lazy_shape().as_slice()[0];
+    BatchNormConfig::new(features)
+        .with_momentum(bn.momentum)
+        .with_epsilon(bn.epsilon)
+        .init(device)
+}
+
+/// A batch norm's running statistic, by the case's name for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stat {
+    Mean,
+    Var,
+}
+
+impl Stat {
+    pub const ALL: [Stat; 2] = [Stat::Mean, Stat::Var];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stat::Mean => "running_mean",
+            Stat::Var => "running_var",
+        }
+    }
+
+    /// The layer's `RunningState` of this statistic.
+    pub fn of(self, bn: &BatchNorm) -> &RunningState<Tensor<1>> {
+        match self {
+            Stat::Mean => &bn.running_mean,
+            Stat::Var => &bn.running_var,
+        }
+    }
+
+    /// Its current value: `RunningState::value()`, which "might be outdated by one update"
+    /// (running.rs): an update waits in a per-thread map until the next `value_sync`, `valid`,
+    /// `train` or update on the thread. Read as burn gives it, without syncing (a sync would
+    /// change what a later record holds).
+    pub fn value(self, bn: &BatchNorm) -> Tensor<1> {
+        self.of(bn).value()
     }
 }
 
@@ -111,10 +188,17 @@ pub fn through_host<const D: usize>(t: Tensor<D>) -> Tensor<D> {
 
 /// `state_dict`: the model's record (`into_record`) applied back onto it with
 /// `try_load_record` (a ModuleRecord has no public per-tensor reader in 0.22.1: burn-core
-/// store/mod.rs), so the caller reads the param out of the loaded model.
+/// store/mod.rs), so the caller reads the param out of the loaded model. Its layers are fresh
+/// ones (`Model::with_fresh_layers`), so that the load does not write into the model's own
+/// running states.
 pub fn record_round_trip(model: Model) -> Result<Model, String> {
     let record = model.clone().into_record();
-    model.try_load_record(record).map_err(|e| format!("load_record: {e}"))
+    read_record(model, record)
+}
+
+/// What `record` holds, loaded into `model` with fresh layers (`Model::with_fresh_layers`).
+pub fn read_record(model: Model, record: ModuleRecord) -> Result<Model, String> {
+    model.with_fresh_layers().try_load_record(record).map_err(|e| format!("load_record: {e}"))
 }
 
 /// `save_load`: `save_file` to `path`, `load_file` into a fresh model of the same layout on

@@ -8,9 +8,11 @@ use crate::support::{
     assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
     Model, RowCache,
 };
-use aliasfuzz_protocol::{Obs, CACHE_ROWS};
+use crate::support::uniform_param;
+use aliasfuzz_protocol::{LazyInit, Obs, TensorKind, TensorSpec, CACHE_ROWS};
 use burn::module::{Module, Param};
-use burn::tensor::{Device, Tensor};
+use burn::nn::Initializer;
+use burn::tensor::{Device, Tensor, TensorData};
 
 /// A name's value: a burn `Param` (has a `ParamId`, may be lazy) or a plain tensor.
 pub enum Val {
@@ -141,6 +143,54 @@ pub fn describe(v: &Val) -> String {
         Val::T2(_) => "Tensor<2>".into(),
         Val::T3(_) => "Tensor<3>".into(),
     }
+}
+
+/// A declared tensor of rank `D` as burn makes it: a `Param` (`param`, `lazy`) or a plain
+/// `Tensor` (`buffer`).
+pub fn make<const D: usize>(spec: &TensorSpec, home: &Device) -> Result<Val, String>
+where
+    Tensor<D>: IntoVal,
+    Param<Tensor<D>>: IntoVal,
+{
+    let dims: [usize; D] = spec
+        .shape
+        .clone()
+        .try_into()
+        .map_err(|_| format!("{}: shape {:?} is not rank {D}", spec.name, spec.shape))?;
+    let numel: usize = dims.iter().product();
+    let data = || -> Result<TensorData, String> {
+        let value = spec.value.clone().ok_or_else(|| format!("{}: no value", spec.name))?;
+        if value.len() != numel {
+            return Err(format!(
+                "{}: {} values for shape {:?}",
+                spec.name,
+                value.len(),
+                spec.shape
+            ));
+        }
+        Ok(TensorData::new(value, dims))
+    };
+    if let Some(g) = &spec.grad {
+        if g.len() != numel {
+            return Err(format!("{}: grad has {} values for shape {:?}", spec.name, g.len(), dims));
+        }
+    }
+    Ok(match spec.kind {
+        // Param::from_data: a leaf requiring grad on an autodiff device (burn-core param/tensor.rs).
+        TensorKind::Param => Param::<Tensor<D>>::from_data(data()?, home).into_val(),
+        TensorKind::Buffer => Tensor::<D>::from_data(data()?, home).into_val(),
+        TensorKind::Lazy => match spec.init {
+            // burn-nn initializer.rs `Initializer::init`: a `Param::uninitialized` whose closure
+            // runs on first `val()`.
+            Some(LazyInit::Const) => {
+                let value = spec.fill.ok_or_else(|| format!("{}: const needs fill", spec.name))?;
+                Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
+            }
+            // Seeded when it initialises (support.rs `uniform_param`).
+            Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), home).into_val(),
+            None => return Err(format!("{}: lazy tensor without init", spec.name)),
+        },
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

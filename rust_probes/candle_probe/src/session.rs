@@ -13,17 +13,17 @@
 //! | reshape       | `t.reshape(t.elem_count())?`                                              |
 //! | view_row      | `t.narrow(0, 0, 1)?`                                                      |
 //! | transpose     | `t.t()?`                                                                  |
-//! | state_dict    | the `Var` under that name in `VarMap::data()` (params only)               |
+//! | state_dict    | the `Var` under that name in `VarMap::data()` (params, layer stats)       |
 //! | deepcopy      | unsupported: candle has no deep-copy call                                 |
 //! | to_host       | `Tensor::new(t.flatten_all()?.to_vec1::<f32>()?, t.device())?.reshape(shape)` |
-//! | save_load     | `VarMap::save` + `VarMap::load` into a fresh VarMap (params only)         |
+//! | save_load     | `VarMap::save` + `VarMap::load` into a fresh VarMap (params, layer stats) |
 //! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]`             |
 //! | write (whole) | `Var::set(&v)` on a `Var`; `t.slice_set(&v, 0, 0)?` on a plain tensor     |
 //! | fill          | `t.const_set(value.into())?`                                              |
 //! | scale         | `var.set(&(var.as_tensor() * factor)?)` on a `Var`; plain tensor: unsupported |
 //! | step          | `SGD` / `AdamW` (`adam` = AdamW with weight_decay 0), `backward_step`     |
 //! | move          | rebinds the name to `t.to_device(&dev)?`; `fork`: unsupported             |
-//! | module_clone  | a clone of the `VarMap::data()` map: `<name>.<param>` = the cloned `Var`  |
+//! | module_clone  | a clone of the `VarMap::data()` map: `<name>.<p>` = the cloned `Var` (params, stats) |
 //! | read          | `t.flatten_all()?.to_vec1::<f32>()?`                                      |
 //! | assign (whole)| `Var::set(&src)` on a `Var`; `t.slice_set(&src, 0, 0)?` on a plain tensor |
 //! | assign (row)  | `t.slice_set(&src.unsqueeze(0)?, 0, index)?`                              |
@@ -36,7 +36,15 @@
 //! | replace (tie) | the value's own `Var` inserted under the name (one Var, two keys); a plain tensor: unsupported |
 //! | append (cat)  | `Tensor::cat(&[&t, &src], 0)?` (a row source `unsqueeze(0)`d)                |
 //! | append (cache)| `candle_nn::kv_cache::Cache::new(0, CACHE_ROWS)`: `append(&src)?`, then `current_data()?` |
-//! | valid, train, no_grad, freeze | unsupported (candle has no module modes or requires-grad switch) |
+//! | valid, train  | set the `train` flag `forward_t` is given (candle has no module modes)    |
+//! | forward       | `layer.forward_t(&x, train)?` (`BatchNorm`, `Dropout`; dropout p = 1 in training: unsupported) |
+//! | no_grad, freeze | unsupported (candle has no requires-grad switch)                        |
+//!
+//! Layers. A `batch_norm` is `candle_nn::batch_norm(features, BatchNormConfig { affine: false,
+//! .. }, vb.pp(layer))` over the model's VarMap: its running statistics are the VarMap's Vars
+//! `<layer>.running_mean` / `<layer>.running_var`, bound under those names; they have no gradient,
+//! so an optimizer made over the VarMap's vars holds them but never steps them. A `dropout` is
+//! `candle_nn::Dropout::new(p)` (see `session/layers.rs`).
 //!
 //! Handles. A name is bound either to a `Var` or to a `Tensor`, whichever type the user's
 //! variable would have: params (and lazy params) are `Var`s; `alias`/`clone` of a `Var` stay a
@@ -48,8 +56,7 @@
 //! only a `Var` can do (`Var::set`).
 
 use aliasfuzz_protocol::{
-    AppendHow, DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, CACHE_ROWS,
-    Outcome, Program, ReplaceHow, Session, TensorKind,
+    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, Outcome, Program, Session, TensorKind,
 };
 use crate::support::{
     assign_from, insert_var, lazy_var, save_and_load, through_host, values, var_of, write_row, Opt,
@@ -61,14 +68,14 @@ use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
 
 /// Ops this probe interprets (some answer `unsupported` for some inputs: `scale` on a plain
-/// tensor, `step` with `sgd_momentum`, `move` with `fork`). `valid`, `train`, `no_grad` and
-/// `freeze` are never supported and so are not listed.
+/// tensor, `step` with `sgd_momentum`, `move` with `fork`, `forward` of a dropout with p = 1 in
+/// training). `no_grad` and `freeze` are never supported and so are not listed.
 pub const OPS: &[&str] = &[
-    "snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "read", "assign",
-    "save", "load", "replace", "append",
+    "snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "valid", "train",
+    "read", "assign", "save", "load", "replace", "append", "forward",
 ];
 
-/// Snapshot methods this probe interprets (`state_dict` and `save_load` for params only).
+/// Snapshot methods this probe interprets (`state_dict` and `save_load` for params and layer stats only).
 /// `deepcopy` is never supported (candle has no such call) and so is not listed.
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
@@ -93,10 +100,17 @@ impl Handle {
 pub struct CandleSession {
     home: Device,
     alt: Option<Device>,
-    /// The model: params and lazy params, keyed by their program name.
+    /// The model: params and lazy params, keyed by their program name, and the layers' running
+    /// statistics (`<layer>.running_mean`, ...).
     varmap: VarMap,
     /// Names of the model's params in program order (for `module_clone`).
     params: Vec<String>,
+    /// Names of the layers' running statistics in layer order (after the params in `model_names`).
+    stats: Vec<String>,
+    /// The model's layers by name.
+    layers: HashMap<String, Layer>,
+    /// What `forward_t` is given: true at open, set by `valid` / `train`.
+    train: bool,
     /// The gradient `step` uses for each VarMap entry.
     grads: HashMap<String, Vec<f32>>,
     /// Bound names in creation order; rebinding keeps the position.
@@ -114,7 +128,11 @@ pub struct CandleSession {
     caches: HashMap<String, Cache>,
 }
 
+mod layers;
+mod rebind;
 mod training;
+
+use layers::Layer;
 
 /// What a `save` kept.
 enum Checkpoint {
@@ -153,6 +171,9 @@ impl CandleSession {
             alt,
             varmap: VarMap::new(),
             params: vec![],
+            stats: vec![],
+            layers: HashMap::new(),
+            train: true,
             grads: HashMap::new(),
             order: vec![],
             bound: HashMap::new(),
@@ -214,7 +235,16 @@ impl CandleSession {
             }
             s.bind(name, handle);
         }
+        for spec in &program.layers {
+            s.add_layer(spec)?;
+        }
         Ok(s)
+    }
+
+    /// What a prefix (`module_clone`, `save`) binds under it: the params in program order, then
+    /// the layers' running statistics.
+    fn model_names(&self) -> Vec<String> {
+        self.params.iter().chain(&self.stats).cloned().collect()
     }
 
     fn bind(&mut self, name: String, handle: Handle) {
@@ -231,8 +261,8 @@ impl CandleSession {
     fn model_var(&self, name: &str, method: &str) -> R<Var> {
         var_of(&self.varmap, name).ok_or_else(|| {
             Outcome::Unsupported(format!(
-                "{method}: {name:?} is not in the VarMap (only params are; buffers and snapshots \
-                 are plain tensors a candle model does not hold)"
+                "{method}: {name:?} is not in the VarMap (only params and layer stats are; buffers \
+                 and snapshots are plain tensors a candle model does not hold)"
             ))
         })
     }
@@ -298,65 +328,6 @@ impl CandleSession {
         }
     }
 
-    /// `replace` with a new `Var`: `Var::from_tensor(&value)` (the value's own Var when it is one,
-    /// candle#2124; a copy otherwise) inserted in the VarMap under the param's name. Optimizers
-    /// made before keep the old Var.
-    fn replace(&mut self, target: &str, value: &str, how: ReplaceHow) -> R<()> {
-        if how == ReplaceHow::Tie {
-            // One Var under two VarMap keys: what tying two layers' weights is in candle.
-            self.model_var(target, "replace")?;
-            let Handle::Var(var) = self.get(value)? else {
-                return Err(Outcome::Unsupported(
-                    "a VarMap holds Vars: a plain tensor cannot be tied in (Var::from_tensor would \
-                     copy it, which is `new`)"
-                        .into(),
-                ));
-            };
-            insert_var(&self.varmap, target, &var);
-            self.bind(target.to_string(), Handle::Var(var));
-            return Ok(());
-        }
-        if how != ReplaceHow::New {
-            return Err(Outcome::Unsupported(
-                "candle has no call that rebinds a Var's storage (torch's p.data = v, p.set_(v)): \
-                 Var::set copies values in, which is `assign`"
-                    .into(),
-            ));
-        }
-        self.model_var(target, "replace")?;
-        let var = ce(Var::from_tensor(self.get(value)?.tensor()))?;
-        insert_var(&self.varmap, target, &var);
-        self.bind(target.to_string(), Handle::Var(var));
-        Ok(())
-    }
-
-    /// `append`: `Tensor::cat`, or candle-nn's KV cache (a buffer of `CACHE_ROWS` rows that
-    /// `slice_set`s each source in, read back as `narrow(0, 0, len)`); the name's first cache
-    /// append starts one holding the name's rows.
-    fn append(&mut self, target: &str, source: &str, how: AppendHow) -> R<()> {
-        let t = self.get(target)?.tensor().clone();
-        let src = self.get(source)?.tensor().clone();
-        let src = if src.rank() < t.rank() { ce(src.unsqueeze(0))? } else { src };
-        let grown = match how {
-            AppendHow::Cat => {
-                self.caches.remove(target);
-                ce(Tensor::cat(&[&t, &src], 0))?
-            }
-            AppendHow::Cache => {
-                if !self.caches.contains_key(target) {
-                    let mut cache = Cache::new(0, CACHE_ROWS);
-                    ce(cache.append(&t))?;
-                    self.caches.insert(target.to_string(), cache);
-                }
-                let cache = self.caches.get_mut(target).expect("inserted above");
-                ce(cache.append(&src))?;
-                ce(cache.current_data())?.expect("an append filled the cache")
-            }
-        };
-        self.bind(target.to_string(), Handle::Tensor(grown));
-        Ok(())
-    }
-
     fn apply_inner(&mut self, op: &Op) -> R<()> {
         match op {
             Op::Snapshot { name, of, method } => {
@@ -410,17 +381,24 @@ impl CandleSession {
             // `all_vars()` gives the same Vars: Arc clones sharing the params' storage and ids.
             Op::ModuleClone { name } => {
                 let cloned: HashMap<String, Var> = self.varmap.data().lock().unwrap().clone();
-                for p in self.params.clone() {
+                for p in self.model_names() {
                     if let Some(v) = cloned.get(&p) {
                         self.bind(format!("{name}.{p}"), Handle::Var(v.clone()));
                     }
                 }
                 Ok(())
             }
-            Op::Valid {} | Op::Train {} => Err(Outcome::Unsupported(
-                "candle has no module train/eval modes (dropout etc. take a `train: bool` argument)"
-                    .into(),
-            )),
+            // candle has no module modes: `train` is the argument a candle user passes to
+            // `ModuleT::forward_t` (candle-core/src/lib.rs); switching it does nothing else.
+            Op::Valid {} => {
+                self.train = false;
+                Ok(())
+            }
+            Op::Train {} => {
+                self.train = true;
+                Ok(())
+            }
+            Op::Forward { name, layer, input } => self.forward(name, layer, input),
             Op::NoGrad {} | Op::Freeze {} => Err(Outcome::Unsupported(
                 "candle has no requires-grad switch: a Var is always tracked; a user detaches \
                  or leaves it out of the optimizer"

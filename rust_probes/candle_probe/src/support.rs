@@ -8,7 +8,7 @@
 
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Result, Tensor, Var};
-use candle_nn::{AdamW, Init, Optimizer, ParamsAdamW, VarMap, SGD};
+use candle_nn::{AdamW, BatchNorm, BatchNormConfig, Init, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -32,6 +32,18 @@ pub fn lazy_var(varmap: &VarMap, shape: Vec<usize>, name: &str, init: Init, devi
 /// The model's Vars by name, as the VarMap holds them (a snapshot of the map, not copies).
 pub fn model_vars(varmap: &VarMap) -> Vec<(String, Var)> {
     varmap.data().lock().unwrap().iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// A batch-norm layer without affine weight and bias, built through the model's VarMap as a
+/// candle model builds its layers: `candle_nn::batch_norm` gets `running_mean` (zeros) and
+/// `running_var` (ones) from `vb.pp(name)`, so the VarMap holds them as Vars under
+/// `<name>.running_mean` / `<name>.running_var`, and the layer keeps those very Vars
+/// (`Var::from_tensor` of a variable's tensor is that variable: candle#1504, candle#2124).
+/// `forward_t(.., true)` updates them in place with `Var::set` (batch_norm.rs `forward_train`).
+pub fn batch_norm_layer(varmap: &VarMap, name: &str, features: usize, momentum: f64, eps: f64, device: &Device) -> Result<BatchNorm> {
+    let vb = VarBuilder::from_varmap(varmap, DType::F32, device);
+    let config = BatchNormConfig { eps, remove_mean: true, affine: false, momentum };
+    candle_nn::batch_norm(features, config, vb.pp(name))
 }
 
 /// The tensor's values, row-major, read to the host.
@@ -83,11 +95,13 @@ pub fn save_and_load(varmap: &VarMap, path: &Path) -> Result<VarMap> {
 }
 
 /// The loss of a `step`: the sum over the VarMap's vars of `sum(var * grad)` (`None`: no vars,
-/// nothing to train).
+/// nothing to train). A var without a gradient in `grads` (a batch norm's running statistics)
+/// is not in the loss: a training loss never reads them, so they get no gradient.
 pub fn loss(varmap: &VarMap, grads: &HashMap<String, Vec<f32>>) -> Result<Option<Tensor>> {
     let mut total: Option<Tensor> = None;
     for (name, var) in &model_vars(varmap) {
-        let g = Tensor::from_vec(grads[name].clone(), var.shape(), var.device())?;
+        let Some(grad) = grads.get(name) else { continue };
+        let g = Tensor::from_vec(grad.clone(), var.shape(), var.device())?;
         let term = (var.as_tensor() * &g)?.sum_all()?;
         total = Some(match total {
             None => term,

@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
 /// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
@@ -332,6 +332,9 @@ pub enum Op {
     /// Binds `target` to a longer tensor: `target` with `source` appended along the first
     /// dimension (`source` shaped like a row of `target`, or like rows of it).
     Append { target: String, source: String, how: AppendHow },
+    /// Binds `name` to `layer`'s output on `input`. In training mode a batch norm updates its
+    /// running statistics (`<layer>.running_mean`, `<layer>.running_var`).
+    Forward { name: String, layer: String, input: String },
 }
 
 impl Op {
@@ -358,7 +361,50 @@ impl Op {
             Op::Assign { target, source, .. } => vec![target.as_str(), source.as_str()],
             Op::Replace { target, value, .. } => vec![target.as_str(), value.as_str()],
             Op::Append { target, source, .. } => vec![target.as_str(), source.as_str()],
+            Op::Forward { input, .. } => vec![input.as_str()],
             _ => vec![],
+        }
+    }
+}
+
+/// What a layer is (the case format's `LAYER_KINDS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum LayerKind {
+    /// Running mean and variance over `features` channels, updated with `momentum` in training.
+    BatchNorm,
+    /// Drops every element with probability `p` (0 or 1) in training; the identity otherwise.
+    Dropout,
+}
+
+/// One declared layer of the model (`harness.case.layers`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerSpec {
+    pub name: String,
+    pub kind: LayerKind,
+    #[serde(default)]
+    pub features: Option<usize>,
+    #[serde(default)]
+    pub momentum: Option<f64>,
+    #[serde(default)]
+    pub p: Option<f64>,
+}
+
+/// The names of a batch-norm layer's running statistics, in binding order, and their initial
+/// value (zeros and ones).
+pub const RUNNING_STATS: [(&str, f32); 2] = [("running_mean", 0.0), ("running_var", 1.0)];
+
+/// The epsilon every batch norm adds to the variance: each framework's default.
+pub const BATCH_NORM_EPS: f64 = 1e-5;
+
+impl LayerSpec {
+    /// The names the layer binds (`<layer>.running_mean`, `<layer>.running_var`), or none.
+    pub fn state_names(&self) -> Vec<String> {
+        match self.kind {
+            LayerKind::BatchNorm => RUNNING_STATS.iter().map(|(s, _)| format!("{}.{s}", self.name)).collect(),
+            LayerKind::Dropout => vec![],
         }
     }
 }
@@ -366,6 +412,9 @@ impl Op {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Program {
     pub tensors: Vec<TensorSpec>,
+    /// The model's layers; absent in programs without any.
+    #[serde(default)]
+    pub layers: Vec<LayerSpec>,
     /// Kept raw so that one unknown or malformed op does not reject the whole program: the driver
     /// parses each op and reports `unsupported` or `error` for that op alone.
     pub ops: Vec<serde_json::Value>,
@@ -774,6 +823,7 @@ mod tests {
             Op::Load { from: "c".into(), assign: false },
             Op::Replace { target: t(), value: "s".into(), how: ReplaceHow::New },
             Op::Append { target: t(), source: "s".into(), how: AppendHow::Cat },
+            Op::Forward { name: "y".into(), layer: "bn".into(), input: t() },
         ];
         let tags: Vec<String> = ops
             .iter()

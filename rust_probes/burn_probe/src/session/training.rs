@@ -1,8 +1,9 @@
 //! The training-loop ops of a [`BurnSession`]: the live optimizers (`step`, `backward`, `set_lr`) and the
-//! model's checkpoints (`save`, `load`), each the burn call a user writes.
+//! model's checkpoints (`save`, `load`, the layers' running statistics with the params), each the
+//! burn call a user writes.
 
 use super::{BurnSession, Saved, Slot};
-use crate::support::{loss_term, make_optimizer, save_and_load, Model};
+use crate::support::{loss_term, make_optimizer, read_record, save_and_load, Model};
 use crate::vals::Val;
 use aliasfuzz_protocol::{panic_message, CheckpointStore, OptimizerSpec, Outcome};
 use burn::module::Module;
@@ -98,7 +99,9 @@ impl BurnSession {
 
     /// `save`: `model.clone().into_record()` or `save_file`, and `<name>.<p>` bound to what the
     /// checkpoint holds, read by loading it into a model (a ModuleRecord has no per-tensor
-    /// reader): a clone of the model for a record, a fresh one for a file.
+    /// reader): a clone of the model with fresh layers for a record (support.rs `read_record`:
+    /// a load into the clone's own layers would write into the model's running states), a fresh
+    /// one for a file. `<name>.<layer>.<stat>` follow the params.
     pub(super) fn save(&mut self, name: &str, to: CheckpointStore) -> Outcome {
         if let Err(o) = self.refuse_lost_params() {
             return o;
@@ -107,7 +110,7 @@ impl BurnSession {
             match to {
                 CheckpointStore::Memory => {
                     let record = self.model.clone().into_record();
-                    let read = self.model.clone().try_load_record(record.clone()).map_err(|e| format!("load_record: {e}"))?;
+                    let read = read_record(self.model.clone(), record.clone())?;
                     Ok((Saved::Record(record), read))
                 }
                 CheckpointStore::File => {
@@ -132,10 +135,13 @@ impl BurnSession {
         for (n, v) in entries {
             self.bind(n, Slot::Own(v));
         }
+        self.bind_stats(name, &read, false);
         Outcome::Ok
     }
 
-    /// `load`: `model.load_record(record)` or `model.load_file(path)`, rebinding the model.
+    /// `load`: `model.load_record(record)` or `model.load_file(path)`, rebinding the model. The
+    /// layers' running states take the record's values in place (running.rs `Module::map`): a
+    /// module clone still sharing them sees the load too.
     pub(super) fn load(&mut self, from: &str, assign: bool) -> Outcome {
         if assign {
             return Outcome::Unsupported(

@@ -68,7 +68,8 @@ impl CandleSession {
         Ok(())
     }
 
-    /// `save`: the checkpoint, and `<name>.<p>` bound to what it holds for every param.
+    /// `save`: the checkpoint, and `<name>.<p>` bound to what it holds for every param and layer
+    /// stat (`model_names`).
     pub(super) fn save(&mut self, name: &str, to: CheckpointStore) -> R<()> {
         let (checkpoint, entries): (Checkpoint, HashMap<String, Handle>) = match to {
             CheckpointStore::Memory => {
@@ -89,7 +90,7 @@ impl CandleSession {
             }
         };
         self.checkpoints.insert(name.to_string(), checkpoint);
-        for p in self.params.clone() {
+        for p in self.model_names() {
             if let Some(h) = entries.get(&p) {
                 self.bind(format!("{name}.{p}"), h.clone());
             }

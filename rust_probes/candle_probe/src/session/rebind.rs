@@ -1,0 +1,69 @@
+//! The ops of a [`CandleSession`] that rebind a model or program name to another tensor:
+//! `replace` (a new or tied `Var` in the VarMap) and `append` (`Tensor::cat`, candle-nn's KV cache).
+
+use super::{ce, CandleSession, Handle, R};
+use crate::support::insert_var;
+use aliasfuzz_protocol::{AppendHow, Outcome, ReplaceHow, CACHE_ROWS};
+use candle_core::{Tensor, Var};
+use candle_nn::kv_cache::Cache;
+
+impl CandleSession {
+    /// `replace` with a new `Var`: `Var::from_tensor(&value)` (the value's own Var when it is one,
+    /// candle#2124; a copy otherwise) inserted in the VarMap under the param's name. Optimizers
+    /// made before keep the old Var.
+    pub(super) fn replace(&mut self, target: &str, value: &str, how: ReplaceHow) -> R<()> {
+        if how == ReplaceHow::Tie {
+            // One Var under two VarMap keys: what tying two layers' weights is in candle.
+            self.model_var(target, "replace")?;
+            let Handle::Var(var) = self.get(value)? else {
+                return Err(Outcome::Unsupported(
+                    "a VarMap holds Vars: a plain tensor cannot be tied in (Var::from_tensor would \
+                     copy it, which is `new`)"
+                        .into(),
+                ));
+            };
+            insert_var(&self.varmap, target, &var);
+            self.bind(target.to_string(), Handle::Var(var));
+            return Ok(());
+        }
+        if how != ReplaceHow::New {
+            return Err(Outcome::Unsupported(
+                "candle has no call that rebinds a Var's storage (torch's p.data = v, p.set_(v)): \
+                 Var::set copies values in, which is `assign`"
+                    .into(),
+            ));
+        }
+        self.model_var(target, "replace")?;
+        let var = ce(Var::from_tensor(self.get(value)?.tensor()))?;
+        insert_var(&self.varmap, target, &var);
+        self.bind(target.to_string(), Handle::Var(var));
+        Ok(())
+    }
+
+    /// `append`: `Tensor::cat`, or candle-nn's KV cache (a buffer of `CACHE_ROWS` rows that
+    /// `slice_set`s each source in, read back as `narrow(0, 0, len)`); the name's first cache
+    /// append starts one holding the name's rows.
+    pub(super) fn append(&mut self, target: &str, source: &str, how: AppendHow) -> R<()> {
+        let t = self.get(target)?.tensor().clone();
+        let src = self.get(source)?.tensor().clone();
+        let src = if src.rank() < t.rank() { ce(src.unsqueeze(0))? } else { src };
+        let grown = match how {
+            AppendHow::Cat => {
+                self.caches.remove(target);
+                ce(Tensor::cat(&[&t, &src], 0))?
+            }
+            AppendHow::Cache => {
+                if !self.caches.contains_key(target) {
+                    let mut cache = Cache::new(0, CACHE_ROWS);
+                    ce(cache.append(&t))?;
+                    self.caches.insert(target.to_string(), cache);
+                }
+                let cache = self.caches.get_mut(target).expect("inserted above");
+                ce(cache.append(&src))?;
+                ce(cache.current_data())?.expect("an append filled the cache")
+            }
+        };
+        self.bind(target.to_string(), Handle::Tensor(grown));
+        Ok(())
+    }
+}
