@@ -79,7 +79,8 @@ def test_drawn_forwards_read_what_their_layer_takes(program):
 def test_the_generator_draws_both_layers_and_forwards():
     seen: set[str] = set()
 
-    @settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    # Derandomized: the same 400 programs every run, so the test cannot pass or fail by chance.
+    @settings(max_examples=400, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(programs("quick"))
     def draw(program):
         seen.update(layer.kind for layer in program.layers)
