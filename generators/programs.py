@@ -61,6 +61,13 @@ PROFILES = {
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
         ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2),
         ("append", 3), ("forward", 3))),
+    # Around lazy initialisation: a lazy tensor in every program, and the ops whose effect on it
+    # depends on when it is first read (moves, module clones, reads, steps).
+    "lazy": Profile("lazy", max_ops=10, lazy_probability=1.0, weights=(
+        ("snapshot", 4), ("write", 2), ("fill", 1), ("scale", 1), ("step", 5), ("move", 5),
+        ("module_clone", 3), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 2),
+        ("assign", 1), ("save", 2), ("load", 1), ("set_lr", 1), ("replace", 1), ("backward", 2),
+        ("append", 1), ("forward", 1))),
 }
 
 

@@ -65,7 +65,7 @@ def test_planted_divergence_is_found_and_shrunk(fake_runner):
     assert [t.name for t in m.tensors] == ["p0"] and m.ops[0]["name"] == "s0"
     assert rec.shrink.complete and rec.shrink.ops_before == 7 and rec.shrink.ops_after == 2
     # 1-minimal: no single removal keeps the signature.
-    assert is_one_minimal(m, engine.predicate(rec.signature, fake_runner.ids)) == []
+    assert is_one_minimal(m, engine.predicate(rec.finding, fake_runner.ids)) == []
 
 
 def test_signature_survives_renaming_padding_and_values(fake_runner):
@@ -103,7 +103,7 @@ def test_generated_campaign_finds_the_planted_bug(fake_runner):
     for r in clones:
         assert r.shrink.hypothesis_runs > 0  # Hypothesis's shrinker ran first
         assert len(r.minimized.ops) == 2
-        assert is_one_minimal(r.minimized, engine.predicate(r.signature, fake_runner.ids)) == []
+        assert is_one_minimal(r.minimized, engine.predicate(r.finding, fake_runner.ids)) == []
 
 
 def test_generation_is_deterministic():

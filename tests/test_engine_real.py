@@ -36,7 +36,7 @@ def test_short_campaign_finds_torch_candle_and_torch_burn_divergences(runner):
         if not r.shrink.complete:
             continue
         # 1-minimal: no single op or tensor can be removed without losing the signature
-        shows = engine.predicate(r.signature, [t for t in r.finding.targets if t != "-"])
+        shows = engine.predicate(r.finding, [t for t in r.finding.targets if t != "-"])
         assert shows([r.minimized]) == [True], r.signature
         assert is_one_minimal(r.minimized, shows) == [], r.signature
         checked += 1

@@ -171,6 +171,41 @@ def _cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
     assert r.returncode == 0, r.stderr[-4000:]
     assert "warning" not in r.stderr, f"the generated {framework} code compiles with warnings:\n{r.stderr[-4000:]}"
     _compare(parse_output(r.stdout), trace_states(tj), f"{framework} reproducer of {case.name}", tj["ops"])
+    return r.stdout, doc
+
+
+def _without_run(doc: dict, target: str, n_ops: int, inert: list[int]) -> tuple[dict, list[dict]]:
+    """A metamorphic case's second run from its repro JSON, in ``parse_output``'s form with the
+    case's op numbering (and the statuses by that numbering)."""
+    other = doc["without_inert"]["targets"][target]
+    numbers = [i for i in range(n_ops) if i not in inert]
+    states = {None if k is None else numbers[k]: v for k, v in trace_states(other).items()}
+    statuses = [{"status": "ok"}] * n_ops
+    for k, st in enumerate(other["ops"]):
+        statuses[numbers[k]] = st
+    return states, statuses
+
+
+def test_reproducers_of_a_metamorphic_case_print_both_runs(tmp_path):
+    case = CASES / "burn_unused_module_clone_stops_a_moved_lazy_training.toml"
+    program = load_case(case)
+    out, doc = _cargo_reproducer("burn", case, "burn:flex", tmp_path)
+    states, statuses = _without_run(doc, "burn:flex", len(program.ops), list(program.inert))
+    second = parse_output(out, "without: ")
+    _compare(second, states, "burn reproducer's run without the inert ops", statuses)
+    assert "== without the inert ops [0] ==" in out
+    # The divergence itself, as burn prints it: with the clone l stays, without it l trains.
+    assert parse_output(out)[2]["l"] == [0.5, 0.5] and second[2]["l"] == [-0.5, -0.5]
+    assert 0 not in second  # the inert op is not in the second run
+    # torch's script prints both runs too (and agrees with itself).
+    tdoc = _repro_json(case, "torch:cpu")
+    script = tmp_path / "repro.torch.py"
+    script.write_text(torch_script(program, tdoc))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    states, statuses = _without_run(tdoc, "torch:cpu", len(program.ops), list(program.inert))
+    _compare(parse_output(r.stdout, "without: "), states, "torch script's run without the inert ops", statuses)
+    assert parse_output(r.stdout)[2]["l"] == parse_output(r.stdout, "without: ")[2]["l"] == [-0.5, -0.5]
 
 
 def test_candle_reproducer_prints_what_the_probe_observed(tmp_path):

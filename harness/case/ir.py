@@ -85,14 +85,17 @@ class TensorDecl:
 
 @dataclass(frozen=True)
 class Program:
-    """A case: tensors, ops in canonical form, free-text metadata that never affects runs, and
-    the model's layers (``harness.case.layers``)."""
+    """A case: tensors, ops in canonical form, free-text metadata that never affects runs, the
+    model's layers (``harness.case.layers``) and, for a case of the metamorphic oracle, the op
+    indices of its inert group (``harness.case.inert``): the case is also run without them, and
+    each target compared with itself."""
 
     tensors: tuple[TensorDecl, ...]
     ops: tuple[Mapping[str, Any], ...]
     title: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
     layers: tuple[LayerDecl, ...] = ()
+    inert: tuple[int, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         out = {"tensors": [t.to_wire() for t in self.tensors], "ops": [dict(o) for o in self.ops]}
@@ -106,7 +109,8 @@ class Program:
         return ops.model_names(self.tensors, self.layers)
 
     def with_ops(self, ops: Iterable[Mapping[str, Any]]) -> "Program":
-        return replace(self, ops=tuple(ops))
+        """The program with other ops (and no ``inert`` group: its indices were of the old ops)."""
+        return replace(self, ops=tuple(ops), inert=())
 
     def tensor(self, name: str) -> TensorDecl:
         for t in self.tensors:
@@ -124,7 +128,10 @@ class Program:
         if key is None:
             import json
 
-            key = json.dumps(self.to_wire(), sort_keys=True, separators=(",", ":"))
+            wire = self.to_wire()
+            if self.inert:  # not sent to a target: the targets run the program, the oracle pairs it
+                wire["inert"] = list(self.inert)
+            key = json.dumps(wire, sort_keys=True, separators=(",", ":"))
             object.__setattr__(self, "_key", key)  # frozen: a cache, not a field
         return key
 
@@ -283,8 +290,8 @@ def _parse_case(doc: Any, err) -> Program:
     if fmt != FORMAT:
         raise err("format", f"must be {FORMAT!r}, got {cv.brief(fmt)}")
     for key in doc:
-        if key not in ("format", "title", "tensors", "layers", "ops", "meta"):
-            raise err(key, "unknown top-level field (allowed: format, title, tensors, layers, ops, meta)")
+        if key not in ("format", "title", "tensors", "layers", "ops", "inert", "meta"):
+            raise err(key, "unknown top-level field (allowed: format, title, tensors, layers, ops, inert, meta)")
     raw_tensors = doc.get("tensors")
     if not isinstance(raw_tensors, dict) or not raw_tensors:
         raise err("tensors", "missing or empty [tensors] table")
@@ -304,7 +311,21 @@ def _parse_case(doc: Any, err) -> Program:
     if not isinstance(meta, dict):
         raise err("meta", "expected a table")
     cv.shallow(meta, "meta", err)
-    return Program(tensors, ops, title, meta, layers)
+    program = Program(tensors, ops, title, meta, layers)
+    if "inert" in doc:
+        program = replace(program, inert=_check_inert_field(program, doc["inert"], err))
+    return program
+
+
+def _check_inert_field(program: Program, raw: Any, err) -> tuple[int, ...]:
+    from harness.case.inert import check_inert
+
+    if not isinstance(raw, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in raw):
+        raise err("inert", f"expected a list of op indices, got {cv.brief(raw)}")
+    try:
+        return check_inert(program, raw).ops
+    except ValueError as e:
+        raise err("inert", str(e)) from None
 
 
 def load_case(path: str | Path) -> Program:
@@ -364,6 +385,8 @@ def case_document(program: Program) -> dict[str, Any]:
     if program.layers:
         doc["layers"] = {layer.name: layer.document() for layer in program.layers}
     doc["ops"] = [_op_document(op, shapes) for _, op, shapes in ops.walk(program.tensors, program.ops, program.layers)]
+    if program.inert:
+        doc["inert"] = list(program.inert)
     if program.meta:
         doc["meta"] = dict(program.meta)
     return doc

@@ -11,6 +11,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from generators.programs import PROFILES
 from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
 from harness.errors import InputError
 
@@ -21,7 +22,8 @@ def register(sub) -> None:
     p.add_argument("--max-programs", type=int, help="stop after about this many programs")
     p.add_argument("--seed", type=int, help="campaign seed (printed at start; default: random)")
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
-    p.add_argument("--profile", choices=("quick", "default", "deep"), help="program sizes (default: default)")
+    p.add_argument("--profile", choices=tuple(PROFILES), help="program sizes and op weights (default: default; "
+                   "lazy: every program around a lazy tensor's first read)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each with its own probes")
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
     p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder")
@@ -38,6 +40,9 @@ def register(sub) -> None:
     p.add_argument("--confirm", type=int, default=3, metavar="N",
                    help="re-run each new finding's minimized case N times on fresh probe processes; one "
                         "that does not show every time is reported flaky, not new (default: 3; 0: off)")
+    p.add_argument("--metamorphic", type=float, default=None, metavar="SHARE",
+                   help="the share of programs also run with an inert op inserted or removed, each target "
+                        "compared with itself (default: 0.25; 0: off)")
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
@@ -62,7 +67,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                                 shrink_time_s=_shrink_time(args.shrink_time, budget),
                                 shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
                                 baseline=args.baseline, shrink_known=args.shrink_known,
-                                confirm_runs=args.confirm)
+                                confirm_runs=args.confirm, metamorphic_share=0.25 if args.metamorphic is None else args.metamorphic)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
         else:
@@ -120,6 +125,8 @@ def _check_options(args: argparse.Namespace) -> float | None:
     for flag, value in (("--shrink-time", args.shrink_time), ("--shrink-grace", args.shrink_grace)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise CampaignError(f"{flag} {value}: must be a finite number of seconds, 0 or more")
+    if args.metamorphic is not None and not (0.0 <= args.metamorphic <= 1.0):
+        raise CampaignError(f"--metamorphic {args.metamorphic}: must be a share from 0 to 1")
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise CampaignError(f"--out {args.out} with --resume {args.resume}: a resume writes to its own folder")
@@ -135,10 +142,11 @@ def _check_resume(args: argparse.Namespace) -> None:
 
     saved = RunFolder(args.resume).load_state().get("config", {})
     given = {"seed": args.seed, "targets": parse_target_list(args.targets), "profile": args.profile,
-             "db": args.db, "baseline": args.baseline, "chunk_size": args.chunk_size}
+             "db": args.db, "baseline": args.baseline, "chunk_size": args.chunk_size,
+             "metamorphic_share": args.metamorphic}
     for key, value in given.items():
         if value is not None and value != saved.get(key):
-            flag = "--" + key.replace("_", "-")
+            flag = {"metamorphic_share": "--metamorphic"}.get(key, "--" + key.replace("_", "-"))
             raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {saved.get(key)!r}; "
                                 f"a resume continues it unchanged (leave {flag} out, or start a new --out)")
 

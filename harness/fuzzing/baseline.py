@@ -40,6 +40,8 @@ class KnownDivergence:
     upstream: str = ""
 
     def matches(self, f: Finding) -> bool:
+        if f.kind == "metamorphic" and not _names_kind(self.kind, f.kind):
+            return False  # a target against itself: only an entry written for that oracle explains it
         if not _any(f.kind, self.kind) or not _any(f.aspect, self.aspect):
             return False
         if not _any(f.method or "-", self.method) or not _any(f.op_label, self.op):
@@ -52,6 +54,11 @@ class KnownDivergence:
                                                       all(x == self.frameworks[0] for x in fws)):
                 return False
         return _any("~".join(f.sides), self.sides)
+
+
+def _names_kind(patterns: str | tuple[str, ...], kind: str) -> bool:
+    """Whether the patterns name ``kind`` itself (not through a wildcard)."""
+    return kind in ((patterns,) if isinstance(patterns, str) else patterns)
 
 
 def _any(value: str, patterns: str | tuple[str, ...]) -> bool:

@@ -32,7 +32,7 @@ from harness.case.ir import Program, dump_case
 from harness.errors import CampaignError, InputError
 from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.corpus import Corpus, open_database
-from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, pipeline
+from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, drawn_results, pipeline
 from harness.fuzzing.messages import (FindingFound, LogLine, Message, Progress, RanNowhere, TargetsOpened, WorkerDone,
                                       WorkerError)
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
@@ -74,6 +74,9 @@ class CampaignConfig:
     # A new finding's minimized case is re-run this many times on fresh target processes; one
     # that does not show every time is reported `flaky` (Engine.confirm). 0: not confirmed.
     confirm_runs: int = 3
+    # The share of each chunk's programs also run beside a variant with one inert op group more
+    # or less, each target compared with itself (kind `metamorphic`; variants.plan). 0: off.
+    metamorphic_share: float = 0.25
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +112,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
-                    deadline=deadline, shrink_known=config.shrink_known, confirm_runs=config.confirm_runs)
+                    deadline=deadline, shrink_known=config.shrink_known, confirm_runs=config.confirm_runs,
+                    metamorphic_share=config.metamorphic_share)
     baseline_cases = {e.id: e.case for e in baseline.entries}
     engine.started -= elapsed_before
     emit(TargetsOpened({t.id: t.info.to_json() for t in found.targets}, dict(found.unavailable)))
@@ -154,7 +158,7 @@ def _process_chunks(config: CampaignConfig, engine: Engine, claim: Callable[[], 
         engine.forget(programs)
         # Drawn programs count as programs; those the engine had run already are not run again.
         # A chunk cut off by the deadline is not complete: a resume runs it again.
-        cut = len(programs) - len(results)
+        cut = len(programs) - drawn_results(results)
         emit(Progress(drawn - cut, None if cut else chunk, drawn - len(programs)))
         if engine.ran_nowhere:
             emit(RanNowhere(engine.ran_nowhere))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Sequence
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hyp_seed, settings
@@ -22,12 +22,14 @@ from hypothesis.errors import HypothesisException
 
 from generators.programs import Profile, get_profile, programs as program_strategy
 
+from harness.fuzzing import variants
 from harness.fuzzing.baseline import Baseline, KnownDivergence
 from harness.errors import InputError
 from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
 from harness.case.ir import Program
 from harness.shrinking.minimize import MinimizeResult, cost, minimize
 from harness.judging.finding import Finding
+from harness.judging.metamorphic import group_label
 from harness.judging.pairs import split_target_id
 from harness.targets.runner import Runner
 from harness.targets.base import CANCELLED
@@ -156,6 +158,22 @@ def cancelled(traces: dict[str, Trace]) -> bool:
     return any(t.status == CANCELLED for t in traces.values())
 
 
+def drawn_results(results: Sequence[tuple[Program, dict[str, Trace], list[Finding]]]) -> int:
+    """How many of ``Engine.judge``'s entries are drawn programs (a metamorphic pair's program
+    carries its ``inert`` group; a drawn one never does)."""
+    return sum(1 for program, _, _ in results if not program.inert)
+
+
+def findings_on(run: variants.RunFn, programs: Sequence[Program], finding: Finding) -> list[list[Finding]]:
+    """Each program's findings of ``finding``'s oracle, on ``run``'s targets: the metamorphic
+    pairs of its inert groups of that label for a metamorphic finding, else the differential
+    oracle's (``safe_compare``)."""
+    label = group_label(finding)
+    if label is not None:
+        return variants.pair_findings(programs, run, label)
+    return [safe_compare(p, traces) for p, traces in zip(programs, run(programs))]
+
+
 def known_entry(baseline: Baseline, finding: Finding) -> KnownDivergence | None:
     """The baseline entry that explains ``finding``; never one for a harness error, which is a
     bug of aliasfuzz whatever an entry's patterns say."""
@@ -169,7 +187,9 @@ def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
     without an op it differs on), else any other target."""
     if is_harness_error(finding):  # the exception may come from any target's trace
         return list(all_ids)
-    ids = [t for t in finding.targets if t in all_ids]
+    ids = list(dict.fromkeys(t for t in finding.targets if t in all_ids))
+    if group_label(finding) is not None:
+        return ids  # a target against itself: no partner
     if len(ids) == 1:
         framework = split_target_id(ids[0])[0]
 
@@ -215,6 +235,10 @@ class Engine:
     #: How many times a new finding's minimized case is re-run on freshly started target
     #: processes before it is reported: one that does not show every time is ``flaky``.
     confirm_runs: int = 3
+    #: Share of each chunk's programs run beside a metamorphic variant (``variants.plan``), and
+    #: how many such variants ran.
+    metamorphic_share: float = 0.25
+    variants_run: int = 0
 
     def generate(self, n: int, seed: int) -> list[Program]:
         """A chunk of programs; their choice sequences are kept until ``forget``."""
@@ -247,22 +271,32 @@ class Engine:
         return out
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
-        judged = _judged(programs, self.runner.run(programs))
+        batch, pairs = self.plan(programs)
+        return self.judge(programs, pairs, self.runner.run(batch))
+
+    def plan(self, programs: Sequence[Program]) -> tuple[list[Program], list[variants.Pair]]:
+        """The batch that runs ``programs``: them, then their metamorphic variants."""
+        return variants.plan(programs, self.metamorphic_share)
+
+    def judge(self, programs: Sequence[Program], pairs: Sequence[variants.Pair],
+              results: Sequence[dict[str, Trace]]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
+        """The drawn programs judged by the differential oracle, then the metamorphic pairs that
+        diverged (their programs carry ``inert``: ``drawn_results`` tells the two apart)."""
+        judged = _judged(programs, results[:len(programs)])
         self._count(judged)
-        return judged
+        self.variants_run += sum(1 for p in pairs if p.extra < len(results) and not cancelled(results[p.extra]))
+        return judged + variants.judge(pairs, results, cancelled)
 
     def _count(self, judged: Sequence[tuple[Program, dict[str, Trace], list[Finding]]]) -> None:
         self.programs_run += len(judged)
         self.ran_nowhere += sum(1 for _, traces, _ in judged if not any(t.ok for t in traces.values()))
 
-    def predicate(self, signature: str, target_ids: Sequence[str]) -> Callable[[Sequence[Program]], list[bool]]:
+    def predicate(self, finding: Finding, target_ids: Sequence[str]) -> Callable[[Sequence[Program]], list[bool]]:
         sub = self.runner.subset(target_ids)
 
         def shows(candidates: Sequence[Program]) -> list[bool]:
-            out = []
-            for program, traces in zip(candidates, sub.run(candidates)):
-                out.append(any(f.signature == signature for f in safe_compare(program, traces)))
-            return out
+            return [any(f.signature == finding.signature for f in fs)
+                    for fs in findings_on(sub.run, candidates, finding)]
 
         return shows
 
@@ -270,7 +304,7 @@ class Engine:
         """Hypothesis's shrinker first (when the program was generated here), then the domain
         pass, which also guarantees 1-minimality."""
         ids = _targets_for(finding, self.runner.ids)
-        shows = self.predicate(finding.signature, ids)
+        shows = self.predicate(finding, ids)
         start = time.monotonic()
         limit = self.shrink_time_s
         if self.deadline is not None:  # the campaign's budget bounds shrinking too
@@ -289,9 +323,11 @@ class Engine:
         result.runs += hyp_runs
         result.hypothesis_runs = hyp_runs
         result.seconds = time.monotonic() - start
-        final = next((f for f in safe_compare(result.program, self.runner.subset(ids).run_one(result.program))
-                      if f.signature == finding.signature), finding)
-        return result.program, final, result
+        shown = findings_on(self.runner.subset(ids).run, [result.program], finding)[0]
+        final = next((f for f in shown if f.signature == finding.signature), finding)
+        # A metamorphic case names its inert group, found again in the minimized program.
+        minimized = replace(result.program, inert=final.inert) if group_label(final) else result.program
+        return minimized, final, result
 
     def process(self, programs: Sequence[Program], on_new: Callable[[Recorded], None],
                 skip: Callable[[str], bool] = lambda s: False) -> int:
@@ -347,7 +383,7 @@ class Engine:
         shown = 0
         for _ in range(self.confirm_runs):
             sub.restart()
-            shown += any(f.signature == finding.signature for f in safe_compare(program, sub.run_one(program)))
+            shown += any(f.signature == finding.signature for f in findings_on(sub.run, [program], finding)[0])
         return shown, self.confirm_runs
 
     def _report(self, on_new: Callable[[Recorded], None], rec: Recorded) -> None:
@@ -378,18 +414,17 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
     start on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)``
     per chunk (fewer results than programs when some were cancelled). The consumer may use the targets while it holds a chunk (to shrink a finding): the
     runner first lets the chunk in flight finish and keeps its traces for this pipeline."""
-    it = (engine.unseen(chunk) for chunk in chunks)
+    it = ((chunk, *engine.plan(chunk)) for chunk in (engine.unseen(c) for c in chunks))
     current = next(it, None)
-    wait = engine.runner.submit(current) if current is not None else None
+    wait = engine.runner.submit(current[1]) if current is not None else None
     following_wait = None
     try:
         while current is not None:
             following = next(it, None)  # drawn while the targets run ``current``
             results = wait()
-            following_wait = engine.runner.submit(following) if following is not None else None
-            judged = _judged(current, results)
-            engine._count(judged)
-            yield current, judged
+            following_wait = engine.runner.submit(following[1]) if following is not None else None
+            programs, _batch, pairs = current
+            yield programs, engine.judge(programs, pairs, results)
             current, wait, following_wait = following, following_wait, None
     finally:
         if following_wait is not None:  # a consumer that stops early leaves no batch running

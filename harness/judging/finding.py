@@ -26,6 +26,8 @@ class Finding:
     # The declared kind (param, buffer, lazy) of the subject or of what it is a snapshot of, for
     # verdict and value findings (not part of the signature; a baseline entry may match it).
     role: str | None = None
+    #: A ``metamorphic`` finding's inert group: the op indices whose removal changed the run.
+    inert: tuple[int, ...] = ()
 
     @property
     def signature(self) -> str:
@@ -36,6 +38,8 @@ class Finding:
     def sentence(self) -> str:
         a, b = self.targets
         sa, sb = self.sides
+        if self.kind == "metamorphic":
+            return self._metamorphic_sentence()
         if self.aspect == "verdict":
             return (f"After op {self.op_index} (`{self.op_label}`), the `{self.method}` snapshot"
                     f" {self.subject} {_say(sa)} on {a} but {_say(sb)} on {b}.")
@@ -56,12 +60,33 @@ class Finding:
                     f" ({self.subject}): a bug of aliasfuzz, not of a framework.")
         return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
 
+    def _metamorphic_sentence(self) -> str:
+        """With / without the inert group, on the finding's one target."""
+        group = (self.method or "+?").lstrip("+")
+        where = f"with the inert `{group}` (op{'s' if len(self.inert) > 1 else ''} {', '.join(map(str, self.inert))})"
+        sa, sb = self.sides
+        if self.aspect == "value":
+            va, vb = self.values or ("?", "?")
+            what = f"{self.subject}{self.at}"
+            if {sa, sb} == {"changed", "unchanged"}:
+                verb_a, verb_b = ("changed to", "stayed") if sa == "changed" else ("stayed", "changed to")
+                return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} {verb_a}"
+                        f" {va} {where} but {verb_b} {vb} without it.")
+            return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} holds {va}"
+                    f" {where} but {vb} without it.")
+        if self.aspect == "identity":
+            x, _, y = (self.subject or ",").partition(",")
+            return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa}"
+                    f" objects {where} but {sb} objects without it.")
+        at = "the program" if self.op_label == "program" else f"op {self.op_index} (`{self.op_label}`)"
+        return f"On {self.targets[0]}, {at} says {sa} {where} but {sb} without it. {self.detail}".strip()
+
     def to_json(self) -> dict[str, Any]:
         return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
                 "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
                 "method": self.method, "sides": list(self.sides), "subject": self.subject,
                 "values": None if self.values is None else list(self.values), "at": self.at,
-                "role": self.role,
+                "role": self.role, **({"inert": list(self.inert)} if self.inert else {}),
                 "sentence": self.sentence(), "detail": self.detail}
 
 

@@ -8,7 +8,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from harness.fuzzing.baseline import Baseline, KnownDivergence
+from harness.case.inert import check_inert, without
 from harness.case.ir import Program
+from harness.judging.metamorphic import safe_compare_inert
 from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
 from harness.judging.finding import Finding
 from harness.reporting.table import Cell, Note, Row, Table, build_table
@@ -25,6 +27,8 @@ class ReproResult:
     findings: list[Finding]
     known: dict[str, KnownDivergence | None] = field(default_factory=dict)  # signature -> entry
     verdict_maps: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    #: A metamorphic case (``program.inert``): every target's trace of the case without its group.
+    without: Mapping[str, Trace] | None = None
 
     @property
     def new_findings(self) -> list[Finding]:
@@ -59,7 +63,17 @@ class ReproResult:
             entry = self.known.get(f.signature)
             divergences.append({**f.to_json(), "status": "known" if entry else "new",
                                 "baseline": entry.id if entry else None})
-        return {"title": self.program.title, "targets": targets, "divergences": divergences}
+        doc = {"title": self.program.title, "targets": targets, "divergences": divergences}
+        if self.without is not None:
+            doc["without_inert"] = {
+                "inert": list(self.program.inert),
+                "targets": {tid: {"status": tr.status, "message": tr.message,
+                                  "final": {n: (None if o.value is None else o.value.tolist()) for n, o in tr.final.items()},
+                                  "ops": [{"status": st.status, **({"message": st.message} if st.message else {})}
+                                          for st in tr.steps],
+                                  "initial": tr.to_json()["initial"], "trace": tr.to_json()["trace"]}
+                            for tid, tr in self.without.items()}}
+        return doc
 
 
 def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
@@ -69,6 +83,10 @@ def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
     traces = runner.run_one(program, every_target=True)
     findings = safe_compare(program, traces)
     result = ReproResult(program, infos, traces, findings)
+    if program.inert:  # a metamorphic case: each target against itself without the group
+        group = check_inert(program, program.inert)
+        result.without = runner.run_one(without(program, group), every_target=True)
+        findings.extend(safe_compare_inert(program, group, traces, result.without))
     try:
         result.verdict_maps = {t: verdicts(program, tr) for t, tr in traces.items()}
     except Exception as e:  # noqa: BLE001 - contained: the table then shows no verdicts

@@ -101,11 +101,17 @@ def prepare_cargo_build(project: Path) -> None:
         shutil.copyfile(lock, project / "Cargo.lock")
 
 
-def parse_output(text: str) -> dict[int | None, dict[str, list[float] | str]]:
-    """Reproducer output -> {op index (None: initial): {name: flat values or a word}}."""
+def parse_output(text: str, prefix: str = "") -> dict[int | None, dict[str, list[float] | str]]:
+    """Reproducer output -> {op index (None: initial): {name: flat values or a word}}. ``prefix``
+    ``"without: "`` reads a metamorphic case's second run instead (its ops numbered as the case's)."""
     out: dict[int | None, dict[str, Any]] = {}
     for line in text.splitlines():
-        m = LINE_RE.match(line.strip())
+        line = line.strip()
+        if prefix:
+            if not line.startswith(prefix):
+                continue
+            line = line[len(prefix):]
+        m = LINE_RE.match(line)
         if not m:
             continue
         step = None if m.group(1) == "initial" else int(m.group(2))

@@ -1,10 +1,13 @@
 """What every reproducer writer (``harness/targets/<framework>/reproducer.py``) shares: which ops
 the finding's repro result says a framework ran, the comment an op it did not run becomes, and
-the fields of a ``step`` with their defaults."""
+the fields of a ``step`` with their defaults, and a metamorphic case's second run."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+from harness.case.ir import Program
 
 
 def statuses(repro: dict | None, framework: str) -> dict[int, tuple[str, str | None]]:
@@ -51,3 +54,27 @@ def optimizer_key(op: dict, lr: float | None = None) -> tuple:
     f = step_fields(op)
     return (f["optimizer"], float(f["lr"] if lr is None else lr), f["momentum"], f["dampening"],
             tuple(f["betas"]), f["eps"], f["weight_decay"])
+
+
+@dataclass(frozen=True)
+class Run:
+    """The second run of a metamorphic case: the case without its inert group, its lines labelled
+    ``prefix`` and its ops numbered as in the case (``numbers``)."""
+
+    program: Program
+    repro: dict | None
+    prefix: str
+    numbers: tuple[int, ...]
+
+
+def without_run(program: Program, repro: dict | None) -> Run | None:
+    """A metamorphic case's second run (None for any other case); its statuses come from the
+    repro JSON's ``without_inert`` part."""
+    if not program.inert:
+        return None
+    from harness.case.inert import check_inert, without
+
+    group = check_inert(program, program.inert)
+    numbers = tuple(i for i in range(len(program.ops)) if i not in group.ops)
+    other = ((repro or {}).get("without_inert") or {}).get("targets")
+    return Run(without(program, group), {"targets": other} if other else None, "without: ", numbers)

@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Iterable
 from harness.case import ops
 from harness.case.ir import Program
 from harness.paths import PROBES_WORKSPACE
-from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields
+from harness.targets.reproducer_base import Run, comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
 # The crates a reproducer of each framework depends on (their version and features are read from
 # the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
@@ -122,8 +122,7 @@ class MainWriter:
         """After a ``set_lr``: its optimizer is named by learning rate ``to`` from now on."""
         self._optimizers[optimizer_key(op, op["to"])] = self._optimizers.pop(optimizer_key(op))
 
-    def op(self, i: int, op: dict, status: str, message: str | None) -> None:
-        self.body.append("")
+    def op(self, i: int, op: dict, status: str, message: str | None, label: str | None = None) -> None:
         if status == "ok":
             status, message = self.untranslatable(op) or (status, message)
         if status != "ok":
@@ -134,25 +133,41 @@ class MainWriter:
             self.EMITTERS[op["op"]](self, op)
         else:
             self.body += [f"    // op {i}: {op_text(op)}", f"    // {op['op']}: {self.framework} has no such call"]
-        self.show(f"after op {i}")
+        self.show(label or f"after op {i}")
 
     def declare_layer(self, layer) -> None:
         """Declares one of the program's layers, after every tensor (as the probes open a
         session): a writer whose framework has layers overrides it."""
         self.body.append(f"    // layer {layer.name}: {self.framework} reproducers declare no layers")
 
-    def lines(self, program: Program, repro: dict | None) -> list[str]:
+    def lines(self, program: Program, repro: dict | None, run: Run | None = None) -> list[str]:
         """The body lines for ``program``; ``repro`` (the finding's repro JSON) says which ops the
-        framework ran."""
+        framework ran. ``run``: the second run of a metamorphic case (``runs``), which labels its
+        lines ``without: ...`` and numbers its ops as the case does."""
+        prefix, numbers = ("", range(len(program.ops))) if run is None else (run.prefix, run.numbers)
         st = statuses(repro, self.framework)
         for t in program.tensors:
             self.declare(t)
         for layer in program.layers:
             self.declare_layer(layer)
-        self.show("initial")
-        for i, op in enumerate(program.ops):
-            self.op(i, op, *st.get(i, ("ok", None)))
+        self.show(prefix + "initial")
+        for k, (i, op) in enumerate(zip(numbers, program.ops)):
+            self.body.append("")
+            self.op(i, op, *st.get(k, ("ok", None)), label=f"{prefix}after op {i}")
         return self.body
+
+
+def main_body(program: Program, repro: dict | None, writer: Callable[[], MainWriter], prelude: list[str]) -> list[str]:
+    """The lines of ``main`` after its header: ``prelude`` then the program's run; for a
+    metamorphic case, both runs, each in a block of its own (the second prints ``without: ...``)."""
+    second = without_run(program, repro)
+    if second is None:
+        return [*prelude, *writer().lines(program, repro)]
+    group = list(program.inert)
+    return ["    // A metamorphic case: the program with its inert ops " + f"{group}, then without them.", "    {",
+            *prelude, *writer().lines(program, repro), "    }",
+            f'    println!("== without the inert ops {group} ==");', "    {",
+            *prelude, *writer().lines(second.program, second.repro, second), "    }"]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -17,7 +17,9 @@ a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep
 bug shows only from the process's N+1-th program on: a divergence that depends on what the
 process ran before, which a confirmation on fresh processes calls flaky), ``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
 one, reading nothing more, as a probe stuck in a framework call would; it exits once the process
-that started it is gone, so a failed test leaks nothing).
+that started it is gone, so a failed test leaks nothing), ``--planted-inert-read`` (on every
+device, a ``read`` of a param makes later ``sgd`` steps leave it alone: an inert op that changes
+the run, for the metamorphic oracle's tests).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def run(program, device, flags):
             grads[t["name"]] = np.array(t.get("grad") or [1.0] * value.size, dtype=np.float32).reshape(shape)
     initial = {n: obs(v, device) for n, v in names.items()}
     previous = dict(initial)
+    forgotten: set[str] = set()  # --planted-inert-read: params read, which steps then skip
     steps = []
     for op in program["ops"]:
         status, message = "ok", None
@@ -96,10 +99,13 @@ def run(program, device, flags):
             names[op["target"]][0][...] *= np.float32(op["factor"])
         elif kind == "step" and op["optimizer"] == "sgd":
             for p in trainable:
+                if p in forgotten:
+                    continue
                 arr = names[p][0]
                 arr -= np.float32(op["lr"]) * grads[p]
         elif kind == "read":
-            pass
+            if flags.planted_inert_read:
+                forgotten.add(op["target"])
         else:
             status, message = "unsupported", f"fake probe has no {kind}"
         now = {n: obs(v, device) for n, v in names.items()}
@@ -131,6 +137,7 @@ def main() -> None:
     ap.add_argument("--hang-always", action="store_true")
     ap.add_argument("--fail-always", action="store_true")
     ap.add_argument("--planted-after", type=int, default=0)
+    ap.add_argument("--planted-inert-read", action="store_true")
     flags = ap.parse_args()
     flags.served = 0  # run requests served by this process
     if flags.exit_at_start:

@@ -24,7 +24,7 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.case.layers import RUNNING_STATS
 from harness.targets.reproducer_base import step_fields
-from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
+from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
 _USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "use burn::optim::GradientsParams;",
          "use burn::tensor::{Device, Tensor, TensorData};", ""]
@@ -404,6 +404,6 @@ class _Writer(MainWriter):
 
 def burn_main(program: Program, repro: dict | None = None) -> str:
     """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops burn ran."""
-    body = _Writer().lines(program, repro)
+    body = main_body(program, repro, _Writer, _MAIN[1:])
     head = main_head("burn", "CPU flex backend with autodiff", program.title or "case")
-    return "\n".join([*head, *_USES, *_MAIN, *body, "}", ""])
+    return "\n".join([*head, *_USES, _MAIN[0], *body, "}", ""])

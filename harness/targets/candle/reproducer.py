@@ -21,7 +21,7 @@ from __future__ import annotations
 from harness.case import layers as layer_table
 from harness.case import ops
 from harness.case.ir import Program
-from harness.targets.rust_project import MainWriter, ident, main_head, rust_f32, rust_f32_list, rust_float
+from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
 _USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
          "use std::collections::HashMap;", ""]
@@ -271,6 +271,7 @@ def _layer_var(layer: str) -> str:
 
 def candle_main(program: Program, repro: dict | None = None) -> str:
     """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops candle ran."""
-    body = _Writer(program).lines(program, repro)
+    # Both runs of a metamorphic case have the program's tensors and layers: one writer kind.
+    body = main_body(program, repro, lambda: _Writer(program), _MAIN[1:])
     head = main_head("candle", "CPU", program.title or "case")
-    return "\n".join([*head, *_USES, *_MAIN, *body, "    Ok(())", "}", ""])
+    return "\n".join([*head, *_USES, _MAIN[0], *body, "    Ok(())", "}", ""])

@@ -12,7 +12,7 @@ from typing import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
-from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields
+from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
 _PRELUDE = '''#!/usr/bin/env python3
 """aliasfuzz reproducer (PyTorch, CPU): {title}
@@ -267,21 +267,38 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
 
 
 def torch_script(program: Program, repro: dict | None = None) -> str:
-    """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran."""
-    st = statuses(repro, "torch")
+    """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran.
+    A metamorphic case runs twice: as it is, then without its inert ops (``without: ...`` lines)."""
     out = [_PRELUDE.format(title=program.title or "case")]
+    out += _run_lines(program, repro, "", range(len(program.ops)))
+    second = without_run(program, repro)
+    if second is not None:
+        out += ["", f"# The same program without its inert ops {list(program.inert)}, from a fresh model.",
+                f'print("== without the inert ops {list(program.inert)} ==")',
+                *_FRESH_STATE, *_run_lines(second.program, second.repro, second.prefix, second.numbers)]
+    return "\n".join(out) + "\n"
+
+
+#: The prelude's state, made afresh for a metamorphic case's second run.
+_FRESH_STATE = ["model = Model()", "names = {}", "grads = {}", "optimizers = {}", "checkpoints = {}",
+                "accumulating = False", "caches = {}", "stats = []"]
+
+
+def _run_lines(program: Program, repro: dict | None, prefix: str, numbers) -> list[str]:
+    st = statuses(repro, "torch")
+    out = []
     for t in program.tensors:
         out += _tensor_lines(t)
     for layer in program.layers:
         out += _layer_lines(layer)
-    out.append('show("initial", names)')
-    for i, op in enumerate(program.ops):
+    out.append(f'show("{prefix}initial", names)')
+    for k, (i, op) in enumerate(zip(numbers, program.ops)):
         out.append("")
-        status, message = st.get(i, ("ok", None))
+        status, message = st.get(k, ("ok", None))
         if status != "ok":
             out += comment_lines("#", i, op, status, message)
         else:
             out.append(f"# op {i}: {op_text(op)}")
             out += EMITTERS.get(op["op"], lambda op: [f"# {op['op']}: no translation"])(op)
-        out.append(f'show("after op {i}", names)')
-    return "\n".join(out) + "\n"
+        out.append(f'show("{prefix}after op {i}", names)')
+    return out

@@ -1,0 +1,140 @@
+"""The metamorphic oracle: a target against itself, with and without an inert op group.
+
+A program that holds an inert group (``harness.case.inert``: an unused snapshot or module clone,
+a read of a deterministic tensor, ``valid`` then ``train``) must run on one target as the same
+program without it does: every op the two share has the same status, and after it every name the
+two share holds the same values (exactly: one target, one program) and the same identity
+partition (names whose values a framework's RNG drew left out). The first op where that fails gives one finding of kind ``metamorphic`` per target,
+on the program *with* the group:
+
+- ``status``: the op succeeds with the group and fails without it, or the other way round (or the
+  whole program fails on one run only: op ``program``);
+- ``value``: a name's value differs; the sides say whether the op changed it in each run
+  (``changed`` / ``unchanged``), with the group first;
+- ``identity``: two names are one object in one run and two in the other.
+
+The signature names the target (twice: both runs are its own), the aspect, the inert group's
+label (``+module_clone``, ``+snapshot:clone``, ...) in the method's place, the first divergent op's
+signature class and the sides; names, positions and values stay out of it, as in the differential
+oracle. A group whose own op fails (``error``) is no evidence: a failed call may have consumed its
+input (burn moves a value into the call that panics), so such a pair is not compared.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from harness.case import ops
+from harness.case.inert import Inert, kept_index
+from harness.case.ir import Program
+from harness.judging.finding import Finding
+from harness.judging.links import nondeterministic_names
+from harness.judging.trace import Trace, identity_partition, same_values, subject_role
+
+KIND = "metamorphic"
+
+
+def compare_inert(program: Program, inert: Inert, with_traces: Mapping[str, Trace],
+                  without_traces: Mapping[str, Trace]) -> list[Finding]:
+    """The findings of ``program`` (which holds ``inert``) against the same program without it,
+    per target present in both runs, in target order."""
+    out = []
+    for t in sorted(with_traces):
+        if t in without_traces:
+            found = compare_runs(program, inert, t, with_traces[t], without_traces[t])
+            if found is not None:
+                out.append(found)
+    return out
+
+
+def _finding(inert: Inert, target: str, **kw) -> Finding:
+    return Finding(kind=KIND, targets=(target, target), method=f"+{inert.label}", inert=inert.ops, **kw)
+
+
+def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace) -> Finding | None:
+    """The first divergence of run ``a`` (with the group) from run ``b`` (without), or None."""
+    if not a.ok or not b.ok:
+        if a.status == b.status:
+            return None
+        return _finding(inert, target, aspect="status", op_label="program", sides=(a.status, b.status),
+                        detail=(a.message or b.message or ""))
+    if any(i >= len(a.steps) or a.steps[i].status == "error" for i in inert.ops):
+        return None
+    # Values a framework's RNG drew (a uniform lazy init, and what derives from it) differ between
+    # two runs of one program on a framework whose generator cannot be seeded (candle's CPU).
+    skip = inert.binds | nondeterministic_names(program)
+    for j in range(len(program.ops)):
+        if j in inert.ops:
+            continue
+        k = kept_index(inert, j)
+        if k >= len(b.steps) or j >= len(a.steps):
+            return None  # a short trace is the probe's fault, which the differential oracle reports
+        x, y = a.steps[j], b.steps[k]
+        op = program.ops[j]
+        if x.status != y.status:
+            return _finding(inert, target, aspect="status", op_label=ops.label(op), sides=(x.status, y.status),
+                            op_index=j, detail=x.message or y.message or "")
+        sa, sb = a.state_after(j), b.state_after(k)
+        for name in sorted((x.changed.keys() | y.changed.keys()) - skip):
+            ox, oy = sa.get(name), sb.get(name)
+            if ox is None or oy is None or ox.value is None or oy.value is None:
+                continue  # bound in one run only, or not initialised yet in one (a lazy the group read)
+            if not same_values(ox.value, oy.value):
+                moved = (_moved(a, j, name), _moved(b, k, name))
+                return _finding(inert, target, aspect="value", op_label=ops.label(op),
+                                sides=tuple("changed" if m else "unchanged" for m in moved), op_index=j,
+                                subject=name, values=(_render(ox.value), _render(oy.value)),
+                                role=subject_role(program, name))
+        if not any(o.identity is not None for o in (*x.changed.values(), *y.changed.values())):
+            continue  # no token appeared or changed: the partitions are those of the op before
+        common = {n: o for n, o in sa.items() if n not in skip and n in sb}
+        pa = identity_partition(common)
+        pb = identity_partition({n: sb[n] for n in common})
+        if pa != pb:
+            pair = _split_pair(pa, pb)
+            same = tuple("same" if p in _pairs(q) else "distinct" for p, q in ((pair, pa), (pair, pb)))
+            return _finding(inert, target, aspect="identity", op_label=ops.signature_class(op), sides=same,
+                            op_index=j, subject=",".join(pair))
+    return None
+
+
+def _moved(trace: Trace, i: int, name: str) -> bool:
+    before = trace.state_after(i - 1).get(name)
+    after = trace.state_after(i).get(name)
+    if before is None or after is None or before.value is None:
+        return True
+    return not same_values(before.value, after.value)
+
+
+def _pairs(partition) -> set[tuple[str, str]]:
+    return {(x, y) for group in partition for x in group for y in group if x < y}
+
+
+def _split_pair(pa, pb) -> tuple[str, str]:
+    """The first pair of names (in name order) that is one object in one partition only."""
+    return min(_pairs(pa) ^ _pairs(pb))
+
+
+def _render(x) -> str:
+    import numpy as np
+
+    return np.array2string(x, precision=6, separator=", ").replace("\n", "")
+
+
+def safe_compare_inert(program: Program, inert: Inert, with_traces: Mapping[str, Trace],
+                       without_traces: Mapping[str, Trace]) -> list[Finding]:
+    """``compare_inert``, with an exception turned into a harness-error finding (as
+    ``harness_errors.safe_compare`` does for the differential oracle)."""
+    from harness.judging.harness_errors import harness_error
+
+    try:
+        return compare_inert(program, inert, with_traces, without_traces)
+    except Exception as e:  # noqa: BLE001 - any bug of this oracle is contained
+        return [harness_error(e, "oracle")]
+
+
+def group_label(finding: Finding) -> str | None:
+    """The inert group label a metamorphic finding names (its method without the ``+``)."""
+    if finding.kind != KIND or not finding.method:
+        return None
+    return finding.method[1:]

@@ -1,0 +1,198 @@
+"""The metamorphic oracle's own logic: inert groups, variants, pairs, shrinking and case files.
+
+Divergences come from the TEST DOUBLE fake probe's ``--planted-inert-read`` switch: a ``read`` of
+a param makes later sgd steps leave it alone, an inert op that changes the run. The real
+frameworks' metamorphic findings are tested in tests/test_metamorphic_real.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.case.inert import check_inert, inert_ops, variant, without
+from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_case, parse_case
+from harness.fuzzing import variants
+from harness.fuzzing.baseline import Baseline
+from harness.fuzzing.engine import Engine, generate
+from harness.judging.metamorphic import compare_inert
+from harness.targets.runner import Runner
+from tests.fakes.targets import fake_target
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python < 3.11
+    import tomli as tomllib
+
+
+def program(tensors, ops, **kw) -> Program:
+    tensors = tuple(tensors)
+    return Program(tensors, check_program(tensors, ops), **kw)
+
+
+W = TensorDecl("w", "param", (2,), (1.0, 2.0))
+B = TensorDecl("b", "buffer", (2,), (0.0, 0.0))
+U = TensorDecl("u", "lazy", (2,), init="uniform", seed=3)
+STEP = {"op": "step", "optimizer": "sgd", "lr": 1.0}
+
+
+@pytest.fixture(scope="module")
+def planted():
+    r = Runner([fake_target("ref", "--planted-inert-read")])
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def clean():
+    r = Runner([fake_target("ref")])
+    yield r
+    r.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Inert groups, read from the program alone.
+
+
+def test_inert_groups_by_kind():
+    p = program([W, B, U], [
+        {"op": "snapshot", "name": "s", "of": "w", "method": "clone"},  # used by the write: not inert
+        {"op": "snapshot", "name": "t", "of": "b", "method": "contiguous"},  # unused: inert
+        {"op": "write", "target": "s", "value": [3.0, 4.0]},
+        {"op": "read", "target": "w"},  # deterministic: inert
+        {"op": "read", "target": "u"},  # a uniform lazy's read draws from the RNG: not inert
+        {"op": "valid"}, {"op": "train"},  # in training mode: inert together
+        {"op": "module_clone", "name": "m"},  # m.w unused: inert
+        {"op": "valid"}, {"op": "valid"}, {"op": "train"},  # valid, valid, train: the last two are
+    ])                                                     # not inert (the model was in eval mode)
+    found = [(g.ops, g.label) for g in inert_ops(p)]
+    assert found == [((1,), "snapshot:contiguous"), ((3,), "read"), ((5, 6), "valid+train"),
+                     ((7,), "module_clone")]
+    assert inert_ops(p, "read")[0].ops == (3,)
+    assert check_inert(p, [7]).binds == frozenset({"m.w", "m.u"})
+
+
+def test_a_group_used_later_is_not_inert():
+    p = program([W], [{"op": "module_clone", "name": "m"}, {"op": "write", "target": "m.w", "value": [0.0, 0.0]}])
+    assert inert_ops(p) == []
+    with pytest.raises(ValueError, match="not an inert group"):
+        check_inert(p, [0])
+
+
+def test_variants_are_inert_and_reproducible():
+    drawn = generate(60, 11, "default")
+    batch, pairs = variants.plan(drawn, 1.0)
+    again = variants.plan(drawn, 1.0)[1]
+    assert [(p.original, p.inert, p.program.key()) for p in pairs] == \
+           [(p.original, p.inert, p.program.key()) for p in again]
+    assert len(pairs) >= 50 and len(batch) == len(drawn) + len(pairs)
+    for pair in pairs:
+        assert check_inert(pair.program, pair.program.inert) == pair.inert
+        other = batch[pair.extra]
+        plain = without(pair.program, pair.inert)
+        if pair.inserted:
+            assert plain.key() == drawn[pair.original].key() and other.key() == pair.program.key()
+        else:
+            assert other.key() == plain.key()
+    assert {p.inert.label.split(":")[0] for p in pairs} == {"snapshot", "module_clone", "read", "valid+train"}
+    assert variants.plan(drawn, 0.0) == (list(drawn), [])
+
+
+def test_variant_of_an_empty_program_is_an_insertion():
+    p = program([W], [])
+    made = variant(p, random.Random(1))
+    assert made is not None
+    with_program, inert = made
+    assert without(with_program, inert).key() == p.key()
+
+
+# ------------------------------------------------------------------------------------------------
+# The comparison, on the fake probe.
+
+
+READ_THEN_STEP = program([W, B], [{"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
+                                  {"op": "read", "target": "w"}, STEP, {"op": "fill", "target": "b", "value": 2.0}],
+                         inert=(1,))
+
+
+def test_the_planted_inert_read_is_a_metamorphic_value_finding(planted):
+    found = variants.pair_findings([READ_THEN_STEP], planted.run, None)[0]
+    assert len(found) == 1
+    f = found[0]
+    assert f.signature == "metamorphic|fake:ref~fake:ref|value|+read|step:sgd|unchanged~changed"
+    assert (f.op_index, f.subject, f.inert, f.values) == (2, "w", (1,), ("[1., 2.]", "[0., 1.]"))
+    assert f.sentence() == ("On fake:ref, after op 2 (`step:sgd`), w stayed [1., 2.] with the inert `read` "
+                            "(op 1) but changed to [0., 1.] without it.")
+
+
+def test_a_clean_target_agrees_with_itself(clean):
+    assert variants.pair_findings([READ_THEN_STEP], clean.run, None) == [[]]
+    drawn = generate(40, 3, "default")
+    batch, pairs = variants.plan(drawn, 1.0)
+    results = clean.run(batch)
+    assert variants.judge(pairs, results, lambda t: False) == []
+
+
+def test_a_status_difference_is_found(clean):
+    # The comparison itself, on hand-made traces: the group's run fails an op the other runs.
+    with_t = clean.run_one(READ_THEN_STEP)
+    without_t = clean.run_one(without(READ_THEN_STEP, check_inert(READ_THEN_STEP, [1])))
+    tr = with_t["fake:ref"]
+    tr.steps[2] = type(tr.steps[2])("error", "planted by the test", tr.steps[2].changed)
+    tr._states = None
+    f = compare_inert(READ_THEN_STEP, check_inert(READ_THEN_STEP, [1]), with_t, without_t)[0]
+    assert (f.aspect, f.op_label, f.sides) == ("status", "step:sgd", ("error", "ok"))
+
+
+def test_engine_finds_shrinks_and_confirms_a_metamorphic_finding(planted):
+    engine = Engine(planted, Baseline([]), shrink_time_s=60, metamorphic_share=1.0)
+    padded = program([W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))], [
+        {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
+        {"op": "fill", "target": "b", "value": 3.0},
+        {"op": "read", "target": "w"},
+        {"op": "scale", "target": "x", "factor": 2.0},
+        STEP,
+        {"op": "snapshot", "name": "t", "of": "x", "method": "detach"},
+    ], inert=(2,))
+    recorded = []
+    engine.record([(padded, planted.run_one(padded), variants.pair_findings([padded], planted.run, None)[0])],
+                  recorded.append)
+    rec = next(r for r in recorded if r.finding.kind == "metamorphic")
+    m = rec.minimized
+    assert [op["op"] for op in m.ops] == ["read", "step"] and m.inert == (0,)
+    assert [t.name for t in m.tensors] == ["p0"]
+    assert rec.status == "new" and rec.confirmed == (3, 3)
+    # Its case file names the group; read back, it is the same case and shows the same finding.
+    back = parse_case(tomllib.loads(dump_case(m)))
+    assert back == m and back.inert == (0,)
+    assert [f.signature for f in variants.pair_findings([back], planted.run, None)[0]] == [rec.signature]
+
+
+def test_campaign_pairs_find_the_planted_read(planted):
+    engine = Engine(planted, Baseline([]), shrink_time_s=0, metamorphic_share=1.0, confirm_runs=0)
+    found = engine.check(generate(200, 8, "default"))
+    kinds = {f.kind for _, _, fs in found for f in fs}
+    assert "metamorphic" in kinds
+    assert engine.variants_run >= 150
+    assert engine.programs_run == 200  # the variants are counted apart, in variants_run
+
+
+def test_case_inert_field_is_checked():
+    doc = tomllib.loads(dump_case(READ_THEN_STEP))
+    assert doc["inert"] == [1]
+    for bad, message in (([2], "not an inert group"), ([9], "ascending op indices"), ("1", "list of op indices"),
+                         ([2, 1], "ascending")):
+        with pytest.raises(CaseError, match=message) as e:
+            parse_case({**doc, "inert": bad}, "case.toml")
+        assert "case.toml" in str(e.value) and "inert" in str(e.value)
+
+
+def test_only_an_entry_naming_the_metamorphic_kind_knows_a_metamorphic_finding(planted):
+    from harness.fuzzing.baseline import KnownDivergence
+
+    f = variants.pair_findings([READ_THEN_STEP], planted.run, None)[0][0]
+    broad = KnownDivergence("any-step", "r", "c.toml", op="step:*")  # kind "*": a differential entry
+    assert not broad.matches(f)
+    assert KnownDivergence("meta", "r", "c.toml", kind="metamorphic", op="step:*").matches(f)
+    assert not KnownDivergence("meta-glob", "r", "c.toml", kind="meta*", op="step:*").matches(f)

@@ -1,0 +1,67 @@
+"""The metamorphic oracle on the real frameworks: a target against itself, with and without an
+inert op group (the oracle's own logic is tested on the fake probe in tests/test_metamorphic.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.case.ir import load_case
+from harness.fuzzing.baseline import load_baseline
+from harness.reporting.repro import run_case
+from harness.targets.registry import open_runner
+
+CASES = Path(__file__).parent / "cases"
+BURN_CASE = CASES / "burn_unused_module_clone_stops_a_moved_lazy_training.toml"
+
+
+@pytest.fixture(scope="module")
+def runner():
+    r, found = open_runner(None)
+    missing = {"torch:cpu", "candle:cpu", "burn:flex", "burn:ndarray"} - set(r.ids)
+    if missing:
+        r.close()
+        pytest.fail(f"targets missing: {sorted(missing)} ({dict(found.unavailable)}); build the probes with `make probes`")
+    yield r
+    r.close()
+
+
+def test_an_unused_module_clone_stops_a_moved_lazy_from_training_on_burn(runner):
+    program = load_case(BURN_CASE)
+    result = run_case(program, runner, runner.infos, load_baseline(None))
+    meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
+    assert sorted(meta) == ["burn:flex", "burn:ndarray"]  # torch and candle agree with themselves
+    for target, f in meta.items():
+        assert f.signature == f"metamorphic|{target}~{target}|value|+module_clone|step:sgd|unchanged~changed"
+        assert (f.op_index, f.subject, f.inert) == (2, "l", (0,))
+        assert f.values == ("[0.5, 0.5]", "[-0.5, -0.5]")
+        # burn documents it (burn#5739): a baseline entry written for the metamorphic oracle knows it
+        assert result.known[f.signature].id == "burn-lazy-initialised-before-a-move-stops-training"
+    # Both runs are in the repro JSON: with the clone l stays at its init, without it l trains.
+    doc = result.to_json()
+    without = doc["without_inert"]["targets"]["burn:flex"]["final"]
+    assert without["l"] == [-0.5, -0.5] and doc["targets"]["burn:flex"]["final"]["l"] == [0.5, 0.5]
+
+
+def test_every_target_agrees_with_itself_on_every_inert_group_without_lazies(runner):
+    # Each kind of inert group, inserted into one training program without lazy params: every
+    # target runs both programs alike (the oracle does not invent divergences).
+    from harness.case.inert import check_inert
+    from harness.case.ir import Program, TensorDecl, check_program
+    from dataclasses import replace
+
+    tensors = (TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0)), TensorDecl("b", "buffer", (2,), (0.0, 1.0)))
+    train = [{"op": "snapshot", "name": "s", "of": "w", "method": "detach"},
+             {"op": "step", "optimizer": "adam", "lr": 0.5}, {"op": "fill", "target": "b", "value": 3.0}]
+    groups = [[{"op": "snapshot", "name": "z", "of": "w", "method": "contiguous"}], [{"op": "module_clone", "name": "z"}],
+              [{"op": "read", "target": "w"}], [{"op": "valid"}, {"op": "train"}],
+              [{"op": "snapshot", "name": "z", "of": "b", "method": "clone"}]]
+    for group in groups:
+        ops = train[:1] + group + train[1:]
+        p = Program(tensors, check_program(tensors, ops))
+        p = replace(p, inert=check_inert(p, list(range(1, 1 + len(group)))).ops)
+        result = run_case(p, runner, runner.infos)
+        meta = [f.signature for f in result.findings if f.kind == "metamorphic"]
+        assert meta == [], (group, meta)
+        assert set(result.without) == set(result.traces)
