@@ -1,0 +1,191 @@
+"""The semantics matrix: for every snapshot method and every op class that can change a source,
+whether the snapshot follows its source or keeps its value, on every target.
+
+It is the porting table a person reads before moving code from PyTorch: rows are (method, op
+class), columns are targets, a cell is the snapshot's verdict (``follows``, ``keeps``,
+``unchanged`` when the op left the source as it was) or why there is none (``unsupported``, or the
+op that failed). Everything comes from the op table and the targets: each row is a small case
+(``row_case``) run like any other, and a cell that differs from the reference framework's is
+marked. ``aliasfuzz matrix`` writes it as Markdown and HTML with the cases beside them; the
+current one lives in ``docs/matrix/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from harness.case import ops
+from harness.case.ir import CaseError, Program, TensorDecl, check_program, write_case
+from harness.judging.pairs import REFERENCE_FRAMEWORK, split_target_id
+from harness.judging.trace import Trace, verdicts
+
+#: The op classes of the rows: the ops that change the source after the snapshot is taken.
+OP_CLASSES: dict[str, tuple[dict, ...]] = {
+    "write": ({"op": "write", "target": "w", "value": None},),
+    "fill": ({"op": "fill", "target": "w", "value": 9.0},),
+    "scale": ({"op": "scale", "target": "w", "factor": 2.0},),
+    "step": ({"op": "step", "optimizer": "sgd", "lr": 1.0},),
+    "move": ({"op": "move", "target": "w", "device": "home"}, {"op": "step", "optimizer": "sgd", "lr": 1.0}),
+}
+#: The source's shape: the first of these a method can be taken of.
+SOURCE_SHAPES = ((2, 2), (1, 2), (2, 1, 2))
+
+
+@dataclass(frozen=True)
+class Row:
+    method: str
+    op_class: str
+    program: Program
+
+    @property
+    def stem(self) -> str:
+        return f"{self.method}--{self.op_class}"
+
+
+def row_case(method: str, op_class: str) -> Program | None:
+    """The case of one row: a param ``w``, its snapshot ``s`` by ``method``, then the op class's
+    ops; None when the method can be taken of none of ``SOURCE_SHAPES``."""
+    for shape in SOURCE_SHAPES:
+        n = 1
+        for d in shape:
+            n *= d
+        w = TensorDecl("w", "param", shape, tuple(float(i + 1) for i in range(n)))
+        changes = [dict(op, value=[float(10 + i) for i in range(n)]) if op["op"] == "write" else dict(op)
+                   for op in OP_CLASSES[op_class]]
+        try:
+            program_ops = check_program((w,), [{"op": "snapshot", "name": "s", "of": "w", "method": method}, *changes])
+        except CaseError:
+            continue
+        title = f"matrix: a `{method}` snapshot of a param across `{op_class}`"
+        return Program((w,), program_ops, title=title)
+    return None
+
+
+def rows() -> list[Row]:
+    out = []
+    for m in ops.METHOD_TABLE:
+        for op_class in OP_CLASSES:
+            program = row_case(m.name, op_class)
+            if program is not None:
+                out.append(Row(m.name, op_class, program))
+    return out
+
+
+def cell(program: Program, trace: Trace) -> str:
+    """One target's word for a row: the snapshot's verdict, or why it has none."""
+    if not trace.ok:
+        return trace.status
+    snap = trace.steps[0] if trace.steps else None
+    if snap is None or snap.status != "ok":
+        return snap.status if snap else "error"
+    for i, step in enumerate(trace.steps[1:], start=1):
+        if step.status != "ok":
+            return f"{step.status} at {program.ops[i]['op']}"
+    return verdicts(program, trace)["s"].summary
+
+
+@dataclass
+class Matrix:
+    targets: list[str]
+    rows: list[Row]
+    cells: list[dict[str, str]]  # per row: target -> word
+    versions: Mapping[str, Mapping[str, str]]
+
+    @property
+    def reference(self) -> str | None:
+        return next((t for t in self.targets if split_target_id(t)[0] == REFERENCE_FRAMEWORK
+                     and split_target_id(t)[1] == split_target_id(t)[2]), None)
+
+    def differs(self, k: int, target: str) -> bool:
+        """Whether row ``k``'s cell on ``target`` says otherwise than the reference framework's."""
+        ref = self.reference
+        return ref is not None and target != ref and self.cells[k][target] != self.cells[k][ref]
+
+
+def build(runner) -> Matrix:
+    """Runs every row on the runner's targets (one batch)."""
+    all_rows = rows()
+    results = runner.run([r.program for r in all_rows], every_target=True)
+    cells = [{t: cell(r.program, traces[t]) for t in runner.ids} for r, traces in zip(all_rows, results)]
+    return Matrix(list(runner.ids), all_rows, cells, {t: dict(i.versions) for t, i in runner.infos.items()})
+
+
+def _versions_line(m: Matrix) -> str:
+    """The frameworks' versions (not the interpreter's or the probes' own: the matrix is theirs)."""
+    seen: dict[str, str] = {}
+    for t in m.targets:
+        for k, v in m.versions.get(t, {}).items():
+            if k not in ("python", "numpy") and not k.endswith("_probe"):
+                seen.setdefault(k, v)
+    return ", ".join(f"{k} {v}" for k, v in sorted(seen.items()))
+
+
+def render_markdown(m: Matrix, case_dir: str = "cases") -> str:
+    """The matrix as Markdown; a cell that differs from the reference framework is bold."""
+    out = ["# Semantics matrix", "",
+           "Does a snapshot of a parameter follow later changes of it (`follows`) or keep its value",
+           "(`keeps`)? One row per snapshot method and op class, one column per target; **bold**: not",
+           f"what the reference framework ({REFERENCE_FRAMEWORK}) does. `unchanged`: the op left the source",
+           "as it was (a parameter burn's `to_device` stopped training); `unsupported`: the framework has",
+           "no such call. Each row links its case (`aliasfuzz repro` replays it; `--reproducers` writes",
+           "stand-alone scripts). Generated by `aliasfuzz matrix`.", "",
+           f"Versions: {_versions_line(m)}.", "",
+           "| method | op | " + " | ".join(m.targets) + " | case |",
+           "|---|---|" + "---|" * len(m.targets) + "---|"]
+    for k, r in enumerate(m.rows):
+        words = [f"**{m.cells[k][t]}**" if m.differs(k, t) else m.cells[k][t] for t in m.targets]
+        out.append(f"| `{r.method}` | {r.op_class} | " + " | ".join(words) + f" | [case]({case_dir}/{r.stem}.toml) |")
+    return "\n".join(out) + "\n"
+
+
+def render_html(m: Matrix, case_dir: str = "cases") -> str:
+    """The matrix as one self-contained page; a differing cell has the class ``differs``."""
+    from harness.reporting.html import CSS, escape
+
+    head = "".join(f"<th>{escape(t)}</th>" for t in m.targets)
+    body = []
+    for k, r in enumerate(m.rows):
+        tds = "".join(f'<td class="mono{" differs" if m.differs(k, t) else ""}">{escape(m.cells[k][t])}</td>'
+                      for t in m.targets)
+        link = f'<a href="{escape(case_dir)}/{escape(r.stem)}.toml">case</a>'
+        body.append(f"<tr><td><code>{escape(r.method)}</code></td><td>{escape(r.op_class)}</td>{tds}<td>{link}</td></tr>")
+    return "\n".join([
+        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8"><title>aliasfuzz semantics matrix</title>',
+        f"<style>{CSS}td.differs{{background:#fde2e1;font-weight:bold}}</style></head><body>",
+        "<h1>Semantics matrix</h1>",
+        f"<p>Snapshot method &times; op class; highlighted: not what {REFERENCE_FRAMEWORK} does. "
+        f"Versions: {escape(_versions_line(m))}.</p>",
+        f'<table class="matrix"><tr><th>method</th><th>op</th>{head}<th>case</th></tr>', *body, "</table>",
+        "</body></html>", ""])
+
+
+def write(m: Matrix, out: Path, reproducers: bool = False) -> list[Path]:
+    """``matrix.md``, ``matrix.html`` and ``cases/<method>--<op>.toml`` under ``out``; with
+    ``reproducers``, each case's torch script and candle / burn projects beside it."""
+    from harness.files import atomic_write
+
+    cases = out / "cases"
+    cases.mkdir(parents=True, exist_ok=True)
+    written = [atomic_write(out / "matrix.md", render_markdown(m)), atomic_write(out / "matrix.html", render_html(m))]
+    for r in m.rows:
+        written.append(write_case(r.program, cases / f"{r.stem}.toml"))
+        if reproducers:
+            written += _reproducers(r, cases, m.targets)
+    return written
+
+
+def _reproducers(r: Row, cases: Path, targets: Sequence[str]) -> list[Path]:
+    from harness.reporting.reproducers import RUST_WRITERS, torch_script
+    from harness.targets.rust_project import write_cargo_project
+
+    script = cases / f"{r.stem}.torch.py"
+    script.write_text(torch_script(r.program), encoding="utf-8")
+    out = [script]
+    frameworks = {split_target_id(t)[0] for t in targets}
+    for fw, writer in RUST_WRITERS.items():
+        if fw in frameworks:
+            pkg = f"matrix_{r.stem}_{fw}".replace("-", "_")
+            out.append(write_cargo_project(cases / f"{r.stem}-{fw}", pkg, fw, writer(r.program)))
+    return out
