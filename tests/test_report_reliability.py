@@ -407,3 +407,21 @@ def test_divergent_rows_follow_the_terminal_tables_rule(tmp_path, second_b):
     md = (run / "report.md").read_text()
     for label, divergent in terminal.items():
         assert (f"| **⚠ {label}** |" in md) == divergent, (label, md)
+
+
+def test_known_findings_are_one_table_of_root_causes_after_the_new(tmp_path):
+    known = dict(status="known", baseline="candle-clone-shares-storage",
+                 baseline_case="tests/cases/candle_clone_shares_storage.toml")
+    run = make_run(tmp_path / "run", [record(1, **known, seconds_to_find=2.0), record(2), record(3, **known, seconds_to_find=0.7),
+                                      record(4, status="known", baseline="gone-entry")])
+    r = run_cli("report", str(run))
+    assert r.returncode == 0, r.stderr
+    md = (run / "report.md").read_text()
+    assert md.index("### 1. [new]") < md.index("## Known root causes (2)")
+    assert "finding number 1" not in md and "finding number 3" not in md  # no section of their own
+    row = next(line for line in md.splitlines() if line.startswith("| `candle-clone-shares-storage` |"))
+    assert "| 2 | 0.7s |" in row and "huggingface/candle" in row and "`tests/cases/candle_clone_shares_storage.toml`" in row
+    assert "| `gone-entry` | 1 |" in md and "(not in the baseline any more)" in md
+    page = (run / "report.html").read_text()
+    assert '<section id="known"><h2>Known root causes (2)</h2>' in page and 'id="known-candle-clone-shares-storage"' in page
+    assert page.index('<section id="findings">') < page.index('<section id="known">')

@@ -10,8 +10,8 @@ from typing import Any
 
 from harness.reporting.loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
-from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
-                                     versions_text, when)
+from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, KNOWN_INTRO, FindingView, KnownCause, href,
+                                     known_causes, shrink_text, summary_facts, versions_text, when)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:75em;padding:0 1em;color:#1d1d1f}
@@ -63,7 +63,7 @@ def _finding(n: int, v: FindingView) -> list[str]:
         out.append(f"<p>{escape(rec.detail)}</p>")
     where = f"stage {escape(rec.op)}" if harness else f"{escape(shrink_text(f))}; found after {escape(rec.seconds_to_find)}s"
     out.append(f'<p class="dim">signature <code>{escape(rec.signature)}</code><br>'
-               f'targets {escape(", ".join(rec.targets))}; {where}</p>')
+               f'targets {escape(", ".join(dict.fromkeys(rec.targets)))}; {where}</p>')
     out += [f'<p class="refused">{escape(why)}: <code>{escape(getattr(rec, key))}</code> (not read)</p>'
             for key, why in f.refused.items()]
     if harness:
@@ -83,6 +83,22 @@ def _finding(n: int, v: FindingView) -> list[str]:
     return out
 
 
+def _known_table(causes: list[KnownCause]) -> list[str]:
+    if not causes:
+        return []
+    out = [f'<section id="known"><h2>Known root causes ({len(causes)})</h2><p>{escape(KNOWN_INTRO)}</p>',
+           '<table class="known"><tr><th>baseline entry</th><th>findings</th><th>first found</th><th>reason</th>'
+           "<th>upstream</th><th>case</th></tr>"]
+    for c in causes:
+        first = "—" if c.first_found_s is None else f"{c.first_found_s:.1f}s"
+        sigs = "".join(f"<li><code>{escape(sig)}</code></li>" for sig in c.signatures)
+        out.append(f'<tr id="known-{escape(c.id)}"><td><code>{escape(c.id)}</code></td>'
+                   f"<td><details><summary>{len(c.signatures)}</summary><ul>{sigs}</ul></details></td>"
+                   f"<td>{first}</td><td>{escape(c.reason)}</td><td>{escape(c.upstream) or '—'}</td>"
+                   f"<td><code>{escape(c.case)}</code></td></tr>")
+    return out + ["</table></section>"]
+
+
 def render_html(run: Run, views: list[FindingView]) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>aliasfuzz report: {escape(run.path.name)}</title>", f"<style>{CSS}</style></head><body>",
@@ -100,10 +116,12 @@ def render_html(run: Run, views: list[FindingView]) -> str:
     out += [f"<tr><td>{escape(t)}</td><td>{escape(versions_text(v))}</td></tr>" for t, v in run.target_versions().items()]
     out.append("</table></section>")
     out.append(f'<section id="findings"><h2>Findings ({len(run.new)} new, {len(run.known)} known)</h2>')
-    rest = [v for v in views if not v.finding.harness and v.finding.record.status != "flaky"]
+    rest = [v for v in views if not v.finding.harness and v.finding.record.status == "new"]
     flaky = [v for v in views if not v.finding.harness and v.finding.record.status == "flaky"]
-    if not rest:
+    if not rest and not run.known:
         out.append("<p>No divergence found.</p>")
+    elif not rest:
+        out.append("<p>No new divergence: every finding is a known root cause (below).</p>")
     for n, v in enumerate(rest, 1):
         out += _finding(n, v)
     out.append("</section>")
@@ -112,5 +130,6 @@ def render_html(run: Run, views: list[FindingView]) -> str:
         for n, v in enumerate(flaky, len(rest) + 1):
             out += _finding(n, v)
         out.append("</section>")
+    out += _known_table(known_causes(run))
     out.append(f'<p class="dim">Rendered {escape(when(time.time()))} by aliasfuzz.</p></body></html>')
     return "\n".join(out) + "\n"

@@ -45,6 +45,8 @@ def _versions(rec: FindingRecord) -> list[str]:
 def _observed(rec: FindingRecord) -> list[str]:
     out = [rec.sentence.strip()]
     pairs = [t for t in rec.targets if t != "-"]
+    if rec.kind == "metamorphic" and len(pairs) == 2:  # one target, two runs
+        pairs = [f"{pairs[0]}, with the inert ops", f"{pairs[0]}, without them"]
     if rec.sides and len(rec.sides) == len(pairs) == 2:
         got = [f"`{t}`: {side}" + (f" ({rec.values[i]})" if rec.values and len(rec.values) == 2 else "")
                for i, (t, side) in enumerate(zip(pairs, rec.sides))]
@@ -60,7 +62,8 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
     the run folder). ``reproducer``: (its path, its code's language, its code) in the framework
     the draft is addressed to, or None when there is none."""
     framework = filed_against(rec)
-    kind = {"device": "two devices of one framework", "variant": "two implementations of one framework"}
+    kind = {"device": "two devices of one framework", "variant": "two implementations of one framework",
+            "metamorphic": "one target against itself, with and without an inert op"}
     compared = kind.get(rec.kind, f"{framework} against {REFERENCE_FRAMEWORK}" if framework != REFERENCE_FRAMEWORK
                         else "two targets")
     lines = [

@@ -1,5 +1,6 @@
 """``report.md``: the run's report in Markdown (harness errors, summary, targets, one section per
-finding with its side-by-side table, divergent rows in bold with ⚠, the subject marked ▶)."""
+new finding with its side-by-side table, divergent rows in bold with ⚠, the subject marked ▶, the
+flaky ones, then one table of the known root causes)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 
 from harness.reporting.loading import Run, one_line
 from harness.reporting.table import Table, report_cell, report_notes
-from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, href, shrink_text, summary_facts,
-                                     versions_text)
+from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, KNOWN_INTRO, FindingView, KnownCause, href,
+                                     known_causes, shrink_text, summary_facts, versions_text)
 
 
 def _cell(text: Any) -> str:
@@ -46,7 +47,7 @@ def _finding(n: int, v: FindingView) -> list[str]:
     base = f" (baseline {rec.baseline})" if rec.baseline else ""
     out = [f"### {n}. [{'harness error' if harness else rec.status or '?'}{base}] {one_line(rec.kind)}: "
            f"{one_line(rec.sentence)}", "", f"- signature: `{one_line(rec.signature)}`",
-           f"- targets: {', '.join(rec.targets)}; {'stage' if harness else 'op'} `{rec.op}`"
+           f"- targets: {', '.join(dict.fromkeys(rec.targets))}; {'stage' if harness else 'op'} `{rec.op}`"
            + ("" if harness else f", method `{rec.method}`")]
     if not harness:
         out.append(f"- {shrink_text(f)}; found after {rec.seconds_to_find}s")
@@ -83,14 +84,31 @@ def render_markdown(run: Run, views: list[FindingView]) -> str:
     out += ["", "### Targets", "", "| target | versions |", "|---|---|"]
     out += [f"| {_cell(t)} | {_cell(versions_text(v))} |" for t, v in run.target_versions().items()]
     out += ["", f"## Findings ({len(run.new)} new, {len(run.known)} known)", ""]
-    rest = [v for v in views if not v.finding.harness and v.finding.record.status != "flaky"]
+    rest = [v for v in views if not v.finding.harness and v.finding.record.status == "new"]
     flaky = [v for v in views if not v.finding.harness and v.finding.record.status == "flaky"]
-    if not rest:
+    if not rest and not run.known:
         out.append("No divergence found.")
+    elif not rest:
+        out.append("No new divergence: every finding is a known root cause (below).")
     for n, v in enumerate(rest, 1):
         out += _finding(n, v)
     if flaky:
         out += [f"## Flaky findings ({len(flaky)})", "", FLAKY_INTRO, ""]
         for n, v in enumerate(flaky, len(rest) + 1):
             out += _finding(n, v)
-    return "\n".join(out) + "\n"
+    return "\n".join(out + _known_table(known_causes(run))) + "\n"
+
+
+def _known_table(causes: list[KnownCause]) -> list[str]:
+    if not causes:
+        return []
+    out = [f"## Known root causes ({len(causes)})", "", KNOWN_INTRO, "",
+           "| baseline entry | findings | first found | reason | upstream | case |", "|---|---|---|---|---|---|"]
+    for c in causes:
+        first = "—" if c.first_found_s is None else f"{c.first_found_s:.1f}s"
+        out.append(f"| `{_cell(c.id)}` | {len(c.signatures)} | {first} | {_cell(c.reason)} | {_cell(c.upstream) or '—'} "
+                   f"| `{_cell(c.case)}` |")
+    out += ["", "<details><summary>Their signatures</summary>", ""]
+    for c in causes:
+        out += [f"- `{_cell(c.id)}`: " + ", ".join(f"`{_cell(sig)}`" for sig in c.signatures)]
+    return out + ["", "</details>", ""]

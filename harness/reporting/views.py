@@ -79,6 +79,47 @@ def _confirm_text(r) -> str:
     return f"; shown in {r.confirmed} of {r.confirm_runs} runs on fresh probe processes"
 
 
+@dataclass
+class KnownCause:
+    """One baseline entry as a run saw it: the known findings it explains, collapsed into one
+    row of the report's table of known root causes (its own case is their minimal form)."""
+
+    id: str
+    reason: str
+    upstream: str
+    case: str  # the entry's case, relative to the checkout
+    signatures: list[str]
+    first_found_s: float | None  # the earliest of its findings, seconds into the run
+
+
+def known_causes(run: Run) -> list[KnownCause]:
+    """The run's known findings by baseline entry, in the order the run first found them. Reason
+    and reference come from the run's baseline (the bundled one unless the campaign named
+    another); an id the baseline no longer has keeps only its findings."""
+    from harness.fuzzing.baseline import load_baseline
+
+    try:
+        entries = {e.id: e for e in load_baseline(run.config.get("baseline")).entries}
+    except InputError:
+        entries = {}
+    out: dict[str, KnownCause] = {}
+    for f in run.known:
+        rec = f.record
+        key = rec.baseline or "?"
+        e = entries.get(key)
+        cause = out.setdefault(key, KnownCause(key, e.reason if e else "(not in the baseline any more)",
+                                               e.upstream if e else "", e.case if e else (rec.baseline_case or ""), [], None))
+        cause.signatures.append(rec.signature)
+        if rec.seconds_to_find is not None and (cause.first_found_s is None or rec.seconds_to_find < cause.first_found_s):
+            cause.first_found_s = rec.seconds_to_find
+    return sorted(out.values(), key=lambda c: (c.first_found_s is None, c.first_found_s or 0.0))
+
+
+#: The intro of the reports' table of known root causes.
+KNOWN_INTRO = ("Divergences the baseline explains (documented framework semantics), one row per baseline "
+               "entry: its case is the minimal form of every finding it matched, so they were not shrunk.")
+
+
 def findings_text(run: Run) -> str:
     """``N new, M known``, with the flaky ones when there are any."""
     flaky = f", {len(run.flaky)} flaky" if run.flaky else ""
