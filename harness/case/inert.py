@@ -146,7 +146,7 @@ def variant(program, rng: random.Random):
     None when there is none to make (a program of no ops and no names)."""
     from dataclasses import replace
 
-    from harness.case.ir import CaseError, check_program, names_bound
+    from harness.case.ir import CaseError, check_program, names_bound, shapes_before
 
     own = inert_ops(program)
     if own and rng.random() < 0.3:
@@ -154,7 +154,7 @@ def variant(program, rng: random.Random):
     # Early places twice as often as late ones (the smaller of two draws): an inert group early has
     # the most ops after it to disturb, and comes before the lazy tensors' first reads.
     at = min(rng.randint(0, len(program.ops)), rng.randint(0, len(program.ops)))
-    shapes = _shapes_before(program, at)
+    shapes = shapes_before(program, at)
     taken = set(names_bound(program)) | {layer.name for layer in program.layers}
     group = rng.choice(_insertions(program, at, shapes, taken, rng))
     new_ops = list(program.ops[:at]) + group + list(program.ops[at:])
@@ -168,13 +168,3 @@ def variant(program, rng: random.Random):
     if found is None or found.ops != inserted:
         return None  # e.g. a read that is a lazy tensor's first one where that matters: not inert by rule
     return replace(with_program, inert=inserted), found
-
-
-def _shapes_before(program, at: int) -> dict[str, tuple[int, ...]]:
-    """Every name bound before op ``at`` (``at`` may be ``len(program.ops)``) and its shape."""
-    last = {t.name: t.shape for t in program.tensors} | {n: shape for layer in program.layers for n, shape, _ in layer.states()}
-    for i, _, shapes in ops.walk(program.tensors, program.ops, program.layers):
-        if i == at:
-            return dict(shapes)
-        last = shapes  # ``walk`` updates this dict after each yield: at the end, after the last op
-    return dict(last)

@@ -411,3 +411,13 @@ def names_bound(program: Program) -> list[str]:
     params = program.model_names
     return ([t.name for t in program.tensors] + state_names(program.layers)
             + [b.name for op in program.ops for b in ops.bindings(op, params)])
+
+
+def shapes_before(program: Program, at: int) -> dict[str, tuple[int, ...]]:
+    """Every name bound before op ``at`` (``at`` may be ``len(program.ops)``) and its shape."""
+    last = {t.name: t.shape for t in program.tensors} | {n: shape for layer in program.layers for n, shape, _ in layer.states()}
+    for i, _, shapes in ops.walk(program.tensors, program.ops, program.layers):
+        if i == at:
+            return dict(shapes)
+        last = shapes  # ``walk`` updates this dict after each yield: at the end, after the last op
+    return dict(last)

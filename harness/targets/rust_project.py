@@ -39,10 +39,11 @@ def support_source(framework: str) -> Path:
 
 
 def write_cargo_project(dest: Path, package: str, framework: str, main_rs: str,
-                        unify_with_probes: bool = False) -> Path:
-    """Writes the project at ``dest`` (created if missing) and returns ``dest``."""
+                        unify_with_probes: bool = False, version: str | None = None) -> Path:
+    """Writes the project at ``dest`` (created if missing) and returns ``dest``. ``version``: the
+    framework's crates at exactly that release instead of the probe's (a bisection)."""
     (dest / "src").mkdir(parents=True, exist_ok=True)
-    (dest / "Cargo.toml").write_text(cargo_toml(package, framework, unify_with_probes), encoding="utf-8")
+    (dest / "Cargo.toml").write_text(cargo_toml(package, framework, unify_with_probes, version), encoding="utf-8")
     (dest / "src" / "main.rs").write_text(main_rs, encoding="utf-8")
     shutil.copyfile(support_source(framework), dest / "src" / "support.rs")
     return dest
@@ -323,11 +324,15 @@ def _dependencies(framework: str, unify_with_probes: bool) -> tuple[dict[str, di
     return {**deps, **{k: v for k, v in workspace.items() if k not in deps}}, _workspace_deps("build-dependencies")
 
 
-def cargo_toml(package: str, framework: str, unify_with_probes: bool = False) -> str:
-    """The reproducer's Cargo.toml: its framework's crates, pinned as in the probe, the probe's
-    features and the probe workspace's profiles. ``unify_with_probes`` (test builds only) lists
-    the whole probe workspace's dependency set instead (see the module docstring)."""
+def cargo_toml(package: str, framework: str, unify_with_probes: bool = False, version: str | None = None) -> str:
+    """The reproducer's Cargo.toml: its framework's crates, pinned as in the probe (or at exactly
+    ``version``), the probe's features and the probe workspace's profiles. ``unify_with_probes``
+    (test builds only) lists the whole probe workspace's dependency set instead (see the module
+    docstring)."""
     deps, build_deps = _dependencies(framework, unify_with_probes)
+    if version is not None:
+        deps = {k: ({**spec, "version": f"={version}"} if k in FRAMEWORK_CRATES[framework] else spec)
+                for k, spec in deps.items()}
     feats = _load_toml(PROBES_WORKSPACE / f"{framework}_probe" / "Cargo.toml").get("features", {})
     feature_lines = [f"{k} = {_toml_value(v)}" for k, v in feats.items()
                      if all(str(f).split("/", 1)[0].rstrip("?") in deps for f in v)]

@@ -1,0 +1,214 @@
+"""Bisection over published releases: which release of a framework introduced (or fixed) what a
+case shows.
+
+For each release the case's stand-alone reproducer is written with the framework's crates pinned
+to exactly that release, built in a target directory of its own (cached: a second bisection over
+the same release builds nothing), and run; its printed states become a trace, and the trace's
+snapshot verdicts are compared with the reference framework's on the installed version. A release
+the reproducer does not build against is reported as such (its first error line), never skipped
+silently. Every release in the list is built (a linear scan, not a binary search: the table of
+releases is the result a user files, and cached builds make a second scan cheap); the summary
+names each release where the divergence appears or disappears.
+
+``bisect`` takes the per-release observation as a function, so the logic is tested with a TEST
+DOUBLE; ``cargo_observer`` is the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from harness.case.ir import Program, shapes_before
+from harness.errors import InputError
+from harness.judging.trace import Observation, StepResult, Trace, verdicts
+
+#: The crate a framework's releases are listed under.
+RELEASE_CRATE = {"candle": "candle-core", "burn": "burn"}
+
+
+class BisectError(InputError):
+    """A bad version list, an unknown framework, or releases that cannot be listed: one line."""
+
+
+@dataclass
+class Observed:
+    """What one release showed: ``status`` ``ok`` (``verdicts`` per snapshot), ``does not
+    build`` or ``failed`` (the reproducer ran and exited non-zero), with a one-line message."""
+
+    version: str
+    status: str
+    verdicts: dict[str, str] = field(default_factory=dict)
+    build_s: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class Bisection:
+    framework: str
+    reference: dict[str, str]  # the reference framework's verdicts, per snapshot
+    rows: list[Observed]
+
+    def diverges(self, row: Observed) -> bool | None:
+        """Whether the release's verdicts differ from the reference's (None: nothing observed)."""
+        if row.status != "ok":
+            return None
+        return any(row.verdicts.get(n) != v for n, v in self.reference.items())
+
+    def changes(self) -> list[tuple[str, str, bool]]:
+        """(release before, release, diverges from it on) for each change between consecutive
+        observed releases."""
+        out, prev = [], None
+        for row in self.rows:
+            d = self.diverges(row)
+            if d is None:
+                continue
+            if prev is not None and self.diverges(prev) != d:
+                out.append((prev.version, row.version, d))
+            prev = row
+        return out
+
+    def summary(self) -> str:
+        observed = [r for r in self.rows if r.status == "ok"]
+        if not observed:
+            return "no release built and ran: nothing to compare"
+        changes = self.changes()
+        if not changes:
+            state = "shows" if self.diverges(observed[0]) else "does not show"
+            return f"the divergence {state} in every release observed ({observed[0].version} to {observed[-1].version})"
+        return "; ".join(f"appears in {v} (absent in {before})" if d else f"disappears in {v} (shown in {before})"
+                         for before, v, d in changes)
+
+    def table(self) -> str:
+        names = list(self.reference)
+        lines = [f"| {self.framework} | build | " + " | ".join(f"`{n}`" for n in names) + " | divergence |",
+                 "|---|---|" + "---|" * len(names) + "---|",
+                 "| reference | — | " + " | ".join(self.reference[n] for n in names) + " | — |"]
+        for r in self.rows:
+            if r.status != "ok":
+                lines.append(f"| {r.version} | {r.build_s:.0f}s | {r.status}: {r.message} |" + " |" * len(names))
+                continue
+            d = "yes" if self.diverges(r) else "no"
+            lines.append(f"| {r.version} | {r.build_s:.0f}s | " + " | ".join(r.verdicts.get(n, "—") for n in names)
+                         + f" | {d} |")
+        return "\n".join(lines)
+
+
+def bisect(framework: str, versions: Sequence[str], reference: Mapping[str, str],
+           observe: Callable[[str], Observed], log: Callable[[str], None] = lambda s: None) -> Bisection:
+    rows = []
+    for v in versions:
+        row = observe(v)
+        log(f"{framework} {v}: {row.status} ({row.build_s:.0f}s build)" + (f": {row.message}" if row.message else ""))
+        rows.append(row)
+    return Bisection(framework, dict(reference), rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# Releases.
+
+
+def _key(v: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("-", 1)[0]))
+
+
+def published(framework: str, index_url: str = "https://index.crates.io") -> list[str]:
+    """The framework's releases on crates.io (its sparse index), pre-releases and yanked ones
+    left out, oldest first."""
+    crate = RELEASE_CRATE[framework]
+    url = f"{index_url}/{crate[:2]}/{crate[2:4]}/{crate}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            lines = r.read().decode().splitlines()
+    except OSError as e:
+        raise BisectError(f"cannot list the releases of {crate} ({url}): {e}") from None
+    out = [d["vers"] for d in map(json.loads, lines) if not d.get("yanked") and "-" not in d["vers"]]
+    return sorted(out, key=_key)
+
+
+def parse_versions(spec: str, releases: Callable[[], Sequence[str]]) -> list[str]:
+    """``A..B`` (every release from A to B, both included) or ``A,B,C`` (those, in that order)."""
+    if ".." in spec:
+        lo, _, hi = spec.partition("..")
+        known = list(releases())
+        for v in (lo, hi):
+            if v not in known:
+                raise BisectError(f"--versions {spec}: {v} is not a release (known: {', '.join(known[-8:])}, ...)")
+        return [v for v in known if _key(lo) <= _key(v) <= _key(hi)]
+    out = [v.strip() for v in spec.split(",") if v.strip()]
+    if not out or any(not re.fullmatch(r"\d+\.\d+\.\d+", v) for v in out):
+        raise BisectError(f"--versions {spec}: expected A..B or a comma-separated list of releases like 0.9.1")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The real observation: build and run the reproducer against one release.
+
+
+def trace_of_output(program: Program, printed: Mapping, target: str) -> Trace:
+    """A reproducer's printed states (``reproducers.parse_output``) as a trace of ``program``:
+    an op with no printed state failed, a printed word (``uninitialized``) is no value."""
+    def obs(name: str, raw, shape_map) -> Observation:
+        shape = tuple(shape_map.get(name, ()))
+        value = None if isinstance(raw, str) else np.array(raw, dtype=np.float32)
+        if value is not None and shape and value.size == int(np.prod(shape)):
+            value = value.reshape(shape)
+        return Observation(value.shape if value is not None else shape, value, "", None, None, value is not None)
+
+    initial = {n: obs(n, v, shapes_before(program, 0)) for n, v in (printed.get(None) or {}).items()}
+    steps, previous = [], dict(printed.get(None) or {})
+    for i in range(len(program.ops)):
+        state = printed.get(i)
+        if state is None:
+            steps.append(StepResult("error", "the reproducer printed nothing after this op", {}))
+            continue
+        after = shapes_before(program, i + 1)
+        changed = {n: obs(n, v, after) for n, v in state.items() if previous.get(n) != v}
+        steps.append(StepResult("ok", None, changed))
+        previous = dict(state)
+    return Trace(target, "ok", None, initial, steps)
+
+
+def verdict_words(program: Program, trace: Trace) -> dict[str, str]:
+    return {n: v.summary for n, v in verdicts(program, trace).items()}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "aliasfuzz" / "bisect"
+
+
+def cargo_observer(program: Program, framework: str, cache: Path,
+                   timeout_s: float = 3600) -> Callable[[str], Observed]:
+    """Builds and runs ``program``'s reproducer against one release, in ``cache/<fw>-<release>``."""
+    from harness.reporting.reproducers import RUST_WRITERS, parse_output
+    from harness.targets.rust_project import write_cargo_project
+
+    def observe(version: str) -> Observed:
+        dest = cache / f"{framework}-{version}"
+        pkg = f"bisect_{framework}"
+        write_cargo_project(dest, pkg, framework, RUST_WRITERS[framework](program), version=version)
+        env = {**os.environ, "CARGO_TARGET_DIR": str(dest / "target")}
+        start = time.monotonic()
+        b = subprocess.run(["cargo", "build", "-q"], cwd=dest, env=env, capture_output=True, text=True, timeout=timeout_s)
+        build_s = time.monotonic() - start
+        if b.returncode != 0:
+            first = next((line for line in b.stderr.splitlines() if line.startswith("error")), b.stderr.strip()[:200])
+            return Observed(version, "does not build", build_s=build_s,
+                            message=f"this reproducer does not build against {framework} {version}: {first}")
+        r = subprocess.run([str(dest / "target" / "debug" / pkg)], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            return Observed(version, "failed", build_s=build_s, message=(r.stderr.strip().splitlines() or ["?"])[-1])
+        trace = trace_of_output(program, parse_output(r.stdout), f"{framework}:{version}")
+        return Observed(version, "ok", verdict_words(program, trace), build_s)
+
+    return observe

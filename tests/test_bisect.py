@@ -1,0 +1,74 @@
+"""Bisection over releases: the version list, the scan and its summary (with a TEST DOUBLE
+observer standing in for building a release), and reading a real reproducer's output back as a
+trace. A real bisection builds each release from crates.io (minutes each): it is run by hand
+(`aliasfuzz bisect`), not here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.case.ir import load_case
+from harness.reporting.reproducers import parse_output, torch_script
+from harness.targets.registry import open_runner
+from harness.triage.bisect import BisectError, Observed, bisect, parse_versions, trace_of_output, verdict_words
+from tests.conftest import ROOT
+
+RELEASES = ["0.8.0", "0.9.1", "0.9.2", "0.10.0", "0.10.2", "0.11.1"]
+
+
+def test_versions_as_a_range_or_a_list():
+    assert parse_versions("0.9.1..0.10.2", lambda: RELEASES) == ["0.9.1", "0.9.2", "0.10.0", "0.10.2"]
+    assert parse_versions("0.11.1, 0.9.1", lambda: pytest.fail("a list needs no index")) == ["0.11.1", "0.9.1"]
+    for bad, why in (("0.9.3..0.11.1", "0.9.3 is not a release"), ("latest", "expected A..B"), ("", "expected A..B")):
+        with pytest.raises(BisectError, match=why):
+            parse_versions(bad, lambda: RELEASES)
+
+
+def _fake_observer(shows_from: str, broken: set[str]):
+    """TEST DOUBLE: a release "shows" the divergence (its clone follows) from ``shows_from`` on."""
+    order = {v: i for i, v in enumerate(RELEASES)}
+
+    def observe(v: str) -> Observed:
+        if v in broken:
+            return Observed(v, "does not build", build_s=1.0, message=f"this reproducer does not build against candle {v}")
+        return Observed(v, "ok", {"c": "follows" if order[v] >= order[shows_from] else "keeps"}, build_s=2.0)
+    return observe
+
+
+def test_the_scan_names_where_the_divergence_appears():
+    lines = []
+    result = bisect("candle", RELEASES, {"c": "keeps"}, _fake_observer("0.10.0", {"0.8.0", "0.9.2"}), lines.append)
+    assert result.changes() == [("0.9.1", "0.10.0", True)]  # 0.9.2 did not build: the change is from 0.9.1
+    assert result.summary() == "appears in 0.10.0 (absent in 0.9.1)"
+    table = result.table()
+    assert "| 0.9.2 | 1s | does not build: this reproducer does not build against candle 0.9.2 |" in table
+    assert "| 0.10.0 | 2s | follows | yes |" in table and "| 0.9.1 | 2s | keeps | no |" in table
+    assert len(lines) == len(RELEASES) and lines[0].startswith("candle 0.8.0: does not build")
+
+
+def test_a_divergence_in_every_release_and_one_that_disappears():
+    always = bisect("candle", RELEASES[1:], {"c": "keeps"}, _fake_observer("0.9.1", set()))
+    assert always.summary() == "the divergence shows in every release observed (0.9.1 to 0.11.1)"
+    fixed = bisect("candle", RELEASES, {"c": "follows"}, _fake_observer("0.10.2", set()))
+    assert fixed.summary() == "disappears in 0.10.2 (shown in 0.10.0)"
+    nothing = bisect("candle", ["0.9.1"], {"c": "keeps"}, _fake_observer("0.9.1", {"0.9.1"}))
+    assert nothing.summary() == "no release built and ran: nothing to compare"
+
+
+def test_a_reproducers_output_reads_back_as_the_targets_verdicts(tmp_path):
+    case = ROOT / "tests" / "cases" / "methods_across_step.toml"
+    program = load_case(case)
+    script = tmp_path / "r.py"
+    script.write_text(torch_script(program))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runner, _ = open_runner(["torch:cpu"])
+    try:
+        expected = verdict_words(program, runner.run_one(program)["torch:cpu"])
+    finally:
+        runner.close()
+    got = verdict_words(program, trace_of_output(program, parse_output(out.stdout), "torch:script"))
+    assert got == expected and {"follows", "keeps"} <= set(got.values())
