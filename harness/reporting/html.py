@@ -10,8 +10,8 @@ from typing import Any
 
 from harness.reporting.loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
-from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, KNOWN_INTRO, FindingView, KnownCause, href,
-                                     known_causes, shrink_text, summary_facts, versions_text, when)
+from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, KnownCause, href,
+                                     known_causes, known_intro, shrink_text, summary_facts, versions_text, when)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:75em;padding:0 1em;color:#1d1d1f}
@@ -83,10 +83,10 @@ def _finding(n: int, v: FindingView) -> list[str]:
     return out
 
 
-def _known_table(causes: list[KnownCause]) -> list[str]:
+def _known_table(causes: list[KnownCause], intro: str) -> list[str]:
     if not causes:
         return []
-    out = [f'<section id="known"><h2>Known root causes ({len(causes)})</h2><p>{escape(KNOWN_INTRO)}</p>',
+    out = [f'<section id="known"><h2>Known root causes ({len(causes)})</h2><p>{escape(intro)}</p>',
            '<table class="known"><tr><th>baseline entry</th><th>findings</th><th>first found</th><th>reason</th>'
            "<th>upstream</th><th>case</th></tr>"]
     for c in causes:
@@ -130,6 +130,6 @@ def render_html(run: Run, views: list[FindingView]) -> str:
         for n, v in enumerate(flaky, len(rest) + 1):
             out += _finding(n, v)
         out.append("</section>")
-    out += _known_table(known_causes(run))
+    out += _known_table(known_causes(run), known_intro(run))
     out.append(f'<p class="dim">Rendered {escape(when(time.time()))} by aliasfuzz.</p></body></html>')
     return "\n".join(out) + "\n"

@@ -9,8 +9,8 @@ from typing import Any
 
 from harness.reporting.loading import Run, one_line
 from harness.reporting.table import Table, report_cell, report_notes
-from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, KNOWN_INTRO, FindingView, KnownCause, href,
-                                     known_causes, shrink_text, summary_facts, versions_text)
+from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, KnownCause, href,
+                                     known_causes, known_intro, shrink_text, summary_facts, versions_text)
 
 
 def _cell(text: Any) -> str:
@@ -96,13 +96,13 @@ def render_markdown(run: Run, views: list[FindingView]) -> str:
         out += [f"## Flaky findings ({len(flaky)})", "", FLAKY_INTRO, ""]
         for n, v in enumerate(flaky, len(rest) + 1):
             out += _finding(n, v)
-    return "\n".join(out + _known_table(known_causes(run))) + "\n"
+    return "\n".join(out + _known_table(known_causes(run), known_intro(run))) + "\n"
 
 
-def _known_table(causes: list[KnownCause]) -> list[str]:
+def _known_table(causes: list[KnownCause], intro: str) -> list[str]:
     if not causes:
         return []
-    out = [f"## Known root causes ({len(causes)})", "", KNOWN_INTRO, "",
+    out = [f"## Known root causes ({len(causes)})", "", intro, "",
            "| baseline entry | findings | first found | reason | upstream | case |", "|---|---|---|---|---|---|"]
     for c in causes:
         first = "—" if c.first_found_s is None else f"{c.first_found_s:.1f}s"

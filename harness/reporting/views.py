@@ -115,9 +115,13 @@ def known_causes(run: Run) -> list[KnownCause]:
     return sorted(out.values(), key=lambda c: (c.first_found_s is None, c.first_found_s or 0.0))
 
 
-#: The intro of the reports' table of known root causes.
-KNOWN_INTRO = ("Divergences the baseline explains (documented framework semantics), one row per baseline "
-               "entry: its case is the minimal form of every finding it matched, so they were not shrunk.")
+def known_intro(run: Run) -> str:
+    """The intro of the reports' table of known root causes. It says whether the run shrank its known
+    findings (``--shrink-known``) or left them as found, since the entry's case is their minimal form."""
+    head = "Divergences the baseline explains (documented framework semantics), one row per baseline entry"
+    if run.config.get("shrink_known"):
+        return head + ": the run shrank each finding it matched; the entry's case is their reference form."
+    return head + ": its case is the minimal form of every finding it matched, so they were not shrunk."
 
 
 def findings_text(run: Run) -> str:
