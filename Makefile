@@ -11,7 +11,7 @@ FULL   ?= 0
 CUDA   ?= 0
 BUDGET ?= 2m
 
-.PHONY: all fuzz latest test probes venv bench schema clean distclean
+.PHONY: all fuzz latest test probes venv bench schema matrix clean distclean
 
 all: test
 
@@ -62,6 +62,11 @@ test: probes
 # The probe protocol's JSON Schema is generated from the op table (harness/case/ops.py).
 schema: $(STAMP)
 	$(PY) -m harness.case.schema --write
+
+# The porting table in docs/ (every snapshot method x every op that can change its source, run on
+# every CPU target); tests/test_matrix.py fails when it is stale.
+matrix: probes
+	$(VENV)/bin/aliasfuzz matrix --out docs/matrix
 
 bench: probes
 	$(VENV)/bin/aliasfuzz bench

@@ -199,9 +199,13 @@ class _Drawn:
 
 def _draw_snapshot(draw, p: _Drawn) -> None:
     method = draw(methods)
-    of = _pick(draw, p.base if method == "state_dict" else p.names)
-    if len(p.shape_of[of]) < ops.METHODS_BY_NAME[method].min_rank:
-        method = "clone"
+    spec = ops.METHODS_BY_NAME[method]
+    # A source of a shape the method accepts (`squeeze`: one row, `permute`: rank 3), drawn
+    # among those only so that shape-bound methods are drawn as often as any; none: a clone.
+    pool = [n for n in (p.base if method == "state_dict" else p.names) if spec.accepts(p.shape_of[n])]
+    if not pool:
+        method, pool = "clone", p.names
+    of = _pick(draw, pool)
     name = f"s{p.n_snap}"
     p.n_snap += 1
     p.ops.append({"op": "snapshot", "name": name, "of": of, "method": method})

@@ -101,7 +101,8 @@ def test_hello(probe):
     assert "deepcopy" not in h["methods"]
     assert set(h["methods"]) == {"alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu",
                                  "contiguous", "reshape", "view_row", "transpose", "state_dict",
-                                 "to_host", "save_load"}
+                                 "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze",
+                                 "squeeze", "chunk", "select"}  # the views: tests/test_views.py
 
 
 # ---------------------------------------------------------------------------------------------

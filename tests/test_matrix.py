@@ -68,7 +68,7 @@ def test_rendered_with_cases_and_html(matrix, tmp_path):
 
 
 def test_the_matrix_in_docs_is_current(matrix):
-    # Regenerate with `aliasfuzz matrix --out docs/matrix` after changing the op table or a probe.
+    # Regenerate with `make matrix` after changing the op table or a probe.
     assert (DOCS / "matrix.md").read_text() == render_markdown(matrix), \
-        "docs/matrix/matrix.md is stale: run `.venv/bin/aliasfuzz matrix --out docs/matrix`"
+        "docs/matrix/matrix.md is stale: run `make matrix`"
     assert sorted(p.name for p in (DOCS / "cases").glob("*.toml")) == sorted(f"{r.stem}.toml" for r in matrix.rows)

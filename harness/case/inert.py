@@ -127,7 +127,7 @@ def _insertions(program, at: int, shapes: Mapping[str, tuple[int, ...]], taken: 
     names = sorted(shapes)
     if names:
         of = rng.choice(names)
-        methods = [m for m in ops.METHOD_TABLE if len(shapes[of]) >= m.min_rank
+        methods = [m for m in ops.METHOD_TABLE if m.accepts(shapes[of])
                    and (roles.get(of, "running" if of in model else "snapshot") in m.sources)]
         if methods:
             out.append([{"op": "snapshot", "name": _fresh(taken, "z"), "of": of, "method": rng.choice(methods).name}])

@@ -182,8 +182,9 @@ class _FieldCheck:
         if method is not None:
             source = ops.OPS[self.kind].of_kind("name")[0]
             shape, role = self.scope.bound[self.op[source.name]]
-            if len(shape) < method.min_rank:
-                raise self._fail(f, f"{value} needs a tensor of rank {method.min_rank} or more")
+            refusal = method.refusal(shape)
+            if refusal is not None:
+                raise self._fail(f, f"{refusal}, not one of shape {list(shape)}")
             if role not in method.sources:
                 raise self._fail(f, f"{value} reads a {' or '.join(method.sources)}, not a {role}")
         return value

@@ -47,6 +47,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 FIELD_KINDS = ("name", "new", "prefix", "checkpoint", "layer", "number", "choice", "row", "values", "betas", "flag")
 
 #: The marker of a field without a default: a case must give it.
@@ -121,15 +123,22 @@ class OpSpec:
 @dataclass(frozen=True)
 class MethodSpec:
     """One snapshot method. ``shape`` and ``view`` say what the snapshot shows of its source if
-    it shares the source's storage (``view`` acts on a numpy array); ``min_rank`` and
-    ``sources`` restrict what it may be taken of (roles: param, buffer, lazy, snapshot)."""
+    it shares the source's storage (``view`` acts on a numpy array); ``accepts`` (the source's
+    shape; ``needs`` says what it wants, for the error message: "``transpose`` needs a tensor
+    of rank 2 or more") and ``sources`` restrict what it may be taken of (roles: param, buffer,
+    lazy, snapshot)."""
 
     name: str
     doc: str
     shape: Callable[[tuple[int, ...]], tuple[int, ...]] = lambda s: s
     view: Callable[[Any], Any] = lambda a: a
-    min_rank: int = 1
+    accepts: Callable[[tuple[int, ...]], bool] = lambda s: True
+    needs: str = "a tensor"
     sources: tuple[str, ...] = ("param", "buffer", "lazy", "running", "snapshot")
+
+    def refusal(self, shape: tuple[int, ...]) -> str | None:
+        """Why the method cannot be taken of a tensor of ``shape`` (None: it can)."""
+        return None if self.accepts(tuple(shape)) else f"{self.name} needs {self.needs}"
 
 
 TENSOR_KINDS = ("param", "buffer", "lazy")
@@ -173,11 +182,31 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
                view=lambda a: a.reshape(-1)),
     MethodSpec("view_row", "the first row as a view", shape=lambda s: (1,) + s[1:], view=lambda a: a[0:1]),
     MethodSpec("transpose", "the last two dimensions swapped", shape=lambda s: s[:-2] + (s[-1], s[-2]),
-               view=lambda a: a.swapaxes(-1, -2), min_rank=2),
+               view=lambda a: a.swapaxes(-1, -2), accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
     MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy", "running")),
     MethodSpec("deepcopy", "a deep copy of the tensor"),
     MethodSpec("to_host", "read to the host and made a tensor again"),
     MethodSpec("save_load", "saved to a file and loaded back"),
+    # Views whose arguments come from the source's shape (issue #16). Ranks stay within 1..3, the
+    # ranks a case's tensors have (and the burn probe's values: vals.rs).
+    MethodSpec("expand", "a new first dimension of 2, broadcast (stride 0)", shape=lambda s: (2,) + s,
+               view=lambda a: np.broadcast_to(a[None], (2,) + a.shape), accepts=lambda s: len(s) <= 2,
+               needs="a tensor of rank 2 or less"),
+    MethodSpec("permute", "the dimensions rotated left (1, 2, 0)", shape=lambda s: s[1:] + s[:1],
+               view=lambda a: a.transpose(tuple(range(1, a.ndim)) + (0,)), accepts=lambda s: len(s) == 3,
+               needs="a tensor of rank 3"),
+    # Where it shared storage, a flip would show the rows reversed: no framework's flip does.
+    MethodSpec("flip", "the first dimension reversed", view=lambda a: a[::-1]),
+    MethodSpec("narrow", "rows 1.. (narrow(0, 1, n - 1))", shape=lambda s: (s[0] - 1,) + s[1:], view=lambda a: a[1:],
+               accepts=lambda s: s[0] >= 2, needs="a tensor of 2 rows or more"),
+    MethodSpec("unsqueeze", "a new first dimension of 1", shape=lambda s: (1,) + s, view=lambda a: a[None],
+               accepts=lambda s: len(s) <= 2, needs="a tensor of rank 2 or less"),
+    MethodSpec("squeeze", "the first dimension, of size 1, removed", shape=lambda s: s[1:], view=lambda a: a[0],
+               accepts=lambda s: len(s) >= 2 and s[0] == 1, needs="a tensor of rank 2 or more with one row"),
+    MethodSpec("chunk", "the first of two chunks along the first dimension", shape=lambda s: (-(-s[0] // 2),) + s[1:],
+               view=lambda a: a[:-(-a.shape[0] // 2)], accepts=lambda s: s[0] >= 2, needs="a tensor of 2 rows or more"),
+    MethodSpec("select", "row 0, the rank dropped", shape=lambda s: s[1:], view=lambda a: a[0],
+               accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
 )
 METHODS_BY_NAME: dict[str, MethodSpec] = {m.name: m for m in METHOD_TABLE}
 METHODS = tuple(METHODS_BY_NAME)

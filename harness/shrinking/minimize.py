@@ -146,7 +146,7 @@ def _reshaped_op(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -
     values cut or repeated to fit; None when a snapshot method no longer applies."""
     spec = ops.spec(op)
     method = ops.snapshot_method(op)
-    if method is not None and len(shapes[op[spec.of_kind("name")[0].name]]) < method.min_rank:
+    if method is not None and method.refusal(shapes[op[spec.of_kind("name")[0].name]]) is not None:
         return None
     values = spec.of_kind("values")
     if not values:

@@ -37,6 +37,12 @@ import numpy as np
 # Devices with the planted bug. ``ref+planted`` is not in the handshake: a test declares it as a
 # variant of ``ref`` to test how the harness treats variants.
 PLANTED = ("planted", "ref+planted")
+# The snapshot methods whose shape differs from the source's (harness/case/ops.py METHOD_TABLE).
+SHAPED = {
+    "expand": lambda a: np.broadcast_to(a[None], (2,) + a.shape), "permute": lambda a: np.moveaxis(a, 0, -1),
+    "flip": lambda a: a[::-1], "narrow": lambda a: a[1:], "unsqueeze": lambda a: a[None], "squeeze": lambda a: a[0],
+    "chunk": lambda a: a[:(a.shape[0] + 1) // 2], "select": lambda a: a[0],
+}
 
 
 def obs(t, device):
@@ -81,6 +87,8 @@ def run(program, device, flags):
                 names[op["name"]] = (arr[0:1].copy(), op["name"])
             elif m == "transpose":
                 names[op["name"]] = (arr.swapaxes(-1, -2).copy(), op["name"])
+            elif m in SHAPED:  # copies in the op table's shape, so later ops see the shapes it declares
+                names[op["name"]] = (np.array(SHAPED[m](arr)), op["name"])
             else:
                 names[op["name"]] = (arr.copy(), op["name"])
         elif kind == "write":
@@ -126,7 +134,7 @@ def hang_until_orphaned() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--protocol", type=int, default=5)  # harness.targets.protocol.PROTOCOL_VERSION
+    ap.add_argument("--protocol", type=int, default=6)  # harness.targets.protocol.PROTOCOL_VERSION
     ap.add_argument("--exit-at-start", action="store_true")
     ap.add_argument("--garbage", action="store_true")
     ap.add_argument("--hang-on-fill", action="store_true")

@@ -31,14 +31,25 @@ _USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "us
 _MAIN = ["fn main() {", "    let mut checkpoints = Checkpoints::default();  // declared first, so dropped last",
          "    let dev = Device::flex().autodiff();", "    let mut model = Model::empty();"]
 
-# Snapshot methods that are one call on the source's tensor (``{t}``), and the rank they give
-# (None: the source's).
+# Snapshot methods that are one call on the source's tensor (``{t}``; ``{r}``: the rank they give,
+# the op table's ``snapshot_shape``, for the calls that name it).
 _TENSOR_METHODS = {
-    "clone": ("{t}.clone()", None), "detach": ("{t}.detach()", None), "mul1": ("{t}.mul_scalar(1.0)", None),
-    "to_home": ("to_own_device({t})", None), "to_cpu": ("{t}.to_device(&cpu_device())", None),
-    "reshape": ("flatten({t})", 1), "view_row": ("{t}.slice([0..1])", None), "transpose": ("{t}.transpose()", None),
-    "to_host": ("through_host({t})", None),
+    "clone": "{t}.clone()", "detach": "{t}.detach()", "mul1": "{t}.mul_scalar(1.0)",
+    "to_home": "to_own_device({t})", "to_cpu": "{t}.to_device(&cpu_device())",
+    "reshape": "flatten({t})", "view_row": "{t}.slice([0..1])", "transpose": "{t}.transpose()",
+    "to_host": "through_host({t})",
+    # the probe's session/snapshots.rs, spelled the same
+    "expand": "expand_two::<_, {r}>({t})", "permute": "{t}.permute([1, 2, 0])", "flip": "{t}.flip([0])",
+    "narrow": "{t}.narrow(0, 1, {t}.dims()[0] - 1)",
+    "unsqueeze": "{t}.unsqueeze_dim::<{r}>(0)", "squeeze": "{t}.squeeze_dim::<{r}>(0)",
+    "chunk": "{t}.chunk(2, 0).remove(0)", "select": "{t}.select_dim::<{r}>(0, 0)",
 }
+
+
+def _snapshot_rank(method: str, rank: int) -> int:
+    """The rank of a snapshot made with ``method`` of a tensor of ``rank`` (the op table's shape
+    of a source with that many dimensions)."""
+    return len(ops.snapshot_shape(method, (2,) * rank))
 _OPTIMIZER_ARGS = ("kind", "momentum", "dampening", "betas", "eps", "weight_decay")
 _DEVICES = {"home": "cpu_device()", "cpu": "cpu_device()", "alt": "Device::ndarray().autodiff()"}
 _STATS = [stat for stat, _ in RUNNING_STATS]
@@ -176,7 +187,7 @@ class _Writer(MainWriter):
         s, v = self.slots[of], self.new_var(name)
         if s[0] == "stat":
             self._snapshot_stat(of, m, v)
-            self.bind(name, ("tensor", 1))
+            self.bind(name, ("tensor", _snapshot_rank(m, 1)))
         elif m == "alias":
             self.body.append(f"    let {v} = {self.ref(of)}.clone();  // a second handle on the same value")
             self.bind(name, ("param", s[1]) if s[0] in ("model", "param") else ("tensor", s[1]))
@@ -184,9 +195,9 @@ class _Writer(MainWriter):
             self.body.append(f"    let {v} = {self._record(of, m)};")
             self.bind(name, ("param", s[1]))
         else:
-            expr, rank = _TENSOR_METHODS[m]
-            self.body.append(f"    let {v} = {expr.format(t=self.value(of))};")
-            self.bind(name, ("tensor", rank or s[1]))
+            rank = _snapshot_rank(m, s[1])
+            self.body.append(f"    let {v} = {_TENSOR_METHODS[m].format(t=self.value(of), r=rank)};")
+            self.bind(name, ("tensor", rank))
         self.cur[name] = v
 
     def _snapshot_stat(self, of: str, m: str, v: str) -> None:
@@ -194,8 +205,8 @@ class _Writer(MainWriter):
         file) of the module it lives in, read out of the loaded layer (the probe's
         ``snapshot_stat``)."""
         if m not in ("state_dict", "save_load"):
-            expr = "{t}" if m == "alias" else _TENSOR_METHODS[m][0]
-            self.body.append(f"    let {v} = {expr.format(t=self.value(of))};")
+            expr = "{t}" if m == "alias" else _TENSOR_METHODS[m]
+            self.body.append(f"    let {v} = {expr.format(t=self.value(of), r=_snapshot_rank(m, 1))};")
             return
         _, owner, i, stat = self.slots[of]
         if owner == "model":

@@ -37,6 +37,10 @@ _TENSOR_METHODS = {
     "to_home": "{t}.to_device({t}.device())?", "to_cpu": "{t}.to_device(&Device::Cpu)?",
     "contiguous": "{t}.contiguous()?", "reshape": "{t}.reshape({t}.elem_count())?",
     "view_row": "{t}.narrow(0, 0, 1)?", "transpose": "{t}.t()?", "to_host": "through_host({r})?",
+    # the probe's session/views.rs, spelled the same (`IndexOp::i` by its path: no import to leave unused)
+    "expand": "expand_two({r})?", "permute": "{t}.permute((1, 2, 0))?", "flip": "{t}.flip(&[0])?",
+    "narrow": "{t}.narrow(0, 1, {t}.dim(0)? - 1)?", "unsqueeze": "{t}.unsqueeze(0)?", "squeeze": "{t}.squeeze(0)?",
+    "chunk": "{t}.chunk(2, 0)?.remove(0)", "select": "candle_core::IndexOp::i({r}, 0)?",
 }
 
 

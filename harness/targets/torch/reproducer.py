@@ -72,6 +72,10 @@ _METHODS = {
     "deepcopy": "copy.deepcopy({t})",
     "to_host": "torch.from_numpy({t}.detach().cpu().numpy()).to({t}.device)",
     "save_load": "_save_load({t})",
+    # views.py's calls, spelled the same
+    "expand": "{t}.unsqueeze(0).expand(2, *{t}.shape)", "permute": "{t}.permute(*range(1, {t}.dim()), 0)",
+    "flip": "{t}.flip(0)", "narrow": "{t}.narrow(0, 1, {t}.shape[0] - 1)", "unsqueeze": "{t}.unsqueeze(0)",
+    "squeeze": "{t}.squeeze(0)", "chunk": "{t}.chunk(2, 0)[0]", "select": "{t}.select(0, 0)",
 }
 
 

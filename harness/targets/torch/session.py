@@ -30,6 +30,7 @@ from harness.targets.driver import Unsupported
 from harness.targets.protocol import Program, unreadable
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.training import TrainingOps
+from harness.targets.torch.views import VIEWS
 
 # ---------------------------------------------------------------------------------------------
 # Devices.
@@ -227,6 +228,8 @@ class TorchSession(TrainingOps, LayerOps):
             return t.narrow(0, 0, 1)
         if method == "transpose":
             return t.transpose(-2, -1)
+        if method in VIEWS:
+            return VIEWS[method](t)  # views.py: the calls whose arguments come from t's shape
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
             if of not in self.model._parameters and of not in self.model._buffers and of not in self.layer_stats:

@@ -18,7 +18,8 @@ pub const BURN_VERSION: &str = env!("BURN_VERSION");
 /// and answer `unsupported` if sent anyway.
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "mul1", "to_home", "to_cpu", "reshape", "view_row", "transpose",
-    "state_dict", "to_host", "save_load",
+    "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze", "squeeze",
+    "chunk", "select",
 ];
 
 pub struct BurnProbe {

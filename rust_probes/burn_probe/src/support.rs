@@ -180,6 +180,14 @@ pub fn flatten<const D: usize>(t: Tensor<D>) -> Tensor<1> {
     t.reshape([n])
 }
 
+/// `expand`: a new first dimension of 2 over the same elements, `t.unsqueeze_dim(0)` then
+/// `expand([2, dims..])` (a broadcast: burn-tensor base.rs `expand`).
+pub fn expand_two<const D: usize, const D2: usize>(t: Tensor<D>) -> Tensor<D2> {
+    let mut shape = [2usize; D2];
+    shape[1..].copy_from_slice(&t.dims());
+    t.unsqueeze_dim::<D2>(0).expand(shape)
+}
+
 /// `to_host`: `to_data` to host memory and `from_data` back onto the tensor's device.
 pub fn through_host<const D: usize>(t: Tensor<D>) -> Tensor<D> {
     let device = t.device();

@@ -17,6 +17,14 @@
 //! | deepcopy      | unsupported: candle has no deep-copy call                                 |
 //! | to_host       | `Tensor::new(t.flatten_all()?.to_vec1::<f32>()?, t.device())?.reshape(shape)` |
 //! | save_load     | `VarMap::save` + `VarMap::load` into a fresh VarMap (params, layer stats) |
+//! | expand        | `t.unsqueeze(0)?.expand((2, dims..))?` (`broadcast_as`: stride 0)         |
+//! | permute       | `t.permute((1, 2, 0))?`                                                   |
+//! | flip          | `t.flip(&[0])?` (`index_select`: a new storage)                           |
+//! | narrow        | `t.narrow(0, 1, rows - 1)?`                                               |
+//! | unsqueeze     | `t.unsqueeze(0)?`                                                         |
+//! | squeeze       | `t.squeeze(0)?`                                                           |
+//! | chunk         | `t.chunk(2, 0)?[0]`                                                       |
+//! | select        | `t.i(0)?` (`IndexOp`: `narrow(0, 0, 1)?.squeeze(0)?`)                    |
 //! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]`             |
 //! | write (whole) | `Var::set(&v)` on a `Var`; `t.slice_set(&v, 0, 0)?` on a plain tensor     |
 //! | fill          | `t.const_set(value.into())?`                                              |
@@ -79,7 +87,8 @@ pub const OPS: &[&str] = &[
 /// `deepcopy` is never supported (candle has no such call) and so is not listed.
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
-    "view_row", "transpose", "state_dict", "to_host", "save_load",
+    "view_row", "transpose", "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow",
+    "unsqueeze", "squeeze", "chunk", "select",
 ];
 
 #[derive(Clone)]
@@ -131,6 +140,7 @@ pub struct CandleSession {
 mod layers;
 mod rebind;
 mod training;
+mod views;
 
 use layers::Layer;
 
@@ -299,6 +309,14 @@ impl CandleSession {
             }
             Method::ToHost => Handle::Tensor(ce(through_host(t))?),
             Method::SaveLoad => Handle::Var(self.save_load(of)?),
+            m @ (Method::Expand
+            | Method::Permute
+            | Method::Flip
+            | Method::Narrow
+            | Method::Unsqueeze
+            | Method::Squeeze
+            | Method::Chunk
+            | Method::Select) => Handle::Tensor(ce(views::view(t, m))?),
         })
     }
 

@@ -57,6 +57,14 @@ pub fn through_host(t: &Tensor) -> Result<Tensor> {
     Tensor::new(values(t)?, t.device())?.reshape(t.shape())
 }
 
+/// `expand`: a new first dimension of 2 over the same storage, `t.unsqueeze(0)?.expand(..)`
+/// (`expand` is `broadcast_as`: a stride-0 layout over the tensor's storage, tensor.rs).
+pub fn expand_two(t: &Tensor) -> Result<Tensor> {
+    let mut shape = vec![2];
+    shape.extend_from_slice(t.dims());
+    t.unsqueeze(0)?.expand(shape)
+}
+
 /// `write` of row `index`: `slice_set` of a `[1, rest...]` tensor at `index` along dim 0.
 pub fn write_row(t: &Tensor, index: usize, value: &[f32]) -> Result<()> {
     let mut row_shape = t.dims().to_vec();

@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
 /// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
@@ -156,6 +156,14 @@ pub enum Method {
     Deepcopy,
     ToHost,
     SaveLoad,
+    Expand,
+    Permute,
+    Flip,
+    Narrow,
+    Unsqueeze,
+    Squeeze,
+    Chunk,
+    Select,
 }
 
 impl Method {

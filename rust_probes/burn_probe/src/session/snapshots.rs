@@ -3,7 +3,9 @@
 
 use super::{BurnSession, Slot};
 use crate::on_val;
-use crate::support::{cpu_device, flatten, record_round_trip, save_and_load, through_host, to_own_device, Model};
+use crate::support::{
+    cpu_device, expand_two, flatten, record_round_trip, save_and_load, through_host, to_own_device, Model,
+};
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{Method, Outcome};
 use burn::tensor::Tensor;
@@ -23,7 +25,36 @@ where
         Method::ViewRow => t.slice([0..1]).into_val(),
         Method::Transpose => t.transpose().into_val(),
         Method::ToHost => through_host(t).into_val(),
+        Method::Flip => t.flip([0]).into_val(),
+        Method::Narrow => {
+            let rows = t.dims()[0];
+            t.narrow(0, 1, rows - 1).into_val()
+        }
+        // `Tensor::chunk`: the first chunk has ceil(rows / 2) rows, as torch's.
+        Method::Chunk => t.chunk(2, 0).remove(0).into_val(),
         other => return Err(Outcome::Error(format!("internal: {} is not a tensor method", other.as_str()))),
+    })
+}
+
+/// The methods whose result has another rank than the source (`expand`, `unsqueeze`: one more;
+/// `squeeze`, `select`: one less) or that take one rank only (`permute`): burn's ranks are const
+/// generics, so each is spelled per rank (1 to 3, vals.rs). The case validator sends no other.
+fn snap_rank(v: Val, method: Method) -> Result<Val, Outcome> {
+    Ok(match (method, v) {
+        (Method::Expand, Val::T1(t)) => expand_two::<1, 2>(t).into_val(),
+        (Method::Expand, Val::T2(t)) => expand_two::<2, 3>(t).into_val(),
+        (Method::Permute, Val::T3(t)) => t.permute([1, 2, 0]).into_val(),
+        (Method::Unsqueeze, Val::T1(t)) => t.unsqueeze_dim::<2>(0).into_val(),
+        (Method::Unsqueeze, Val::T2(t)) => t.unsqueeze_dim::<3>(0).into_val(),
+        (Method::Squeeze, Val::T2(t)) => t.squeeze_dim::<1>(0).into_val(),
+        (Method::Squeeze, Val::T3(t)) => t.squeeze_dim::<2>(0).into_val(),
+        // Row 0 with the rank dropped: `select_dim` ("a dimension index, and then squeezing that
+        // dim", burn-tensor base.rs); `select` takes an index tensor and keeps the rank.
+        (Method::Select, Val::T2(t)) => t.select_dim::<1>(0, 0).into_val(),
+        (Method::Select, Val::T3(t)) => t.select_dim::<2>(0, 0).into_val(),
+        (m, v) => {
+            return Err(Outcome::Error(format!("internal: {} of a rank-{} tensor", m.as_str(), v.shape().len())))
+        }
     })
 }
 
@@ -107,6 +138,9 @@ impl BurnSession {
                 Ok(save_and_load(model, &path, &self.home).map_err(Outcome::Error)?.get(r, i))
             }),
             // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
+            m @ (Method::Expand | Method::Permute | Method::Unsqueeze | Method::Squeeze | Method::Select) => {
+                snap_rank(on_val!(src, param p => p.val().into_val(), tensor t => t.into_val()), m)
+            }
             m => on_val!(src, param p => snap_tensor(p.val(), m), tensor t => snap_tensor(t, m)),
         };
         match result {
