@@ -102,7 +102,8 @@ def test_hello(probe):
     assert set(h["methods"]) == {"alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu",
                                  "contiguous", "reshape", "view_row", "transpose", "state_dict",
                                  "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze",
-                                 "squeeze", "chunk", "select"}  # the views: tests/test_views.py
+                                 "squeeze", "chunk", "select",  # the views: tests/test_views.py
+                                 "to_same_dtype", "via_bf16"}  # tests/test_dtypes.py
 
 
 # ---------------------------------------------------------------------------------------------

@@ -250,15 +250,19 @@ FOLLOWS = {
     "to_host": "Tensor.numpy docs: 'The returned ndarray and the tensor will share their storage'; "
                "torch.from_numpy docs: 'The returned tensor and ndarray share the same memory'; "
                "then .to(same device) returns self",
+    "to_same_dtype": "Tensor.to docs: 'If the self Tensor already has the correct torch.dtype and "
+                     "torch.device, then self is returned' (w is float32)",
 }
 KEEPS = {
     "clone": "torch.clone docs: 'Returns a copy of input'",
     "mul1": "an out-of-place multiplication allocates its result",
     "deepcopy": "Tensor.__deepcopy__ (torch/_tensor.py) clones the storage",
     "save_load": "torch.load builds new storages from the serialized bytes",
+    "via_bf16": "Tensor.to docs: 'Otherwise, the returned tensor is a copy of self with the desired "
+                "torch.dtype' (twice; the values here are exact in bfloat16)",
 }
 # Methods that return the very same object (identity token equal to the param's).
-SAME_OBJECT = {"alias", "to_home", "to_cpu", "contiguous"}
+SAME_OBJECT = {"alias", "to_home", "to_cpu", "contiguous", "to_same_dtype"}
 
 W0 = [[1.0, 2.0], [3.0, 4.0]]
 

@@ -207,9 +207,24 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
                view=lambda a: a[:-(-a.shape[0] // 2)], accepts=lambda s: s[0] >= 2, needs="a tensor of 2 rows or more"),
     MethodSpec("select", "row 0, the rank dropped", shape=lambda s: s[1:], view=lambda a: a[0],
                accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
+    # Dtype conversions (issue #16; pytorch#194664: a conversion to the dtype a tensor already has
+    # returns the tensor itself). Every tensor of a case is float32, so `to_same_dtype` converts
+    # to float32; `via_bf16` to bfloat16 and back, which rounds (its `view`).
+    MethodSpec("to_same_dtype", "converted to the dtype it already has (float32)"),
+    MethodSpec("via_bf16", "converted to bfloat16 and back to float32", view=lambda a: bf16_rounded(a)),
 )
 METHODS_BY_NAME: dict[str, MethodSpec] = {m.name: m for m in METHOD_TABLE}
 METHODS = tuple(METHODS_BY_NAME)
+
+
+def bf16_rounded(array):
+    """``array`` (float32) rounded to bfloat16 and widened back: the upper 16 bits of each value,
+    rounded to nearest, ties to even (what torch, candle's ``half`` crate and burn do). NaN and
+    the infinities pass unchanged; a case's values are far from bfloat16's overflow."""
+    a = np.ascontiguousarray(array, dtype=np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+    return np.where(np.isfinite(a), rounded, a).reshape(a.shape)
 
 
 def snapshot_shape(method: str, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -43,6 +43,8 @@ _TENSOR_METHODS = {
     "narrow": "{t}.narrow(0, 1, {t}.dims()[0] - 1)",
     "unsqueeze": "{t}.unsqueeze_dim::<{r}>(0)", "squeeze": "{t}.squeeze_dim::<{r}>(0)",
     "chunk": "{t}.chunk(2, 0).remove(0)", "select": "{t}.select_dim::<{r}>(0, 0)",
+    "to_same_dtype": "{t}.cast(burn::tensor::FloatDType::F32)",
+    "via_bf16": "{t}.cast(burn::tensor::FloatDType::BF16).cast(burn::tensor::FloatDType::F32)",
 }
 
 

@@ -41,6 +41,8 @@ _TENSOR_METHODS = {
     "expand": "expand_two({r})?", "permute": "{t}.permute((1, 2, 0))?", "flip": "{t}.flip(&[0])?",
     "narrow": "{t}.narrow(0, 1, {t}.dim(0)? - 1)?", "unsqueeze": "{t}.unsqueeze(0)?", "squeeze": "{t}.squeeze(0)?",
     "chunk": "{t}.chunk(2, 0)?.remove(0)", "select": "candle_core::IndexOp::i({r}, 0)?",
+    "to_same_dtype": "{t}.to_dtype(candle_core::DType::F32)?",
+    "via_bf16": "{t}.to_dtype(candle_core::DType::BF16)?.to_dtype(candle_core::DType::F32)?",
 }
 
 

@@ -76,6 +76,7 @@ _METHODS = {
     "expand": "{t}.unsqueeze(0).expand(2, *{t}.shape)", "permute": "{t}.permute(*range(1, {t}.dim()), 0)",
     "flip": "{t}.flip(0)", "narrow": "{t}.narrow(0, 1, {t}.shape[0] - 1)", "unsqueeze": "{t}.unsqueeze(0)",
     "squeeze": "{t}.squeeze(0)", "chunk": "{t}.chunk(2, 0)[0]", "select": "{t}.select(0, 0)",
+    "to_same_dtype": "{t}.to(torch.float32)", "via_bf16": "{t}.to(torch.bfloat16).to(torch.float32)",
 }
 
 

@@ -230,6 +230,12 @@ class TorchSession(TrainingOps, LayerOps):
             return t.transpose(-2, -1)
         if method in VIEWS:
             return VIEWS[method](t)  # views.py: the calls whose arguments come from t's shape
+        if method == "to_same_dtype":
+            # Tensor.to docs: "If the self Tensor already has the correct torch.dtype and
+            # torch.device, then self is returned" (a case's tensors are float32).
+            return t.to(torch.float32)
+        if method == "via_bf16":
+            return t.to(torch.bfloat16).to(torch.float32)
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
             if of not in self.model._parameters and of not in self.model._buffers and of not in self.layer_stats:

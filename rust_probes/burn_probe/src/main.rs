@@ -19,7 +19,7 @@ pub const BURN_VERSION: &str = env!("BURN_VERSION");
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "mul1", "to_home", "to_cpu", "reshape", "view_row", "transpose",
     "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze", "squeeze",
-    "chunk", "select",
+    "chunk", "select", "to_same_dtype", "via_bf16",
 ];
 
 pub struct BurnProbe {

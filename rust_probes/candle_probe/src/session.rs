@@ -25,6 +25,8 @@
 //! | squeeze       | `t.squeeze(0)?`                                                           |
 //! | chunk         | `t.chunk(2, 0)?[0]`                                                       |
 //! | select        | `t.i(0)?` (`IndexOp`: `narrow(0, 0, 1)?.squeeze(0)?`)                    |
+//! | to_same_dtype | `t.to_dtype(DType::F32)?` (`self.clone()` when the dtype is already F32)  |
+//! | via_bf16      | `t.to_dtype(DType::BF16)?.to_dtype(DType::F32)?`                          |
 //! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]`             |
 //! | write (whole) | `Var::set(&v)` on a `Var`; `t.slice_set(&v, 0, 0)?` on a plain tensor     |
 //! | fill          | `t.const_set(value.into())?`                                              |
@@ -70,7 +72,7 @@ use crate::support::{
     assign_from, insert_var, lazy_var, save_and_load, through_host, values, var_of, write_row, Opt,
 };
 use candle_core::backprop::GradStore;
-use candle_core::{Device, DeviceLocation, Tensor, Var};
+use candle_core::{DType, Device, DeviceLocation, Tensor, Var};
 use candle_nn::kv_cache::Cache;
 use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
@@ -88,7 +90,7 @@ pub const OPS: &[&str] = &[
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
     "view_row", "transpose", "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow",
-    "unsqueeze", "squeeze", "chunk", "select",
+    "unsqueeze", "squeeze", "chunk", "select", "to_same_dtype", "via_bf16",
 ];
 
 #[derive(Clone)]
@@ -308,6 +310,9 @@ impl CandleSession {
                 ))
             }
             Method::ToHost => Handle::Tensor(ce(through_host(t))?),
+            // tensor.rs `to_dtype`: `if self.dtype() == dtype { Ok(self.clone()) }`, one storage.
+            Method::ToSameDtype => Handle::Tensor(ce(t.to_dtype(DType::F32))?),
+            Method::ViaBf16 => Handle::Tensor(ce(t.to_dtype(DType::BF16).and_then(|b| b.to_dtype(DType::F32)))?),
             Method::SaveLoad => Handle::Var(self.save_load(of)?),
             m @ (Method::Expand
             | Method::Permute

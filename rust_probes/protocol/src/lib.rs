@@ -164,6 +164,8 @@ pub enum Method {
     Squeeze,
     Chunk,
     Select,
+    ToSameDtype,
+    ViaBf16,
 }
 
 impl Method {

@@ -8,7 +8,7 @@ use crate::support::{
 };
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{Method, Outcome};
-use burn::tensor::Tensor;
+use burn::tensor::{FloatDType, Tensor};
 
 fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method) -> Result<Val, Outcome>
 where
@@ -25,6 +25,16 @@ where
         Method::ViewRow => t.slice([0..1]).into_val(),
         Method::Transpose => t.transpose().into_val(),
         Method::ToHost => through_host(t).into_val(),
+        // cast.rs: a cast to the tensor's own float dtype returns the tensor.
+        Method::ToSameDtype => t.cast(FloatDType::F32).into_val(),
+        // Asked first, as burn's device.rs advises before choosing a reduced precision: a backend
+        // without bf16 (ndarray) panics in the cast ("Unsupported dtype: BF16").
+        Method::ViaBf16 if !t.device().supports_dtype(FloatDType::BF16) => {
+            return Err(Outcome::Unsupported(
+                "via_bf16: this backend does not support bf16 (Device::supports_dtype)".into(),
+            ))
+        }
+        Method::ViaBf16 => t.cast(FloatDType::BF16).cast(FloatDType::F32).into_val(),
         Method::Flip => t.flip([0]).into_val(),
         Method::Narrow => {
             let rows = t.dims()[0];
