@@ -293,3 +293,22 @@ def test_the_minimizer_shrinks_a_view_only_to_shapes_it_accepts(method):
     final = result.program
     assert [op["op"] for op in final.ops] == ["snapshot", "write"]
     assert final.tensors[0].shape == smallest, final.tensors[0].shape
+
+
+def test_candle_flip_of_a_transposed_tensor_fails_where_torch_and_burn_flip_it(runner):
+    # A candidate upstream report (tests/cases/candle_flip_of_a_strided_tensor_fails.toml): candle's
+    # Tensor::flip is index_select along each dim, and the CPU index_select refuses a source that
+    # is not contiguous; flip's docs ("makes a copy of the tensor's data") state no such condition.
+    # When candle fixes it, this test fails and the case leaves the candidate list.
+    from harness.case.ir import load_case
+    from tests.conftest import ROOT
+
+    program = load_case(ROOT / "tests" / "cases" / "candle_flip_of_a_strided_tensor_fails.toml")
+    traces = runner.run_one(program, every_target=True)
+    c = traces["candle:cpu"]
+    assert [s.status for s in c.steps] == ["ok", "error"], c.steps
+    assert "index-select only supports contiguous tensors" in c.steps[1].message
+    for target in ("torch:cpu", *VALUES):
+        t = traces[target]
+        assert [s.status for s in t.steps] == ["ok", "ok"], (target, t.steps)
+        assert _flat(t, 1, "f") == [2, 4, 1, 3], target  # the transpose [[1, 3], [2, 4]], rows reversed

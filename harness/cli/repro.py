@@ -29,6 +29,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     baseline = load_baseline(args.baseline)
     runner, _ = open_runner(parse_target_list(args.targets))
     infos = runner.infos
+    baseline = baseline.for_installed(infos)  # an entry explains findings only on its versions
     status = EXIT_OK
     docs = []
     try:

@@ -2,24 +2,33 @@
 
 An entry matches a finding when every field it gives matches the finding's (``fnmatch`` patterns;
 ``frameworks`` matches the frameworks of the two targets in either order; ``role`` the declared
-kind of the tensor a verdict or value finding is about). Matching findings are
+kind of the tensor a verdict or value finding is about; ``detail`` the finding's detail, such as
+a framework's error message, for an entry about one error). Matching findings are
 ``known``; the rest are ``new``. Each entry names a case under ``tests/cases/`` that shows it, and
 the test suite checks that the case really produces a finding the entry matches.
+
+An entry may name the framework versions it was observed with (``versions = { burn = "0.22.1.." }``,
+``harness.versions`` ranges). Given the installed versions (``for_installed``), an entry explains
+only findings whose frameworks' installed versions lie in its ranges: a match outside them is a
+claim nobody has checked on those versions, so the finding stays ``new`` and ``outside`` says
+which entry it would have been and why (re-check with ``aliasfuzz recheck``, then widen the range).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from harness.case import values as cv
 from harness.case.ir import CaseError
 from harness.judging.finding import Finding
 from harness.paths import BASELINE
+from harness.targets.registry import FRAMEWORKS, RELEASE_PACKAGE
+from harness.versions import VersionRange
 
-MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides", "role")
+MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides", "role", "detail")
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,21 @@ class KnownDivergence:
     sides: str | tuple[str, ...] = "*"
     # the declared kind of the tensor a verdict or value finding is about ("-": none)
     role: str | tuple[str, ...] = "*"
+    # the finding's detail (an error's message: "*is the output of a function that returns multiple views*")
+    detail: str | tuple[str, ...] = "*"
     upstream: str = ""
+    # framework -> the versions it was observed with; a framework not named: any version
+    versions: tuple[tuple[str, VersionRange], ...] = ()
+
+    def outside(self, f: Finding, installed: Mapping[str, str]) -> str | None:
+        """Why the installed versions of ``f``'s frameworks lie outside this entry's ranges
+        (``burn 0.23.0 is outside 0.22.1..``); None when they are inside, or not installed."""
+        frameworks = {t.split(":", 1)[0] for t in f.targets}
+        for fw, rng in self.versions:
+            v = installed.get(fw)
+            if fw in frameworks and v is not None and v not in rng:
+                return f"{fw} {v} is outside {rng}"
+        return None
 
     def matches(self, f: Finding) -> bool:
         if f.kind == "metamorphic" and not _names_kind(self.kind, f.kind):
@@ -46,7 +69,7 @@ class KnownDivergence:
             return False
         if not _any(f.method or "-", self.method) or not _any(f.op_label, self.op):
             return False
-        if not _any(f.role or "-", self.role):
+        if not _any(f.role or "-", self.role) or not _any(f.detail or "", self.detail):
             return False
         if self.frameworks:
             fws = sorted(t.split(":", 1)[0] for t in f.targets)
@@ -70,11 +93,35 @@ def _any(value: str, patterns: str | tuple[str, ...]) -> bool:
 class Baseline:
     entries: list[KnownDivergence]
     path: str = ""
+    #: framework -> installed version (``for_installed``); empty: every entry's ranges are ignored
+    installed: dict[str, str] = field(default_factory=dict)
+
+    def for_installed(self, infos: Mapping[str, Any]) -> "Baseline":
+        """This baseline judging against the versions of the targets ``infos`` describes (target
+        id -> ``TargetInfo``)."""
+        installed = {}
+        for info in infos.values():
+            v = info.versions.get(RELEASE_PACKAGE.get(info.framework, info.framework))
+            if v is not None:
+                installed[info.framework] = v
+        return replace(self, installed=installed)
 
     def match(self, f: Finding) -> KnownDivergence | None:
+        """The first entry whose patterns match ``f`` and whose ranges hold the installed versions."""
         for e in self.entries:
-            if e.matches(f):
+            if e.matches(f) and e.outside(f, self.installed) is None:
                 return e
+        return None
+
+    def outside(self, f: Finding) -> str | None:
+        """For a finding no entry explains: the first entry whose patterns match it but whose
+        ranges leave out an installed version, and why (``"`id`: burn 0.23.0 is outside 0.22.1.."``)."""
+        if self.match(f) is not None:
+            return None
+        for e in self.entries:
+            why = e.outside(f, self.installed) if e.matches(f) else None
+            if why is not None:
+                return f"`{e.id}`: {why}"
         return None
 
 
@@ -84,7 +131,8 @@ class BaselineError(CaseError):
     since callers caught that from ``load_baseline`` before this class existed."""
 
 
-ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides", "role")
+ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides", "role",
+                  "detail", "versions")
 
 
 def load_baseline(path: str | Path | None = None) -> Baseline:
@@ -141,4 +189,21 @@ def _entry(raw: Any, where: str, err) -> KnownDivergence:
             or not all(isinstance(x, str) and x for x in frameworks)):
         raise err(f"{where}.frameworks", f"expected a list of one or two framework names, got {cv.brief(frameworks)}")
     fields["frameworks"] = tuple(frameworks)
+    fields["versions"] = _versions(raw.get("versions", {}), f"{where}.versions", err)
     return KnownDivergence(**fields)
+
+
+def _versions(raw: Any, where: str, err) -> tuple[tuple[str, VersionRange], ...]:
+    if not isinstance(raw, dict):
+        raise err(where, f"expected a table of framework = \"A..B\", got {cv.brief(raw)}")
+    out = []
+    for fw, spec in raw.items():
+        if fw not in FRAMEWORKS:
+            raise err(f"{where}.{fw}", f"unknown framework (known: {', '.join(FRAMEWORKS)})")
+        if not isinstance(spec, str):
+            raise err(f"{where}.{fw}", f"expected a version range like \"0.9.1..0.11.1\", got {cv.brief(spec)}")
+        try:
+            out.append((fw, VersionRange.parse(spec)))
+        except ValueError as e:
+            raise err(f"{where}.{fw}", str(e)) from None
+    return tuple(out)

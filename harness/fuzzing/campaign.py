@@ -111,6 +111,7 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
         runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S)
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
+    baseline = baseline.for_installed(infos)  # an entry explains findings only on its versions
     engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
                     deadline=deadline, shrink_known=config.shrink_known, confirm_runs=config.confirm_runs,
                     metamorphic_share=config.metamorphic_share)
@@ -122,7 +123,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
         record = FindingRecord.found(
             rec.finding, status=rec.status, baseline=rec.baseline, baseline_case=baseline_cases.get(rec.baseline),
             ops_before=len(rec.original.ops), ops_after=len(rec.minimized.ops),
-            seconds_to_find=rec.seconds_to_find, shrink=rec.shrink, versions=versions, confirmed=rec.confirmed)
+            seconds_to_find=rec.seconds_to_find, shrink=rec.shrink, versions=versions, confirmed=rec.confirmed,
+            outside_baseline=None if rec.baseline else baseline.outside(rec.finding))
         meta = {"signature": rec.signature, "kind": record.kind, "status": rec.status, "seed": config.seed}
         minimized = _titled(rec.minimized, record.sentence, meta)
         result = run_case(minimized, runner, infos, baseline)

@@ -106,7 +106,7 @@ PATH_FIELDS = ("case", "original_case", "repro")
 #: The record's text fields: ``FindingRecord.from_json`` reads a value of another JSON type as its
 #: JSON text, so that a reader shows a hand-edited or damaged record rather than fail on it.
 TEXT_FIELDS = ("signature", "kind", "status", "sentence", "detail", "op", "method", "baseline",
-               "baseline_case", *PATH_FIELDS)
+               "baseline_case", "outside_baseline", *PATH_FIELDS)
 
 
 class ShrinkFacts(Protocol):
@@ -152,6 +152,9 @@ class FindingRecord:
     shrink_hypothesis_runs: int | None
     versions: dict[str, dict[str, str]] | None  # per target: framework versions
     baseline_case: str | None = None  # the baseline entry's own case, for a known finding
+    # A new finding that an entry's patterns match but whose installed versions lie outside the
+    # entry's ranges: "`id`: burn 0.23.0 is outside 0.22.1" (``Baseline.outside``).
+    outside_baseline: str | None = None
     # Its confirmation (``Engine.confirm``): of ``confirm_runs`` runs of the minimized case on
     # fresh processes, ``confirmed`` showed it; None when not confirmed.
     confirmed: int | None = None
@@ -164,7 +167,7 @@ class FindingRecord:
     def found(cls, finding: Finding, *, status: str, baseline: str | None, baseline_case: str | None,
               ops_before: int, ops_after: int, seconds_to_find: float, shrink: ShrinkFacts | None,
               versions: Mapping[str, Mapping[str, str]],
-              confirmed: tuple[int, int] | None = None) -> "FindingRecord":
+              confirmed: tuple[int, int] | None = None, outside_baseline: str | None = None) -> "FindingRecord":
         """The record of ``finding`` as a campaign found it. ``versions``: every target's
         (the record keeps those of the finding's targets); ``shrink``: None when not shrunk;
         ``confirmed``: (runs that showed it, runs) of its confirmation, None when not confirmed."""
@@ -180,13 +183,14 @@ class FindingRecord:
                    shrink_hypothesis_runs=shrink.hypothesis_runs if shrink else None,
                    versions={t: dict(versions.get(t, {})) for t in targets},
                    baseline_case=baseline_case if baseline is not None else None,
+                   outside_baseline=outside_baseline if baseline is None else None,
                    confirmed=confirmed[0] if confirmed else None, confirm_runs=confirmed[1] if confirmed else None)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "baseline_case" and self.baseline is None:
+            if f.name == "baseline_case" and self.baseline is None or f.name == "outside_baseline" and value is None:
                 continue
             doc[f.name] = list(value) if isinstance(value, tuple) else value
         return doc

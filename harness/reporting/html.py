@@ -11,7 +11,7 @@ from typing import Any
 from harness.reporting.loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
 from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, KnownCause, href,
-                                     known_causes, known_intro, shrink_text, summary_facts, versions_text, when)
+                                     known_causes, known_intro, outside_text, shrink_text, summary_facts, versions_text, when)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:75em;padding:0 1em;color:#1d1d1f}
@@ -61,6 +61,8 @@ def _finding(n: int, v: FindingView) -> list[str]:
            f'{escape(rec.kind)}</h3>', f'<p class="sentence">{escape(rec.sentence)}</p>']
     if rec.detail and not harness:
         out.append(f"<p>{escape(rec.detail)}</p>")
+    if not harness and outside_text(rec):
+        out.append(f'<p class="refused">outside its baseline\'s versions: {escape(outside_text(rec))}</p>')
     where = f"stage {escape(rec.op)}" if harness else f"{escape(shrink_text(f))}; found after {escape(rec.seconds_to_find)}s"
     out.append(f'<p class="dim">signature <code>{escape(rec.signature)}</code><br>'
                f'targets {escape(", ".join(dict.fromkeys(rec.targets)))}; {where}</p>')

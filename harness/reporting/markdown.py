@@ -10,7 +10,7 @@ from typing import Any
 from harness.reporting.loading import Run, one_line
 from harness.reporting.table import Table, report_cell, report_notes
 from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, KnownCause, href,
-                                     known_causes, known_intro, shrink_text, summary_facts, versions_text)
+                                     known_causes, known_intro, outside_text, shrink_text, summary_facts, versions_text)
 
 
 def _cell(text: Any) -> str:
@@ -51,6 +51,8 @@ def _finding(n: int, v: FindingView) -> list[str]:
            + ("" if harness else f", method `{rec.method}`")]
     if not harness:
         out.append(f"- {shrink_text(f)}; found after {rec.seconds_to_find}s")
+        if outside_text(rec):
+            out.append(f"- **outside its baseline's versions**: {one_line(outside_text(rec))}")
     out += [f"- **{why}**: `{one_line(getattr(rec, key))}` (not read)" for key, why in f.refused.items()]
     if rec.case and "case" not in f.refused:
         out.append(f"- case: {_link(rec.case)} (`aliasfuzz repro {one_line(rec.case)}`); original: "

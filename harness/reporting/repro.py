@@ -26,6 +26,9 @@ class ReproResult:
     traces: Mapping[str, Trace]
     findings: list[Finding]
     known: dict[str, KnownDivergence | None] = field(default_factory=dict)  # signature -> entry
+    #: signature -> the entry that would explain it but for the installed versions, and why
+    #: (``Baseline.outside``): such a finding is new.
+    outside: dict[str, str] = field(default_factory=dict)
     verdict_maps: dict[str, dict[str, Verdict]] = field(default_factory=dict)
     #: A metamorphic case (``program.inert``): every target's trace of the case without its group.
     without: Mapping[str, Trace] | None = None
@@ -62,7 +65,8 @@ class ReproResult:
         for f in self.findings:
             entry = self.known.get(f.signature)
             divergences.append({**f.to_json(), "status": "known" if entry else "new",
-                                "baseline": entry.id if entry else None})
+                                "baseline": entry.id if entry else None,
+                                "outside_baseline": self.outside.get(f.signature)})
         doc = {"title": self.program.title, "targets": targets, "divergences": divergences}
         if self.without is not None:
             doc["without_inert"] = {
@@ -96,6 +100,8 @@ def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
             findings.append(error)
     if baseline is not None:
         result.known = {f.signature: None if is_harness_error(f) else baseline.match(f) for f in findings}
+        result.outside = {f.signature: why for f in findings
+                          if not is_harness_error(f) and (why := baseline.outside(f)) is not None}
     return result
 
 
@@ -166,7 +172,10 @@ def render(result: ReproResult, console=None) -> None:
     console.print(f"[bold]{len(result.findings)} divergence(s):[/]")
     for f in result.findings:
         entry = result.known.get(f.signature)
-        tag = f"[yellow]known ({entry.id})[/]" if entry else "[bold red]new[/]"
+        outside = result.outside.get(f.signature)
+        tag = (f"[yellow]known ({entry.id})[/]" if entry else
+               f"[bold red]new[/] (baseline {escape(outside)}: recheck, then widen its versions)" if outside else
+               "[bold red]new[/]")
         console.print(f"  {tag} {escape(f'[{f.kind}]')} ", end="")
         console.print(f.sentence(), markup=False, highlight=False)
         console.print(f"      signature: {f.signature}", markup=False, highlight=False, style="dim")

@@ -73,6 +73,15 @@ def shrink_text(f: ShownFinding) -> str:
             f" {r.shrink_seconds}s)") + _confirm_text(r)
 
 
+def outside_text(r) -> str | None:
+    """For a new finding a baseline entry would explain but for the installed versions: which, why,
+    and what to do."""
+    if not r.outside_baseline:
+        return None
+    return (f"baseline entry {r.outside_baseline} (the versions it was observed with): "
+            "`aliasfuzz recheck`, then widen the entry's `versions` if it still shows")
+
+
 def _confirm_text(r) -> str:
     if r.confirm_runs is None:
         return "; not confirmed" if r.status in ("new", "flaky") else ""

@@ -17,6 +17,10 @@ from harness.targets import burn, candle, torch
 from harness.targets.base import ProbeProcess, SetupError, Target, TargetInfo
 
 PLUGINS: tuple[ModuleType, ...] = (torch, candle, burn)
+#: The frameworks' names, as target ids and handshakes' versions spell them.
+FRAMEWORKS: tuple[str, ...] = tuple(p.FRAMEWORK for p in PLUGINS)
+#: framework -> the package whose version is the framework's version.
+RELEASE_PACKAGE: dict[str, str] = {p.FRAMEWORK: p.RELEASE_PACKAGE for p in PLUGINS}
 
 
 @dataclass

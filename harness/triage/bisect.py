@@ -31,9 +31,11 @@ import numpy as np
 from harness.case.ir import Program, shapes_before
 from harness.errors import InputError
 from harness.judging.trace import Observation, StepResult, Trace, verdicts
+from harness.targets.registry import RELEASE_PACKAGE
+from harness.versions import version_key
 
 #: The crate a framework's releases are listed under.
-RELEASE_CRATE = {"candle": "candle-core", "burn": "burn"}
+RELEASE_CRATE = {fw: RELEASE_PACKAGE[fw] for fw in ("candle", "burn")}
 
 
 class BisectError(InputError):
@@ -117,10 +119,6 @@ def bisect(framework: str, versions: Sequence[str], reference: Mapping[str, str]
 # Releases.
 
 
-def _key(v: str) -> tuple:
-    return tuple(int(x) for x in re.findall(r"\d+", v.split("-", 1)[0]))
-
-
 def published(framework: str, index_url: str = "https://index.crates.io") -> list[str]:
     """The framework's releases on crates.io (its sparse index), pre-releases and yanked ones
     left out, oldest first."""
@@ -132,7 +130,7 @@ def published(framework: str, index_url: str = "https://index.crates.io") -> lis
     except OSError as e:
         raise BisectError(f"cannot list the releases of {crate} ({url}): {e}") from None
     out = [d["vers"] for d in map(json.loads, lines) if not d.get("yanked") and "-" not in d["vers"]]
-    return sorted(out, key=_key)
+    return sorted(out, key=version_key)
 
 
 def parse_versions(spec: str, releases: Callable[[], Sequence[str]]) -> list[str]:
@@ -143,7 +141,7 @@ def parse_versions(spec: str, releases: Callable[[], Sequence[str]]) -> list[str
         for v in (lo, hi):
             if v not in known:
                 raise BisectError(f"--versions {spec}: {v} is not a release (known: {', '.join(known[-8:])}, ...)")
-        return [v for v in known if _key(lo) <= _key(v) <= _key(hi)]
+        return [v for v in known if version_key(lo) <= version_key(v) <= version_key(hi)]
     out = [v.strip() for v in spec.split(",") if v.strip()]
     if not out or any(not re.fullmatch(r"\d+\.\d+\.\d+", v) for v in out):
         raise BisectError(f"--versions {spec}: expected A..B or a comma-separated list of releases like 0.9.1")

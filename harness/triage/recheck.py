@@ -6,11 +6,16 @@ it. A baseline entry *still shows* when a finding of its case matches the entry,
 when a finding has its signature; a case whose findings are all others *changed signature*; one
 without findings *no longer shows* (fixed, or the case no longer reaches it); one that cannot be
 read or run *cannot run*. Each result is recorded in the store with the targets' versions.
+
+A result *changed* when it differs from the cause's previous recheck (a fix, a regression, another
+signature), or, at a cause's first recheck, when its case does not show it: what a nightly run
+fails on (``--fail-on-change``), next to new and regressed findings. *cannot run* is never a
+change by itself: it says why, and the case is looked at, not the framework.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -28,6 +33,15 @@ class Recheck:
     result: str
     signatures: tuple[str, ...] = field(default=())
     note: str = ""
+    previous: str | None = None  # the cause's result at its previous recheck (None: its first)
+
+    @property
+    def changed(self) -> bool:
+        if self.result == "cannot run":
+            return False
+        if self.previous is None or self.previous == "cannot run":
+            return self.result in ("no longer shows", "changed signature")
+        return self.result != self.previous
 
 
 def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
@@ -36,7 +50,8 @@ def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
     from harness.reporting.repro import run_case
 
     versions = {t: dict(info.versions) for t, info in runner.infos.items()}
-    entries = {e.id for e in baseline.entries}
+    installed = baseline.for_installed(runner.infos).installed
+    entries = {e.id: e for e in baseline.entries}
     todo = [(e.id, str(ROOT / e.case), e.id) for e in baseline.entries]
     todo += [(c.id, store.latest_case(c.id), None) for c in store.causes() if c.id not in entries]
     out = []
@@ -49,10 +64,22 @@ def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
             except InputError as e:
                 out.append(Recheck(cause, case, "cannot run", note=str(e)))
             else:
-                out.append(_judge(cause, case, entry, result))
+                out.append(_outside(_judge(cause, case, entry, result), entries.get(entry), result, installed))
+        last = store.last_recheck(cause)
+        out[-1] = replace(out[-1], previous=last[1] if last else None)
         store.record_recheck(cause, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                              out[-1].result, versions, out[-1].signatures)
     return out
+
+
+def _outside(r: Recheck, entry, result, installed) -> Recheck:
+    """A baseline entry that still shows on installed versions outside its ``versions``: the note
+    says so (``baseline.toml``'s range is then to be widened; a campaign reports its findings as
+    new until it is)."""
+    if entry is None or r.result != "still shows":
+        return r
+    why = next((w for f in result.findings if entry.matches(f) and (w := entry.outside(f, installed))), None)
+    return r if why is None else replace(r, note=f"{why}: widen the entry's versions")
 
 
 def _judge(cause: str, case: str, entry: str | None, result) -> Recheck:

@@ -146,6 +146,8 @@ def main() -> None:
     ap.add_argument("--fail-always", action="store_true")
     ap.add_argument("--planted-after", type=int, default=0)
     ap.add_argument("--planted-inert-read", action="store_true")
+    # PACKAGE=VERSION in the handshake's versions (as a framework reports its release)
+    ap.add_argument("--version", action="append", default=[])
     flags = ap.parse_args()
     flags.served = 0  # run requests served by this process
     if flags.exit_at_start:
@@ -162,7 +164,7 @@ def main() -> None:
             out.write("stray debug output {not json\n")
         if req.get("type") == "hello":
             reply = {"type": "hello", "protocol": flags.protocol, "framework": "fake",
-                     "versions": {"fake": "0"},
+                     "versions": {"fake": "0", **dict(v.split("=", 1) for v in flags.version)},
                      "devices": [{"name": "ref", "alt": None, "kind": "cpu"},
                                  {"name": "planted", "alt": None, "kind": "cpu"}],
                      "ops": ["snapshot", "write", "fill", "scale", "step", "read"],

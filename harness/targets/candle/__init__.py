@@ -5,6 +5,9 @@ from __future__ import annotations
 from harness.paths import ROOT, probe_binary
 
 FRAMEWORK = "candle"
+#: The crate whose version is the framework's (a key of the handshake's versions; the release
+#: a bisection pins).
+RELEASE_PACKAGE = "candle-core"
 BUILD_HINT = "build it with `make probes`"
 
 

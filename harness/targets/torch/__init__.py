@@ -10,6 +10,8 @@ import sys
 from harness.paths import ROOT
 
 FRAMEWORK = "torch"
+#: The package whose version is the framework's (a key of the handshake's versions).
+RELEASE_PACKAGE = "torch"
 BUILD_HINT = "install the Python dependencies with `make venv`"
 
 
