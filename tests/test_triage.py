@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -124,3 +125,33 @@ def test_recheck_says_per_root_cause_whether_it_still_shows(tmp_path):
     assert stored and all(results[c] == "still shows" for c in stored), out.stdout
     n = sqlite3.connect(store).execute("SELECT COUNT(*) FROM rechecks").fetchone()[0]
     assert n == len(results)
+
+
+def test_recheck_fails_on_change_only_when_a_result_changed_since_the_last_recheck(tmp_path):
+    # The TEST DOUBLE fake probe stands in for the candle binary: its planted device shares a
+    # clone's buffer, so the clone case shows; the alias case shows nothing.
+    env = fake_probe_dir(tmp_path)
+    quiet = tmp_path / "alias.toml"
+    quiet.write_text('format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n'
+                     '[[ops]]\nop = "snapshot"\nname = "s"\nof = "b"\nmethod = "alias"\n'
+                     '[[ops]]\nop = "fill"\ntarget = "b"\nvalue = 2.0\n')
+    baseline = tmp_path / "baseline.toml"
+    store = tmp_path / "triage.sqlite"
+
+    def recheck(case_of_gone: Path):
+        baseline.write_text(f'[[known]]\nid = "gone"\nframeworks = ["candle"]\nmethod = "clone"\n'
+                            f'reason = "r"\ncase = "{case_of_gone}"\n')
+        return run_cli("recheck", "--store", str(store), "--targets", "candle", "--baseline", str(baseline),
+                       "--fail-on-change", env=env)
+
+    # First recheck: "gone" does not show -> a change (a baseline case that shows nothing).
+    first = recheck(quiet)
+    assert first.returncode == 1, first.stdout + first.stderr
+    assert ("aliasfuzz recheck: 1 changed since the last recheck\n"
+            "aliasfuzz recheck: changed: gone (first recheck -> no longer shows)") in first.stdout
+    # The same results again: nothing changed.
+    again = recheck(quiet)
+    assert again.returncode == 0 and "0 changed since the last recheck" in again.stdout, again.stdout
+    # Its case shows the divergence again: a change the other way (it came back).
+    back = recheck(CASES / "candle_clone_shares_storage.toml")
+    assert back.returncode == 1 and "changed: gone (no longer shows -> still shows)" in back.stdout, back.stdout

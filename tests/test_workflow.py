@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
@@ -116,8 +117,13 @@ def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
         names = [s.get("name", "") for s in steps[job]]
         fuzz = next(i for i, n in enumerate(names) if n.startswith("fuzz"))
         assert steps[job][fuzz]["run"].startswith("make fuzz")
-        assert fuzz < names.index("junit") < names.index("fail on new findings or harness errors")
-        assert step(job, "fail on new findings or harness errors")["if"] == "steps.junit.outputs.failures != '0'"
+        store = "restore the triage store (root causes across nightly runs)"
+        fail = "fail on new, regressed or changed root causes"
+        assert (names.index(store) < fuzz < names.index("junit") < names.index("recheck")
+                < names.index("save the triage store") < names.index(fail))
+        assert step(job, fail)["if"] == ("steps.junit.outputs.failures != '0' || steps.recheck.outputs.changed != '0'"
+                                         " || steps.recheck.outputs.regressed != '0'")
+    assert step("linux-cpu", "recheck")["run"] == step("macos-metal", "recheck")["run"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,6 +174,30 @@ def test_history_lists_the_latest_run_by_its_own_name(checkout_like):
     assert r.returncode == 0, r.stderr
     page = (checkout_like / "reports" / "history.html").read_text(encoding="utf-8")
     assert 'href="run-x/report.html"' in page and 'href="latest/' not in page
+
+
+def test_recheck_step_records_every_root_cause_and_says_nothing_changed(checkout_like):
+    # The real recheck over the bundled baseline on every target (a few seconds), into the store
+    # the campaign of `checkout_like` recorded itself in.
+    r, output = _run_step(step("linux-cpu", "recheck")["run"], checkout_like)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert output.read_text().splitlines() == ["changed=0", "regressed=0"]
+    text = (checkout_like / "reports" / "latest" / "recheck.txt").read_text()
+    assert "0 changed since the last recheck" in text and "still shows        candle-clone-shares-storage" in text
+    store = checkout_like / "reports" / "triage.sqlite"
+    assert sqlite3.connect(store).execute("SELECT COUNT(*) FROM rechecks").fetchone()[0] >= 50
+
+
+def test_recheck_step_says_changed_when_a_cause_came_back(checkout_like):
+    # An earlier recheck that found the entry gone: tonight it shows again, a change to look at.
+    store = checkout_like / "reports" / "triage.sqlite"
+    with sqlite3.connect(store) as db:
+        db.execute("INSERT INTO rechecks VALUES ('candle-clone-shares-storage', '9999-01-01T00:00:00.000000Z', "
+                   "'no longer shows', '{}', '[]')")
+    r, output = _run_step(step("linux-cpu", "recheck")["run"], checkout_like)
+    assert r.returncode == 0, r.stdout + r.stderr  # the step reports; the last step fails the run
+    assert output.read_text().splitlines() == ["changed=1", "regressed=0"]
+    assert "changed: candle-clone-shares-storage (no longer shows -> still shows)" in r.stdout
 
 
 @pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists(), reason="no .venv: run `make test`")

@@ -5,7 +5,8 @@
 ends); ``aliasfuzz triage --set ID STATE [ARG]`` sets a state (``reported URL``,
 ``duplicate-of ID``, ``wontfix``, ``fixed-in VERSION``, ...). ``aliasfuzz recheck`` runs every
 baseline entry's case and every stored root cause's minimized case on the targets present and
-records whether each still shows. Exit status 0, or 2 with one line."""
+records whether each still shows; with ``--fail-on-change`` it exits 1 when a result changed since
+the cause's last recheck (``harness.triage.recheck``). Exit status 0, or 2 with one line."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def register(sub) -> None:
     r.add_argument("--store", help="the triage store (default: reports/triage.sqlite; made when missing)")
     r.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     r.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
+    r.add_argument("--fail-on-change", action="store_true",
+                   help="exit 1 when a root cause's result changed since its last recheck (a nightly run's check)")
     r.set_defaults(handler=cmd_recheck)
 
 
@@ -55,7 +58,11 @@ def cmd_recheck(args: argparse.Namespace) -> int:
     print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {path}")
     print("aliasfuzz recheck: versions: " + "; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
                                                      for t, vs in versions.items()))
-    return 0
+    changed = [r for r in results if r.changed]
+    print(f"aliasfuzz recheck: {len(changed)} changed since the last recheck"
+          + "".join(f"\naliasfuzz recheck: changed: {r.cause} ({r.previous or 'first recheck'} -> {r.result})"
+                    for r in changed))
+    return 1 if changed and args.fail_on_change else 0
 
 
 def cmd_triage(args: argparse.Namespace) -> int:
