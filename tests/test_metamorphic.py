@@ -204,3 +204,32 @@ def test_only_an_entry_naming_the_metamorphic_kind_knows_a_metamorphic_finding(p
     assert not broad.matches(f)
     assert KnownDivergence("meta", "r", "c.toml", kind="metamorphic", op="step:*").matches(f)
     assert not KnownDivergence("meta-glob", "r", "c.toml", kind="meta*", op="step:*").matches(f)
+
+
+@pytest.mark.parametrize("until", [4, 20])
+def test_a_finding_the_minimized_case_does_not_show_again_keeps_the_program_as_found(planted, until):
+    # TEST DOUBLE: the fake's planted read works only in a process's first `until` programs, so
+    # the shrinker sees the divergence for a while and the run after shrinking does not. The case
+    # is then the program as found, whose ops its inert group names (a minimized program with the
+    # found program's indices named the wrong op, or none: the campaign died in confirm).
+    padded = program([W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))], [
+        {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
+        {"op": "fill", "target": "b", "value": 3.0},
+        {"op": "read", "target": "w"},
+        {"op": "scale", "target": "x", "factor": 2.0},
+        STEP,
+        {"op": "snapshot", "name": "t", "of": "x", "method": "detach"},
+    ], inert=(2,))
+    found = variants.pair_findings([padded], planted.run, None)[0]
+    assert found
+    fading = Runner([fake_target("ref", "--planted-inert-read", "--planted-inert-read-until", str(until))])
+    try:
+        engine = Engine(fading, Baseline([]), shrink_time_s=20, metamorphic_share=1.0, confirm_runs=3)
+        recorded = []
+        engine.record([(padded, planted.run_one(padded), found)], recorded.append)
+    finally:
+        fading.close()
+    assert [r.finding.kind for r in recorded] == ["metamorphic"], [r.signature for r in recorded]
+    rec = recorded[0]
+    assert rec.minimized == padded and check_inert(rec.minimized, rec.minimized.inert).ops == (2,)
+    assert rec.confirmed == (3, 3) and rec.status == "new"  # fresh processes: the first programs again

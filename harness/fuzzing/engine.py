@@ -324,7 +324,14 @@ class Engine:
         result.hypothesis_runs = hyp_runs
         result.seconds = time.monotonic() - start
         shown = findings_on(self.runner.subset(ids).run, [result.program], finding)[0]
-        final = next((f for f in shown if f.signature == finding.signature), finding)
+        final = next((f for f in shown if f.signature == finding.signature), None)
+        if final is None:
+            # The minimized program showed it to the shrinker but not on this run: the divergence
+            # depends on more than the program (what the process ran before, timing). The case is
+            # then the program as found, which showed it and whose op indices the finding's
+            # (``inert``, ``at``) are; confirmation on fresh processes says whether it is flaky.
+            result.program = program
+            return program, finding, result
         # A metamorphic case names its inert group, found again in the minimized program.
         minimized = replace(result.program, inert=final.inert) if group_label(final) else result.program
         return minimized, final, result
@@ -364,7 +371,13 @@ class Engine:
                 self._report_harness_error(e, "shrink", program, found_at, on_new)
                 continue
             entry = known_entry(self.baseline, final)
-            confirmed = None if entry else self.confirm(minimized, final)
+            try:
+                confirmed = None if entry else self.confirm(minimized, final)
+            except InputError:
+                raise
+            except Exception as e:  # a bug of the confirmation: the finding stands unconfirmed, and so does the bug
+                confirmed = None
+                self._report_harness_error(e, "confirm", minimized, found_at, on_new)
             status = "known" if entry else "flaky" if confirmed and confirmed[0] < confirmed[1] else "new"
             self._report(on_new, Recorded(final, program, minimized, status, entry.id if entry else None,
                                           found_at, result, confirmed))

@@ -63,7 +63,7 @@ HARNESS_TARGETS = ("aliasfuzz", "-")
 
 
 def harness_error(exc: BaseException, stage: str) -> Finding:
-    """The finding for ``exc`` raised at ``stage`` (oracle, shrink, record)."""
+    """The finding for ``exc`` raised at ``stage`` (oracle, shrink, confirm, record)."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     message = " ".join(str(exc).split())[:300] or type(exc).__name__
     return Finding(kind=HARNESS_ERROR, aspect="harness", targets=HARNESS_TARGETS, op_label=stage,

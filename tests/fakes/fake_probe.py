@@ -19,7 +19,9 @@ process ran before, which a confirmation on fresh processes calls flaky), ``--ha
 one, reading nothing more, as a probe stuck in a framework call would; it exits once the process
 that started it is gone, so a failed test leaks nothing), ``--planted-inert-read`` (on every
 device, a ``read`` of a param makes later ``sgd`` steps leave it alone: an inert op that changes
-the run, for the metamorphic oracle's tests).
+the run, for the metamorphic oracle's tests), ``--planted-inert-read-until N`` (that planted read
+works only in the process's first N programs: a metamorphic divergence that the shrinker sees and
+a later run in the same process does not).
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ def run(program, device, flags):
                 arr = names[p][0]
                 arr -= np.float32(op["lr"]) * grads[p]
         elif kind == "read":
-            if flags.planted_inert_read:
+            if flags.planted_inert_read and (flags.planted_inert_read_until is None
+                                             or flags.served <= flags.planted_inert_read_until):
                 forgotten.add(op["target"])
         else:
             status, message = "unsupported", f"fake probe has no {kind}"
@@ -146,6 +149,7 @@ def main() -> None:
     ap.add_argument("--fail-always", action="store_true")
     ap.add_argument("--planted-after", type=int, default=0)
     ap.add_argument("--planted-inert-read", action="store_true")
+    ap.add_argument("--planted-inert-read-until", type=int, default=None)
     # PACKAGE=VERSION in the handshake's versions (as a framework reports its release)
     ap.add_argument("--version", action="append", default=[])
     flags = ap.parse_args()
