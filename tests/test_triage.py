@@ -87,7 +87,9 @@ def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
     assert runs == 2
     delta = json.loads((reports / "run2" / "triage.json").read_text())
     assert delta["previous_run"] == str((reports / "run1").resolve()) and delta["first_seen"] == []
-    assert "since the run before" in (reports / "run2" / "report.md").read_text()
+    # The same seed finds the same causes: the second report says nothing is new since the first.
+    assert "| since the run before | nothing new since run1 |" in (reports / "run2" / "report.md").read_text()
+    assert "0 gone; 0 regressed (no run recorded before it)" in (reports / "run1" / "report.md").read_text()
     listed = run_cli("triage", "--store", str(store))
     assert listed.returncode == 0 and "root causes" in listed.stdout
     cause = listed.stdout.splitlines()[1].split()[-1]
@@ -155,3 +157,26 @@ def test_recheck_fails_on_change_only_when_a_result_changed_since_the_last_reche
     # Its case shows the divergence again: a change the other way (it came back).
     back = recheck(CASES / "candle_clone_shares_storage.toml")
     assert back.returncode == 1 and "changed: gone (no longer shows -> still shows)" in back.stdout, back.stdout
+
+
+def test_the_known_causes_table_says_when_the_store_first_saw_each(tmp_path):
+    # Two runs with a baseline that knows the fake's planted identity finding (TEST DOUBLE): the
+    # second run's known-causes table gives the first run's start as the cause's first sighting.
+    env = fake_probe_dir(tmp_path)
+    baseline = tmp_path / "baseline.toml"
+    baseline.write_text('[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\n'
+                        'case = "tests/cases/planted.toml"\n')
+    reports = tmp_path / "reports"
+    for name in ("run1", "run2"):
+        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "32", "--seed", "1", "--profile", "quick",
+                    "--shrink-time", "5", "--confirm", "1", "--baseline", str(baseline), "--out", str(reports / name),
+                    env=env)
+        assert r.returncode == 1, r.stdout + r.stderr
+    first = sqlite3.connect(reports / "triage.sqlite").execute(
+        "SELECT started FROM runs ORDER BY started LIMIT 1").fetchone()[0]
+    when = first[:16].replace("T", " ") + " UTC"
+    md = (reports / "run2" / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| `planted-identity`"))
+    assert f"| {when} |" in row, row
+    assert "| baseline entry | findings | found after | first seen |" in md
+    assert f"<td>{when}</td>" in (reports / "run2" / "report.html").read_text()

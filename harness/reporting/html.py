@@ -89,14 +89,14 @@ def _known_table(causes: list[KnownCause], intro: str) -> list[str]:
     if not causes:
         return []
     out = [f'<section id="known"><h2>Known root causes ({len(causes)})</h2><p>{escape(intro)}</p>',
-           '<table class="known"><tr><th>baseline entry</th><th>findings</th><th>first found</th><th>reason</th>'
+           '<table class="known"><tr><th>baseline entry</th><th>findings</th><th>found after</th><th>first seen</th><th>reason</th>'
            "<th>upstream</th><th>case</th></tr>"]
     for c in causes:
         first = "—" if c.first_found_s is None else f"{c.first_found_s:.1f}s"
         sigs = "".join(f"<li><code>{escape(sig)}</code></li>" for sig in c.signatures)
         out.append(f'<tr id="known-{escape(c.id)}"><td><code>{escape(c.id)}</code></td>'
                    f"<td><details><summary>{len(c.signatures)}</summary><ul>{sigs}</ul></details></td>"
-                   f"<td>{first}</td><td>{escape(c.reason)}</td><td>{escape(c.upstream) or '—'}</td>"
+                   f"<td>{first}</td><td>{escape(c.first_seen or '—')}</td><td>{escape(c.reason)}</td><td>{escape(c.upstream) or '—'}</td>"
                    f"<td><code>{escape(c.case)}</code></td></tr>")
     return out + ["</table></section>"]
 

@@ -105,10 +105,12 @@ def _known_table(causes: list[KnownCause], intro: str) -> list[str]:
     if not causes:
         return []
     out = [f"## Known root causes ({len(causes)})", "", intro, "",
-           "| baseline entry | findings | first found | reason | upstream | case |", "|---|---|---|---|---|---|"]
+           "| baseline entry | findings | found after | first seen | reason | upstream | case |",
+           "|---|---|---|---|---|---|---|"]
     for c in causes:
         first = "—" if c.first_found_s is None else f"{c.first_found_s:.1f}s"
-        out.append(f"| `{_cell(c.id)}` | {len(c.signatures)} | {first} | {_cell(c.reason)} | {_cell(c.upstream) or '—'} "
+        out.append(f"| `{_cell(c.id)}` | {len(c.signatures)} | {first} | {c.first_seen or '—'} | {_cell(c.reason)} "
+                   f"| {_cell(c.upstream) or '—'} "
                    f"| `{_cell(c.case)}` |")
     out += ["", "<details><summary>Their signatures</summary>", ""]
     for c in causes:

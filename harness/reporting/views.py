@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -99,6 +100,27 @@ class KnownCause:
     case: str  # the entry's case, relative to the checkout
     signatures: list[str]
     first_found_s: float | None  # the earliest of its findings, seconds into the run
+    first_seen: str | None = None  # when the triage store first saw it ("2026-12-02 15:52 UTC"): a run's start
+
+
+def first_seen_in_store(run: Run) -> dict[str, str]:
+    """Root cause id -> the start of the first run the triage store beside the run folder saw it
+    in ("2026-12-02 15:52 UTC"); empty when there is no store there or it cannot be read (a report
+    is drawn all the same)."""
+    import sqlite3
+
+    from harness.triage import default_store
+    from harness.triage.store import TriageError, TriageStore
+
+    path = default_store(run.root)
+    if not path.is_file():
+        return {}
+    try:
+        with TriageStore(path) as db:
+            causes = db.causes()
+    except (TriageError, sqlite3.Error, OSError):
+        return {}
+    return {c.id: c.first_seen[:16].replace("T", " ") + " UTC" for c in causes if c.first_seen}
 
 
 def known_causes(run: Run) -> list[KnownCause]:
@@ -112,12 +134,14 @@ def known_causes(run: Run) -> list[KnownCause]:
     except InputError:
         entries = {}
     out: dict[str, KnownCause] = {}
+    seen = first_seen_in_store(run)
     for f in run.known:
         rec = f.record
         key = rec.baseline or "?"
         e = entries.get(key)
         cause = out.setdefault(key, KnownCause(key, e.reason if e else "(not in the baseline any more)",
-                                               e.upstream if e else "", e.case if e else (rec.baseline_case or ""), [], None))
+                                               e.upstream if e else "", e.case if e else (rec.baseline_case or ""), [], None,
+                                               seen.get(key)))
         cause.signatures.append(rec.signature)
         if rec.seconds_to_find is not None and (cause.first_found_s is None or rec.seconds_to_find < cause.first_found_s):
             cause.first_found_s = rec.seconds_to_find
@@ -192,6 +216,11 @@ def since_last_run(run: Run) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     words = {"first_seen": "first seen", "disappeared": "gone", "regressed": "regressed"}
+    previous = delta.get("previous_run")
+    if previous and not delta["first_seen"] and not delta["regressed"]:
+        gone = [str(x) for x in delta["disappeared"]]
+        return f"nothing new since {Path(previous).name}" + (
+            f"; {len(gone)} gone ({', '.join(gone[:8])}{', ...' if len(gone) > 8 else ''})" if gone else "")
     text = "; ".join(f"{len(ids)} {words[k]}" + (f" ({', '.join(ids[:8])}{', ...' if len(ids) > 8 else ''})" if ids else "")
                      for k, ids in parts)
     return text if delta.get("previous_run") else f"{text} (no run recorded before it)"
