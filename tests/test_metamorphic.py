@@ -146,9 +146,9 @@ def test_a_status_difference_is_found(clean):
     assert (f.aspect, f.op_label, f.sides) == ("status", "step:sgd", ("error", "ok"))
 
 
-def test_engine_finds_shrinks_and_confirms_a_metamorphic_finding(planted):
-    engine = Engine(planted, Baseline([]), shrink_time_s=60, metamorphic_share=1.0)
-    padded = program([W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))], [
+def padded_read() -> Program:
+    """The planted read (op 2, the case's inert group) among ops that play no part in it."""
+    return program([W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))], [
         {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
         {"op": "fill", "target": "b", "value": 3.0},
         {"op": "read", "target": "w"},
@@ -156,6 +156,11 @@ def test_engine_finds_shrinks_and_confirms_a_metamorphic_finding(planted):
         STEP,
         {"op": "snapshot", "name": "t", "of": "x", "method": "detach"},
     ], inert=(2,))
+
+
+def test_engine_finds_shrinks_and_confirms_a_metamorphic_finding(planted):
+    engine = Engine(planted, Baseline([]), shrink_time_s=60, metamorphic_share=1.0)
+    padded = padded_read()
     recorded = []
     engine.record([(padded, planted.run_one(padded), variants.pair_findings([padded], planted.run, None)[0])],
                   recorded.append)
@@ -212,14 +217,7 @@ def test_a_finding_the_minimized_case_does_not_show_again_keeps_the_program_as_f
     # the shrinker sees the divergence for a while and the run after shrinking does not. The case
     # is then the program as found, whose ops its inert group names (a minimized program with the
     # found program's indices named the wrong op, or none: the campaign died in confirm).
-    padded = program([W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))], [
-        {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
-        {"op": "fill", "target": "b", "value": 3.0},
-        {"op": "read", "target": "w"},
-        {"op": "scale", "target": "x", "factor": 2.0},
-        STEP,
-        {"op": "snapshot", "name": "t", "of": "x", "method": "detach"},
-    ], inert=(2,))
+    padded = padded_read()
     found = variants.pair_findings([padded], planted.run, None)[0]
     assert found
     fading = Runner([fake_target("ref", "--planted-inert-read", "--planted-inert-read-until", str(until))])
