@@ -104,6 +104,10 @@ def _compare_status(ctx: PairContext) -> bool:
         if "ok" in statuses and len(statuses) > 1 and i < len(ctx.program.ops) \
                 and _sets_apart(ctx.program.ops[i]) and "error" not in statuses:
             break  # unsupported or skipped on one side only: later failures are its consequences
+        if "error" in statuses and "ok" not in statuses and len(statuses) > 1:
+            # failed on one side, skipped or unsupported on the other: nothing to compare, and the
+            # failed call may have consumed its input (burn), so later failures are its consequences
+            break
         if "error" in statuses and "ok" in statuses:
             bad = x if x.status == "error" else y
             ctx.add(kind="error", aspect="status", op_label=ops.label(ctx.program.ops[i]),
