@@ -44,8 +44,10 @@ class BisectError(InputError):
 
 @dataclass
 class Observed:
-    """What one release showed: ``status`` ``ok`` (``verdicts`` per snapshot), ``does not
-    build`` or ``failed`` (the reproducer ran and exited non-zero), with a one-line message."""
+    """What one release showed: ``status`` ``ok`` (``verdicts`` per snapshot; a reproducer that
+    stopped at an op's error ran that far, and the op's snapshot reads ``error``, its message in
+    ``message``), ``does not build``, or ``failed`` (it exited before printing any state), with a
+    one-line message."""
 
     version: str
     status: str
@@ -100,8 +102,9 @@ class Bisection:
                 lines.append(f"| {r.version} | {r.build_s:.0f}s | {r.status}: {r.message} |" + " |" * len(names))
                 continue
             d = "yes" if self.diverges(r) else "no"
+            said = f" ({r.message})" if r.message else ""
             lines.append(f"| {r.version} | {r.build_s:.0f}s | " + " | ".join(r.verdicts.get(n, "—") for n in names)
-                         + f" | {d} |")
+                         + f" | {d}{said} |")
         return "\n".join(lines)
 
 
@@ -152,9 +155,10 @@ def parse_versions(spec: str, releases: Callable[[], Sequence[str]]) -> list[str
 # The real observation: build and run the reproducer against one release.
 
 
-def trace_of_output(program: Program, printed: Mapping, target: str) -> Trace:
+def trace_of_output(program: Program, printed: Mapping, target: str, error: str | None = None) -> Trace:
     """A reproducer's printed states (``reproducers.parse_output``) as a trace of ``program``:
-    an op with no printed state failed, a printed word (``uninitialized``) is no value."""
+    an op with no printed state failed (the first one with ``error``, the reproducer's own
+    message, when given), a printed word (``uninitialized``) is no value."""
     def obs(name: str, raw, shape_map) -> Observation:
         shape = tuple(shape_map.get(name, ()))
         value = None if isinstance(raw, str) else np.array(raw, dtype=np.float32)
@@ -167,13 +171,23 @@ def trace_of_output(program: Program, printed: Mapping, target: str) -> Trace:
     for i in range(len(program.ops)):
         state = printed.get(i)
         if state is None:
-            steps.append(StepResult("error", "the reproducer printed nothing after this op", {}))
+            steps.append(StepResult("error", error or "the reproducer printed nothing after this op", {}))
+            error = None
             continue
         after = shapes_before(program, i + 1)
         changed = {n: obs(n, v, after) for n, v in state.items() if previous.get(n) != v}
         steps.append(StepResult("ok", None, changed))
         previous = dict(state)
     return Trace(target, "ok", None, initial, steps)
+
+
+def error_line(stderr: str, status: int) -> str:
+    """What a reproducer that exited with ``status`` said: the ``Error: ...`` line Rust prints for
+    an error returned from ``main`` (a backtrace follows it under RUST_BACKTRACE), else its first
+    line, else the status."""
+    lines = [x.strip() for x in stderr.splitlines() if x.strip()]
+    said = next((x[len("Error:"):].strip() for x in lines if x.startswith("Error:")), None)
+    return said or (lines[0] if lines else f"exit status {status}")
 
 
 def verdict_words(program: Program, trace: Trace) -> dict[str, str]:
@@ -204,9 +218,13 @@ def cargo_observer(program: Program, framework: str, cache: Path,
             return Observed(version, "does not build", build_s=build_s,
                             message=f"this reproducer does not build against {framework} {version}: {first}")
         r = subprocess.run([str(dest / "target" / "debug" / pkg)], capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            return Observed(version, "failed", build_s=build_s, message=(r.stderr.strip().splitlines() or ["?"])[-1])
-        trace = trace_of_output(program, parse_output(r.stdout), f"{framework}:{version}")
-        return Observed(version, "ok", verdict_words(program, trace), build_s)
+        printed = parse_output(r.stdout)
+        if r.returncode != 0 and not printed:
+            return Observed(version, "failed", build_s=build_s, message=error_line(r.stderr, r.returncode))
+        # Exited early: it ran up to the op whose call returned an error (main's `?`), the
+        # divergence of an `error` finding; the op's snapshot reads `error`.
+        error = error_line(r.stderr, r.returncode) if r.returncode != 0 else None
+        trace = trace_of_output(program, printed, f"{framework}:{version}", error)
+        return Observed(version, "ok", verdict_words(program, trace), build_s, message=error or "")
 
     return observe
