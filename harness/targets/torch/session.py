@@ -30,7 +30,7 @@ from harness.targets.driver import Unsupported
 from harness.targets.protocol import Program, unreadable
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.training import TrainingOps
-from harness.targets.torch.views import VIEWS
+from harness.targets.torch.views import CONVERSIONS, VIEWS
 
 # ---------------------------------------------------------------------------------------------
 # Devices.
@@ -230,12 +230,8 @@ class TorchSession(TrainingOps, LayerOps):
             return t.transpose(-2, -1)
         if method in VIEWS:
             return VIEWS[method](t)  # views.py: the calls whose arguments come from t's shape
-        if method == "to_same_dtype":
-            # Tensor.to docs: "If the self Tensor already has the correct torch.dtype and
-            # torch.device, then self is returned" (a case's tensors are float32).
-            return t.to(torch.float32)
-        if method == "via_bf16":
-            return t.to(torch.bfloat16).to(torch.float32)
+        if method in CONVERSIONS:
+            return CONVERSIONS[method](t)  # views.py: the dtype conversions
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
             if of not in self.model._parameters and of not in self.model._buffers and of not in self.layer_stats:

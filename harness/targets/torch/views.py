@@ -1,5 +1,5 @@
-"""The torch calls of the snapshot methods whose arguments come from the source's shape
-(issue #16, ``harness/case/ops.py`` ``METHOD_TABLE``): each is the one call a user writes, and
+"""The torch calls of the snapshot methods whose arguments come from the source's shape, and of
+the dtype conversions (issue #16, ``harness/case/methods.py``): each is the one call a user writes, and
 returns what torch returns. The session (``TorchSession._take``) and the reproducer
 (``reproducer._METHODS``) spell the same calls.
 
@@ -28,4 +28,13 @@ VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     # The first of two chunks: ceil(rows / 2) rows (torch.chunk docs).
     "chunk": lambda t: t.chunk(2, 0)[0],
     "select": lambda t: t.select(0, 0),
+}
+
+
+#: The dtype conversions (issue #16; every case tensor is float32).
+CONVERSIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    # Tensor.to docs: "If the self Tensor already has the correct torch.dtype and torch.device,
+    # then self is returned".
+    "to_same_dtype": lambda t: t.to(torch.float32),
+    "via_bf16": lambda t: t.to(torch.bfloat16).to(torch.float32),
 }
