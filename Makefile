@@ -10,6 +10,10 @@ STAMP  := $(VENV)/.aliasfuzz-installed
 FULL   ?= 0
 CUDA   ?= 0
 BUDGET ?= 2m
+# The `make fuzz` campaign's seed: fixed, so two runs on one machine draw the same programs and the
+# second says what changed in the frameworks, not in the draw. SEED=random explores new programs;
+# the nightly workflow passes its run number.
+SEED   ?= 1
 
 .PHONY: all fuzz latest test probes venv bench schema matrix clean distclean
 
@@ -42,7 +46,7 @@ link_latest = run='$(patsubst %/,%,$(1))'; \
 # was written all the same (a harness error, say) still becomes reports/latest first.
 RUN := reports/run-$(shell date +%Y%m%d-%H%M%S)
 fuzz: probes
-	@status=0; $(VENV)/bin/aliasfuzz fuzz --budget $(BUDGET) --profile quick --out $(RUN) || status=$$?; \
+	@status=0; $(VENV)/bin/aliasfuzz fuzz --budget $(BUDGET) --profile quick $(if $(filter random,$(SEED)),,--seed $(SEED)) --out $(RUN) || status=$$?; \
 	if [ -f $(RUN)/campaign.json ]; then \
 	    ( $(call link_latest,$(RUN)) ) && $(VENV)/bin/aliasfuzz report --history $(dir $(RUN)) || exit $$?; \
 	    echo "report: $(RUN)/report.html (and report.md); history: $(dir $(RUN))history.html"; \

@@ -27,6 +27,7 @@ def test_a_cause_is_counted_once_per_run_and_states_follow_the_runs(tmp_path):
         run1 = [_record("sig-a"), _record("sig-k1", "known", "burn-values"), _record("sig-k2", "known", "burn-values")]
         first = db.record_run("run1", "2026-01-01T00:00:00Z", 100, run1)
         assert first.first_seen == ("burn-values", "sig-a") and first.previous_run is None
+        assert first.first_seen_known == ("burn-values",) and first.first_seen_new == ("sig-a",)
         assert db.record_run("run1", "2026-01-01T00:00:00Z", 100, run1) == first  # twice changes nothing
         second = db.record_run("run2", "2026-01-02T00:00:00Z", 50, [_record("sig-b", "flaky")])
         assert second == type(second)(("sig-b",), ("burn-values", "sig-a"), (), "run1")
@@ -36,6 +37,30 @@ def test_a_cause_is_counted_once_per_run_and_states_follow_the_runs(tmp_path):
     assert causes["sig-a"].state == "new" and causes["sig-b"].state == "flaky"
     assert causes["sig-a"].versions == {"candle:cpu": {"candle": "0.11.1"}}
     assert list(causes)[0] == "sig-b"  # the most recently seen first
+
+
+def test_only_a_cause_outside_the_baseline_seen_for_the_first_time_is_new_since_the_run_before(tmp_path):
+    """A short run reaches different documented design differences each time; reaching one for
+    the first time is listed, but the run says "nothing new" unless a cause outside the baseline
+    shows for the first time."""
+    from types import SimpleNamespace
+
+    from harness.reporting.views import since_last_run
+
+    def said(delta) -> str:
+        folder = tmp_path / delta.previous_run.replace("1", "2")
+        folder.mkdir(exist_ok=True)
+        (folder / "triage.json").write_text(json.dumps(delta.to_json()))
+        return since_last_run(SimpleNamespace(root=folder))
+
+    with TriageStore(tmp_path / "t.sqlite") as db:
+        db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a"), _record("sig-k", "known", "burn-values")])
+        known_only = db.record_run("run2", "2026-01-02T00:00:00Z", 10,
+                                   [_record("sig-a"), _record("sig-t", "known", "torch-clone")])
+        assert said(known_only) == "nothing new since run1; 1 known first reached (torch-clone); 1 gone (burn-values)"
+        with_new = db.record_run("run3", "2026-01-03T00:00:00Z", 10, [_record("sig-a"), _record("sig-b")])
+    assert with_new.first_seen_new == ("sig-b",) and with_new.previous_run == "run2"
+    assert said(with_new) == "1 new first seen (sig-b); 1 gone (torch-clone)"
 
 
 def test_a_persons_state_is_kept_and_a_fixed_cause_that_shows_again_regressed(tmp_path):
@@ -89,7 +114,8 @@ def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
     assert delta["previous_run"] == str((reports / "run1").resolve()) and delta["first_seen"] == []
     # The same seed finds the same causes: the second report says nothing is new since the first.
     assert "| since the run before | nothing new since run1 |" in (reports / "run2" / "report.md").read_text()
-    assert "0 gone; 0 regressed (no run recorded before it)" in (reports / "run1" / "report.md").read_text()
+    assert " new first seen (" in (reports / "run1" / "report.md").read_text()
+    assert "(no run recorded before it)" in (reports / "run1" / "report.md").read_text()
     listed = run_cli("triage", "--store", str(store))
     assert listed.returncode == 0 and "root causes" in listed.stdout
     cause = listed.stdout.splitlines()[1].split()[-1]

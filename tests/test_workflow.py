@@ -117,6 +117,8 @@ def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
         names = [s.get("name", "") for s in steps[job]]
         fuzz = next(i for i, n in enumerate(names) if n.startswith("fuzz"))
         assert steps[job][fuzz]["run"].startswith("make fuzz")
+        # make fuzz alone fixes its seed; each night must draw new programs.
+        assert 'SEED="${{ github.run_number }}"' in steps[job][fuzz]["run"]
         store = "restore the triage store (root causes across nightly runs)"
         fail = "fail on new, regressed or changed root causes"
         assert (names.index(store) < fuzz < names.index("junit") < names.index("recheck")
@@ -283,8 +285,22 @@ def test_make_fuzz_links_reports_latest_to_the_run_it_wrote(tmp_path, status, ma
     assert (r.returncode == 0) == make_ok, r.stdout + r.stderr
     assert os.readlink(reports / "latest") == ("run-new" if linked else "run-old")
     calls = (venv / "calls").read_text().splitlines()
-    assert calls[0] == f"fuzz --budget 2m --profile quick --out {run}"
+    assert calls[0] == f"fuzz --budget 2m --profile quick --seed 1 --out {run}"
     assert calls[1:] == ([f"report --history {reports}/"] if linked else [])
+
+
+@needs_make
+@pytest.mark.parametrize("seed, passed", [("7", "--seed 7 "), ("random", "")])
+def test_make_fuzz_seed_is_fixed_unless_asked_for_a_random_one(tmp_path, seed, passed):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "aliasfuzz"
+    fake.write_text(FAKE_ALIASFUZZ)
+    fake.chmod(0o755)
+    run = tmp_path / "reports" / "run-new"
+    r = make("-o", "probes", "fuzz", f"VENV={venv}", f"RUN={run}", f"SEED={seed}", env={"FAKE_STATUS": "0"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (venv / "calls").read_text().splitlines()[0] == f"fuzz --budget 2m --profile quick {passed}--out {run}"
 
 
 def test_reports_latest_is_not_tracked():

@@ -186,8 +186,8 @@ def _record_triage(args: argparse.Namespace, result) -> None:
     except (InputError, OSError) as e:
         print(f"aliasfuzz fuzz: the run is not in the triage store: {e}", file=sys.stderr)
         return
-    print(f"aliasfuzz fuzz: triage: {len(delta.first_seen)} root causes first seen, "
-          f"{len(delta.disappeared)} gone since the run before")
+    print(f"aliasfuzz fuzz: triage: {len(delta.first_seen_new)} new root causes first seen "
+          f"({len(delta.first_seen_known)} known ones first reached), {len(delta.disappeared)} gone since the run before")
 
 
 def _write_reports(args: argparse.Namespace, result) -> bool:

@@ -74,7 +74,8 @@ def cmd_triage(args: argparse.Namespace) -> int:
         if args.record:
             store = args.store or default_store(args.record)
             delta = record_folder(args.record, store)
-            print(f"aliasfuzz triage: recorded {args.record} in {store}: {len(delta.first_seen)} first seen, "
+            print(f"aliasfuzz triage: recorded {args.record} in {store}: {len(delta.first_seen_new)} new first seen, "
+                  f"{len(delta.first_seen_known)} known first reached, "
                   f"{len(delta.disappeared)} gone since the run before, {len(delta.regressed)} regressed")
             return 0
         path = Path(args.store or Path("reports") / STORE_NAME)

@@ -205,25 +205,32 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
 
 def since_last_run(run: Run) -> str | None:
     """What the triage store said of this run against the run recorded before it (the run
-    folder's ``triage.json``), or None when the run was not recorded."""
+    folder's ``triage.json``), or None when the run was not recorded. "Nothing new" means no root
+    cause outside the baseline was seen for the first time and none regressed; baseline entries
+    a run reached for the first time, and causes gone since the run before, are listed after it."""
     import json
 
     from harness.triage import DELTA_NAME
 
     try:
         delta = json.loads((run.root / DELTA_NAME).read_text())
-        parts = [(k, [str(x) for x in delta[k]]) for k in ("first_seen", "disappeared", "regressed")]
+        first = [str(x) for x in delta["first_seen"]]
+        known = [str(x) for x in delta.get("first_seen_known", ())]
+        gone = [str(x) for x in delta["disappeared"]]
+        regressed = [str(x) for x in delta["regressed"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    words = {"first_seen": "first seen", "disappeared": "gone", "regressed": "regressed"}
+    new = [c for c in first if c not in known]
+
+    def listed(ids: list[str], words: str) -> str:
+        return f"{len(ids)} {words}" + (f" ({', '.join(ids[:8])}{', ...' if len(ids) > 8 else ''})" if ids else "")
+
     previous = delta.get("previous_run")
-    if previous and not delta["first_seen"] and not delta["regressed"]:
-        gone = [str(x) for x in delta["disappeared"]]
-        return f"nothing new since {Path(previous).name}" + (
-            f"; {len(gone)} gone ({', '.join(gone[:8])}{', ...' if len(gone) > 8 else ''})" if gone else "")
-    text = "; ".join(f"{len(ids)} {words[k]}" + (f" ({', '.join(ids[:8])}{', ...' if len(ids) > 8 else ''})" if ids else "")
-                     for k, ids in parts)
-    return text if delta.get("previous_run") else f"{text} (no run recorded before it)"
+    tail = [listed(ids, words) for ids, words in ((known, "known first reached"), (gone, "gone")) if ids]
+    if previous and not new and not regressed:
+        return "; ".join([f"nothing new since {Path(previous).name}", *tail])
+    text = "; ".join([listed(new, "new first seen"), *([listed(regressed, "regressed")] if regressed else []), *tail])
+    return text if previous else f"{text} (no run recorded before it)"
 
 
 def summary_line(run: Run) -> str:

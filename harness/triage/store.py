@@ -89,16 +89,27 @@ class Cause:
 @dataclass(frozen=True)
 class RunDelta:
     """What a run showed against the run recorded before it: root causes seen for the first time
-    in any run, causes the previous run showed and this one did not, and causes that regressed."""
+    in any run, causes the previous run showed and this one did not, and causes that regressed.
+
+    ``first_seen_known`` is the part of ``first_seen`` that are baseline entries: a documented
+    design difference that a short run happened to reach for the first time is news about the
+    run's reach, not about the frameworks, so it never makes a run "new"."""
 
     first_seen: tuple[str, ...]
     disappeared: tuple[str, ...]
     regressed: tuple[str, ...]
     previous_run: str | None
+    first_seen_known: tuple[str, ...] = ()
+
+    @property
+    def first_seen_new(self) -> tuple[str, ...]:
+        """Root causes outside the baseline seen for the first time in any run."""
+        return tuple(c for c in self.first_seen if c not in self.first_seen_known)
 
     def to_json(self) -> dict[str, Any]:
-        return {"first_seen": list(self.first_seen), "disappeared": list(self.disappeared),
-                "regressed": list(self.regressed), "previous_run": self.previous_run}
+        return {"first_seen": list(self.first_seen), "first_seen_known": list(self.first_seen_known),
+                "disappeared": list(self.disappeared), "regressed": list(self.regressed),
+                "previous_run": self.previous_run}
 
 
 def cause_of(record) -> str:
@@ -176,8 +187,9 @@ class TriageStore:
         if previous is not None:
             shown = {c for (c,) in db.execute("SELECT cause FROM sightings WHERE run = ?", (previous[0],))}
             disappeared = sorted(shown - set(by_cause))
-        return RunDelta(tuple(sorted(set(by_cause) - seen_before)), tuple(disappeared), tuple(sorted(regressed)),
-                        previous[0] if previous else None)
+        first = sorted(set(by_cause) - seen_before)
+        return RunDelta(tuple(first), tuple(disappeared), tuple(sorted(regressed)), previous[0] if previous else None,
+                        tuple(c for c in first if by_cause[c][0].baseline is not None))
 
     # ---- reading and setting states -------------------------------------------------------------
 
