@@ -46,7 +46,7 @@ class Profile:
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
         ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2), ("backward", 2),
-        ("append", 2), ("forward", 3),
+        ("append", 2), ("forward", 3), ("map", 2), ("add", 2),
     )
 
     def op_menu(self) -> tuple[str, ...]:
@@ -60,14 +60,14 @@ PROFILES = {
         ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
         ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2),
-        ("append", 3), ("forward", 3))),
+        ("append", 3), ("forward", 3), ("map", 3), ("add", 3))),
     # Around lazy initialisation: a lazy tensor in every program, and the ops whose effect on it
     # depends on when it is first read (moves, module clones, reads, steps).
     "lazy": Profile("lazy", max_ops=10, lazy_probability=1.0, weights=(
         ("snapshot", 4), ("write", 2), ("fill", 1), ("scale", 1), ("step", 5), ("move", 5),
         ("module_clone", 3), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 2),
         ("assign", 1), ("save", 2), ("load", 1), ("set_lr", 1), ("replace", 1), ("backward", 2),
-        ("append", 1), ("forward", 1))),
+        ("append", 1), ("forward", 1), ("map", 1), ("add", 1))),
 }
 
 
@@ -95,6 +95,7 @@ dampenings = st.sampled_from((0.0, 0.5))
 checkpoint_stores = st.sampled_from(ops.CHECKPOINT_STORES)
 replace_hows = st.sampled_from(ops.REPLACE_HOWS)
 append_hows = st.sampled_from(ops.APPEND_HOWS)
+map_fns = st.sampled_from(ops.MAP_FNS)
 assign_flags = st.sampled_from((False, True))
 weight_decays = st.sampled_from((0.0, 0.5, 0.01))
 
@@ -318,7 +319,7 @@ def _draw_append(draw, p: _Drawn) -> None:
     """A buffer or snapshot grown by a row or rows of a name (itself included), within
     ``ops.CACHE_ROWS``; a snapshot instead when there is none to grow or it is full (so
     ``max_ops=N`` still gives N ops)."""
-    targets = [n for n in p.names if n in p.buffers or n not in p.base]
+    targets = _remakeable(p)
     if not targets:
         _draw_snapshot(draw, p)
         return
@@ -332,6 +333,33 @@ def _draw_append(draw, p: _Drawn) -> None:
     source = _pick(draw, sources)
     p.ops.append({"op": "append", "target": target, "source": source, "how": draw(append_hows)})
     p.shape_of[target] = (shape[0] + ops.appended_rows(shape, p.shape_of[source]),) + shape[1:]
+
+
+def _remakeable(p: _Drawn) -> list[str]:
+    """The names ``map`` and ``add`` may bind again: buffers and snapshots (not the model's)."""
+    return [n for n in p.names if n in p.buffers or n not in p.base]
+
+
+def _draw_map(draw, p: _Drawn) -> None:
+    """A buffer or snapshot bound again to an element-wise function of it; a snapshot instead
+    when there is none."""
+    targets = _remakeable(p)
+    if not targets:
+        _draw_snapshot(draw, p)
+        return
+    p.ops.append({"op": "map", "target": _pick(draw, targets), "fn": draw(map_fns)})
+
+
+def _draw_add(draw, p: _Drawn) -> None:
+    """A buffer or snapshot bound again to its sum with a name of its shape or of its row's
+    (itself included); a snapshot instead when there is none."""
+    targets = _remakeable(p)
+    if not targets:
+        _draw_snapshot(draw, p)
+        return
+    target = _pick(draw, targets)
+    others = [n for n in p.names if ops.broadcasts_to(p.shape_of[n], p.shape_of[target])]
+    p.ops.append({"op": "add", "target": target, "other": _pick(draw, others)})
 
 
 def _draw_forward(draw, p: _Drawn) -> None:
@@ -372,6 +400,8 @@ DRAWERS = {
     "replace": _draw_replace,
     "append": _draw_append,
     "forward": _draw_forward,
+    "map": _draw_map,
+    "add": _draw_add,
 }
 
 

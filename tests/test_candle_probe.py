@@ -96,7 +96,7 @@ def test_hello(probe):
     # every op but no_grad and freeze (candle has no requires-grad switch: test_module_modes_unsupported);
     # valid/train set the flag ModuleT::forward_t is given (tests/test_layers_candle.py)
     assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "read",
-                             "assign", "save", "load", "replace", "append", "valid", "train", "forward"}
+                             "assign", "save", "load", "replace", "append", "valid", "train", "forward", "map", "add"}
     # deepcopy: candle has no deep-copy call (no such fn in candle-core/src/tensor.rs)
     assert "deepcopy" not in h["methods"]
     assert set(h["methods"]) == {"alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu",

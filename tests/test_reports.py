@@ -251,6 +251,8 @@ def test_reproducer_translates_assign(framework, target, case, tmp_path):
     ("candle", "candle:cpu", "dropout_returns_its_input.toml"),
     ("burn", "burn:flex", "batch_norm_running_stats_across_clone_save_and_eval.toml"),  # forward: BatchNorm
     ("burn", "burn:flex", "dropout_returns_its_input.toml"),  # forward: Dropout
+    ("candle", "candle:cpu", "elementwise_ops_leave_clones_and_views_untouched.toml"),  # map, add
+    ("burn", "burn:flex", "elementwise_ops_leave_clones_and_views_untouched.toml"),  # map_val, add_in_mode
 ])
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)

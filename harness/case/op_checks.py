@@ -102,6 +102,9 @@ class _FieldCheck:
             if target[0] + rows > ops.CACHE_ROWS:
                 raise self._fail(f, f"appending {rows} rows to the target's {target[0]} makes more than "
                                     f"{ops.CACHE_ROWS}")
+        if f.broadcasts and not ops.broadcasts_to(shape, self._target_shape()):
+            target = self._target_shape()
+            raise self._fail(f, f"shape {list(shape)} is neither the target's {list(target)} nor a row of it")
         if f.feeds:
             problem = input_problem(self.scope.layers[self.op["layer"]], shape)
             if problem is not None:

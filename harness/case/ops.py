@@ -14,7 +14,11 @@ name      a name bound earlier; ``writes``: the op changes its values; renames o
           ``fits``: shaped like the written name's row (or whole);
           ``grows``: the op binds it again, with ``extends``'s rows appended;
           ``extends``: shaped like a row of the grown name, or like rows of it;
-          ``feeds``: what the op's ``layer`` reads (its input)
+          ``feeds``: what the op's ``layer`` reads (its input);
+          ``remakes``: the op binds it again to a new tensor of its
+          shape computed from it (``x = x.relu()``);
+          ``broadcasts``: shaped like the remade name, or like a row
+          of it (broadcast along the first dimension)
 new       a new identifier the op binds (a snapshot)                   renames only
 prefix    binds ``<prefix>.<p>`` for every trainable tensor ``p``      renames only
           (``checkpoint``: and names a checkpoint)
@@ -83,6 +87,8 @@ class Field:
     grows: bool = False  # ``name``: the op rebinds it to a new, longer tensor: it with ``extends`` appended
     extends: bool = False  # ``name``: what the grown name is extended by (a row of it, or rows)
     feeds: bool = False  # ``name``: the input of the op's ``layer`` field (shaped as the layer reads)
+    remakes: bool = False  # ``name``: the op rebinds it to a new tensor of its shape computed from it
+    broadcasts: bool = False  # ``name``: shaped like the remade name or like a row of it
     positive: bool = False  # ``number``: strictly positive
     wide: bool = False  # ``number``/``betas``: f64 in the probes (optimizer hyper-parameters), else f32
     shrink: Callable[[float], tuple[float, ...]] = lambda x: ()  # ``number``: simpler values
@@ -150,6 +156,10 @@ APPEND_HOWS = ("cat", "cache")
 #: The most rows ``append`` may grow a name to, and the rows of a ``cache`` buffer: a cache never
 #: has to grow, so no framework's growth policy (candle's ``grow_by``) enters a program.
 CACHE_ROWS = 16
+#: The element-wise functions ``map`` applies, simplest first: each is exact in float32 on every
+#: value a program holds, so frameworks agree to the bit (``add_scalar`` adds 1, ``clamp`` clamps
+#: to [-1, 1]).
+MAP_FNS = ("neg", "relu", "add_scalar", "clamp")
 
 def value_cost(xs: Sequence[float]) -> float:
     """How far values are from the simplest ones: 0 costs nothing, 1 little, others more."""
@@ -244,6 +254,17 @@ OP_TABLE: tuple[OpSpec, ...] = (
     OpSpec("forward", (Field("name", "new"), Field("layer", "layer"), Field("input", "name", feeds=True)),
            "binds `name` to `layer`'s output on `input`; in training mode a batch norm updates its running "
            "statistics, and a dropout drops (p = 1) or keeps (p = 0) every element", acts_on_layer=True),
+    OpSpec("map", (Field("target", "name", roles=("buffer", "snapshot"), remakes=True),
+                   Field("fn", "choice", choices=MAP_FNS)),
+           "binds `target` again to `fn` of it, element-wise: a new tensor (`x = x.relu()`), the old "
+           "value moved into the call where the framework has value semantics (burn), whose backend may "
+           "then compute in place on a buffer nobody else holds",
+           label=lambda op: f"map:{op['fn']}", signature_class=lambda op: "map"),
+    OpSpec("add", (Field("target", "name", roles=("buffer", "snapshot"), remakes=True),
+                   Field("other", "name", broadcasts=True)),
+           "binds `target` again to `target + other` (`other` shaped like it, or like a row of it: "
+           "broadcast along the first dimension), a new tensor, the old value moved into the call as "
+           "for `map`"),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)
@@ -342,6 +363,12 @@ def appended_rows(target: tuple[int, ...], source: tuple[int, ...]) -> int | Non
     return None
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` may be added to one of shape ``target`` (``add``): the same
+    shape, or a row of it (rank 2 or more), broadcast along the first dimension."""
+    return shape == target or (len(target) > 1 and shape == target[1:])
+
+
 def grown_shape(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> tuple[int, ...]:
     """The shape of the name ``op`` grows (``grown``), after it; unchanged when the source fits
     neither way (only in an op not checked yet: the minimizer's candidates)."""
@@ -351,10 +378,20 @@ def grown_shape(op: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) ->
     return target if rows is None else (target[0] + rows,) + target[1:]
 
 
+def remade(op: Mapping[str, Any]) -> str | None:
+    """The name ``op`` binds again to a new tensor made of it: one it grows (``append``) or
+    computes element-wise (``map``, ``add``). The name denotes another object from then on."""
+    for f in spec(op).fields:
+        if f.grows or f.remakes:
+            return op[f.name]
+    return None
+
+
 def rebinds(op: Mapping[str, Any], name: str) -> bool:
-    """Whether ``op`` binds ``name`` again: an ``append`` growing it, or a ``replace`` of it from
-    another name (``rebindings``; one from itself is not a rebinding)."""
-    return grown(op) == name or any(b.name == name and b.source != name for b in rebindings(op))
+    """Whether ``op`` binds ``name`` again: one it remakes (``remade``: grows or computes from
+    itself), or a ``replace`` of it from another name (``rebindings``; one from itself is not a
+    rebinding)."""
+    return remade(op) == name or any(b.name == name and b.source != name for b in rebindings(op))
 
 
 def denotes_another_object(op: Mapping[str, Any], name: str) -> bool:

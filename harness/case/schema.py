@@ -34,6 +34,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpoint_store", ops.CHECKPOINT_STORES),
     ("replace_how", ops.REPLACE_HOWS),
     ("append_how", ops.APPEND_HOWS),
+    ("map_fn", ops.MAP_FNS),
     ("tensor_kind", ops.TENSOR_KINDS),
     ("lazy_init", ops.LAZY_INITS),
     ("layer_kind", LAYER_KINDS),

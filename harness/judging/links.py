@@ -26,8 +26,8 @@ def nondeterministic_names(program: Program) -> set[str]:
         before = len(out)
         for op in program.ops:
             out.update(b.name for b in ops.bindings(op, params) + ops.rebindings(op) if b.source in out)
-            if ops.grown(op) is not None and any(n in out for n in ops.reads(op)):
-                out.add(ops.grown(op))
+            if ops.remade(op) is not None and any(n in out for n in ops.reads(op)):
+                out.add(ops.remade(op))
             if ops.spec(op).acts_on_layer and any(n in out for n in ops.reads(op)):
                 # A training forward moves its layer's running statistics by its input's values.
                 out.update(n for layer in program.layers if layer.name == op["layer"] for n, _, _ in layer.states())

@@ -76,9 +76,11 @@ def _hidden_ops(program: Program, a: Trace, b: Trace) -> set[int]:
 
 def _sets_apart(op) -> bool:
     """Whether ``op``, run on one side only, leaves the two sides' states of another kind: a model
-    replaced (``OpSpec.replaces_model``: a ``load``) or a name of another shape (``append``), which
-    later ops that assume the program's shapes (a write of the longer name) cannot run on."""
-    return ops.spec(op).replaces_model or ops.grown(op) is not None
+    replaced (``OpSpec.replaces_model``: a ``load``), a name of another shape (``append``), which
+    later ops that assume the program's shapes (a write of the longer name) cannot run on, or a
+    name computed from itself on one side only (``map``, ``add``), whose values differ from then on
+    by construction."""
+    return ops.spec(op).replaces_model or ops.remade(op) is not None
 
 
 @dataclass

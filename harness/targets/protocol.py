@@ -38,7 +38,7 @@ from harness.case import ops as op_table
 from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 
 
 class Malformed(Exception):

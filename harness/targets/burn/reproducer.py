@@ -48,6 +48,11 @@ _TENSOR_METHODS = {
 }
 
 
+#: ``map``'s functions, as the probe's ``vals::map_val`` calls them.
+_MAP_CALLS = {"neg": "{t}.neg()", "relu": "burn::tensor::activation::relu({t})", "add_scalar": "{t}.add_scalar(1.0)",
+              "clamp": "{t}.clamp(-1.0, 1.0)"}
+
+
 def _snapshot_rank(method: str, rank: int) -> int:
     """The rank of a snapshot made with ``method`` of a tensor of ``rank`` (the op table's shape
     of a source with that many dimensions)."""
@@ -288,6 +293,28 @@ class _Writer(MainWriter):
         self.cur[tgt] = v
         self.bind(tgt, ("tensor", 1 if t[0] == "stat" else t[1]))
 
+    def _remade(self, tgt: str) -> str:
+        """The target of ``map`` / ``add`` moved out of its variable (a param's ``into_value()``,
+        a statistic's ``value()``), as the probe's ``consume`` moves it."""
+        t = self.slots[tgt]
+        self.caches.discard(tgt)
+        return self.value(tgt) if t[0] == "stat" else self.cur[tgt] + (".into_value()" if t[0] == "param" else "")
+
+    def _bind_remade(self, tgt: str, call: str) -> None:
+        t, v = self.slots[tgt], self.new_var(tgt)
+        self.body.append(f"    let {v} = {call};")
+        self.cur[tgt] = v
+        self.bind(tgt, ("tensor", 1 if t[0] == "stat" else t[1]))
+
+    def map_op(self, op: dict) -> None:
+        self._bind_remade(op["target"], _MAP_CALLS[op["fn"]].format(t=self._remade(op["target"])))
+
+    def add_op(self, op: dict) -> None:
+        # The other value first, as the probe takes it: `x = x + x` reads a second handle.
+        other = self.new_var(f"{op['other']}_value")
+        self.body.append(f"    let {other} = {self.value(op['other'])}.unsqueeze();  // a row gets a leading 1")
+        self._bind_remade(op["target"], f"add_in_mode({self._remade(op['target'])}, {other})")
+
     def step(self, op: dict) -> None:
         """loss = the sum of ``loss_term`` over the model's params; backward; the optimizer's step."""
         var = self.optimizer(op, "make_optimizer", _OPTIMIZER_ARGS)
@@ -384,7 +411,8 @@ class _Writer(MainWriter):
     EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
                 "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
                 "backward": backward, "forward": forward,
-                "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace, "append": append}
+                "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace, "append": append,
+                "map": map_op, "add": add_op}
 
     def bound(self, name: str) -> bool:
         return self.slots.get(name) is not None

@@ -264,10 +264,27 @@ class _Writer(MainWriter):
     def read(self, op: dict) -> None:
         self.body.append(f"    let _ = values({self.ten_ref(op['target'])})?;")
 
+    def map_op(self, op: dict) -> None:
+        """A new tensor bound to the name (the probe's ``session/rebind.rs``)."""
+        tgt = op["target"]
+        self.caches.discard(tgt)
+        call = {"neg": "{t}.neg()?", "relu": "{t}.relu()?", "add_scalar": "({r} + 1.0)?",
+                "clamp": "{t}.clamp(-1f32, 1f32)?"}[op["fn"]]
+        self.body.append(f"    let {ident(tgt)} = {call.format(t=self.ten(tgt), r=self.ten_ref(tgt))};")
+        self.bind(tgt, "tensor")
+
+    def add_op(self, op: dict) -> None:
+        """``add`` for equal shapes, ``broadcast_add`` for a row, as the probe chooses."""
+        tgt, t, o = op["target"], self.ten(op["target"]), self.ten_ref(op["other"])
+        self.caches.discard(tgt)
+        self.body.append(f"    let {ident(tgt)} = if {t}.dims() == {self.ten(op['other'])}.dims() {{ {t}.add({o})? }} "
+                         f"else {{ {t}.broadcast_add({o})? }};")
+        self.bind(tgt, "tensor")
+
     EMITTERS = {"snapshot": snapshot, "write": write, "assign": assign, "fill": fill, "scale": scale, "step": step, "move": move,
                 "module_clone": module_clone, "read": read, "set_lr": set_lr, "save": save, "load": load,
                 "replace": replace, "backward": backward, "append": append, "forward": forward,
-                "valid": valid, "train": train}
+                "valid": valid, "train": train, "map": map_op, "add": add_op}
 
 
 def _layer_var(layer: str) -> str:

@@ -156,6 +156,21 @@ def _append(op: dict) -> list[str]:
         f"{t} = _buf[:_n + _src.shape[0]]  # a view of the buffer"]
 
 
+#: ``map``'s functions as the torch target calls them (``session.MAP_CALLS``).
+_MAP_CALLS = {"neg": "torch.neg({t})", "relu": "torch.relu({t})", "add_scalar": "torch.add({t}, 1.0)",
+              "clamp": "torch.clamp({t}, -1.0, 1.0)"}
+
+
+def _map(op: dict) -> list[str]:
+    t = _name(op["target"])
+    return [f"caches.pop({op['target']!r}, None)", f"{t} = " + _MAP_CALLS[op["fn"]].format(t=t)]
+
+
+def _add(op: dict) -> list[str]:
+    t = _name(op["target"])
+    return [f"caches.pop({op['target']!r}, None)", f"{t} = {t} + {_name(op['other'])}  # a row broadcasts"]
+
+
 def _fill(op: dict) -> list[str]:
     return ["with torch.no_grad():", f"    {_name(op['target'])}.fill_({float(op['value'])!r})"]
 
@@ -267,7 +282,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
     "freeze": lambda op: ["model.requires_grad_(False)"],
     "read": lambda op: [f"_ = {_name(op['target'])}.tolist()"],
     "set_lr": _set_lr, "save": _save, "load": _load, "replace": _replace, "backward": _backward,
-    "append": _append, "forward": _forward,
+    "append": _append, "forward": _forward, "map": _map, "add": _add,
 }
 
 

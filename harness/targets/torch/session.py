@@ -32,6 +32,14 @@ from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.training import TrainingOps
 from harness.targets.torch.views import CONVERSIONS, VIEWS
 
+#: ``map``'s functions as torch calls (``op_table.MAP_FNS``).
+MAP_CALLS = {
+    "neg": torch.neg,
+    "relu": torch.relu,
+    "add_scalar": lambda t: torch.add(t, 1.0),
+    "clamp": lambda t: torch.clamp(t, -1.0, 1.0),
+}
+
 # ---------------------------------------------------------------------------------------------
 # Devices.
 
@@ -312,6 +320,19 @@ class TorchSession(TrainingOps, LayerOps):
             buf[n:n + src.shape[0]] = src  # Tensor.__setitem__: copy_ into the rows' view
         self.caches[name] = (buf, n + src.shape[0])
         self._bind(name, buf[:n + src.shape[0]])  # basic slicing: a view of the buffer
+
+    def _op_map(self, op: dict) -> None:
+        """``x = torch.relu(x)`` and the like: a new tensor (torch has no value semantics to keep
+        a buffer unique; the old tensor lives on in what shares it)."""
+        name = op["target"]
+        self.caches.pop(name, None)
+        self._bind(name, MAP_CALLS[op["fn"]](self.bound[name]))
+
+    def _op_add(self, op: dict) -> None:
+        """``x = x + other``: a new tensor; a row broadcasts along the first dimension."""
+        name = op["target"]
+        self.caches.pop(name, None)
+        self._bind(name, self.bound[name] + self.bound[op["other"]])
 
     def _op_fill(self, op: dict) -> None:
         with torch.no_grad():

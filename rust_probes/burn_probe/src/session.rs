@@ -4,7 +4,7 @@
 
 use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model, Stat};
 use crate::vals::{
-    assign_val, cat_val, edit_val, make, move_val, obs_param, observe_val, read_val, replace_val, KvCache,
+    add_val, assign_val, cat_val, edit_val, make, map_val, move_val, obs_param, observe_val, read_val, replace_val, KvCache,
     MoveKind, Val,
 };
 use aliasfuzz_protocol::{
@@ -374,6 +374,18 @@ impl Session for BurnSession {
             Op::Load { from, assign } => self.load(from, *assign),
             Op::Replace { target, value, how } => self.replace(target, value, *how),
             Op::Append { target, source, how } => self.append(target, source, *how),
+            Op::Map { target, func } => {
+                self.caches.remove(target);
+                self.consume(target, |v| map_val(v, *func))
+            }
+            Op::Add { target, other } => {
+                let o = match self.get(other) {
+                    Ok(v) => v,
+                    Err(o) => return o,
+                };
+                self.caches.remove(target);
+                self.consume(target, |v| add_val(v, &o))
+            }
             Op::Move { target, device, method } => {
                 let dev = match device {
                     DeviceRole::Home => self.home.clone(),

@@ -355,6 +355,13 @@ pub fn cat_rows<const D: usize>(t: Tensor<D>, src: Tensor<D>) -> Tensor<D> {
     Tensor::cat(vec![t, src], 0)
 }
 
+/// `add`: `t + other`, `other` taken into `t`'s autodiff mode (one burn call takes tensors of one
+/// mode); a leading dimension of 1 broadcasts.
+pub fn add_in_mode<const D: usize>(t: Tensor<D>, other: Tensor<D>) -> Tensor<D> {
+    let other = in_mode_of(&t, other);
+    t + other
+}
+
 /// `append` into a KV cache as burn users keep one (llama-burn's `AutoregressiveCache`): a
 /// preallocated tensor, each source `slice_assign`ed in after the filled rows, and the filled rows
 /// read back with `slice`. The buffer is moved into each `slice_assign` (a unique handle: burn's

@@ -5,11 +5,11 @@
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
 use crate::support::{
-    assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
+    add_in_mode, assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
     Model, RowCache,
 };
 use crate::support::uniform_param;
-use aliasfuzz_protocol::{LazyInit, Obs, TensorKind, TensorSpec, CACHE_ROWS};
+use aliasfuzz_protocol::{LazyInit, MapFn, Obs, TensorKind, TensorSpec, CACHE_ROWS};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -389,6 +389,30 @@ pub fn read_val(v: &Val) {
 pub fn cat_val(v: Val, src: &Val) -> Val {
     on_val!(v, param p => cat_rows(p.val(), source_tensor(src)).into_val(),
             tensor t => cat_rows(t, source_tensor(src)).into_val())
+}
+
+// `map` and `add`: the name's value moved into the element-wise call (`x = x.relu()`; a param's
+// through `Param::into_value`), so a handle nobody else holds is unique and burn may compute in
+// place on its buffer: what must leave every clone and view of it untouched.
+
+/// `map`: `neg`, `activation::relu`, `add_scalar(1.0)` or `clamp(-1.0, 1.0)` of the name's value.
+pub fn map_val(v: Val, func: MapFn) -> Val {
+    fn apply<const D: usize>(t: Tensor<D>, func: MapFn) -> Tensor<D> {
+        match func {
+            MapFn::Neg => t.neg(),
+            MapFn::Relu => burn::tensor::activation::relu(t),
+            MapFn::AddScalar => t.add_scalar(1.0),
+            MapFn::Clamp => t.clamp(-1.0, 1.0),
+        }
+    }
+    on_val!(v, param p => apply(p.into_value(), func).into_val(), tensor t => apply(t, func).into_val())
+}
+
+/// `add`: the name's value plus `other`'s (a row gets a leading 1 and broadcasts), in the
+/// value's autodiff mode.
+pub fn add_val(v: Val, other: &Val) -> Val {
+    on_val!(v, param p => add_in_mode(p.into_value(), source_tensor(other)).into_val(),
+            tensor t => add_in_mode(t, source_tensor(other)).into_val())
 }
 
 /// A `RowCache` of the rank of the name it grows.

@@ -46,6 +46,8 @@
 //! | replace (tie) | the value's own `Var` inserted under the name (one Var, two keys); a plain tensor: unsupported |
 //! | append (cat)  | `Tensor::cat(&[&t, &src], 0)?` (a row source `unsqueeze(0)`d)                |
 //! | append (cache)| `candle_nn::kv_cache::Cache::new(0, CACHE_ROWS)`: `append(&src)?`, then `current_data()?` |
+//! | map           | `t.neg()?`, `t.relu()?`, `(&t + 1.0)?`, `t.clamp(-1f32, 1f32)?`, bound to the name |
+//! | add           | `t.add(&o)?` (same shape), `t.broadcast_add(&o)?` (a row), bound to the name |
 //! | valid, train  | set the `train` flag `forward_t` is given (candle has no module modes)    |
 //! | forward       | `layer.forward_t(&x, train)?` (`BatchNorm`, `Dropout`; dropout p = 1 in training: unsupported) |
 //! | no_grad, freeze | unsupported (candle has no requires-grad switch)                        |
@@ -82,7 +84,7 @@ use std::collections::HashMap;
 /// training). `no_grad` and `freeze` are never supported and so are not listed.
 pub const OPS: &[&str] = &[
     "snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "valid", "train",
-    "read", "assign", "save", "load", "replace", "append", "forward",
+    "read", "assign", "save", "load", "replace", "append", "forward", "map", "add",
 ];
 
 /// Snapshot methods this probe interprets (`state_dict` and `save_load` for params and layer stats only).
@@ -375,6 +377,8 @@ impl CandleSession {
             Op::Load { from, assign } => self.load(from, *assign),
             Op::Replace { target, value, how } => self.replace(target, value, *how),
             Op::Append { target, source, how } => self.append(target, source, *how),
+            Op::Map { target, func } => self.map(target, *func),
+            Op::Add { target, other } => self.add(target, other),
             Op::Move { target, device, method } => {
                 if *method == MoveMethod::Fork {
                     return Err(Outcome::Unsupported(

@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
 /// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
@@ -251,6 +251,21 @@ pub enum AppendHow {
     Cache,
 }
 
+/// The element-wise function `map` applies (the op table's `MAP_FNS`): each exact in float32 on
+/// the values programs hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[cfg_attr(test, derive(strum::EnumIter))]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum MapFn {
+    Neg,
+    Relu,
+    /// Adds 1.
+    AddScalar,
+    /// Clamps to [-1, 1].
+    Clamp,
+}
+
 /// The rows of an `append` cache's buffer, and the most rows an `append` grows a name to (the
 /// op table's `CACHE_ROWS`): a cache never has to grow.
 pub const CACHE_ROWS: usize = 16;
@@ -345,6 +360,16 @@ pub enum Op {
     /// Binds `name` to `layer`'s output on `input`. In training mode a batch norm updates its
     /// running statistics (`<layer>.running_mean`, `<layer>.running_var`).
     Forward { name: String, layer: String, input: String },
+    /// Binds `target` again to `func` of it, element-wise: a new tensor, computed from the old
+    /// value moved into the call where the framework has value semantics.
+    Map {
+        target: String,
+        #[serde(rename = "fn")]
+        func: MapFn,
+    },
+    /// Binds `target` again to `target + other` (`other` shaped like it, or like a row of it,
+    /// broadcast along the first dimension), as `Map` does.
+    Add { target: String, other: String },
 }
 
 impl Op {
@@ -367,7 +392,9 @@ impl Op {
             | Op::Fill { target, .. }
             | Op::Scale { target, .. }
             | Op::Move { target, .. }
-            | Op::Read { target } => vec![target.as_str()],
+            | Op::Read { target }
+            | Op::Map { target, .. } => vec![target.as_str()],
+            Op::Add { target, other } => vec![target.as_str(), other.as_str()],
             Op::Assign { target, source, .. } => vec![target.as_str(), source.as_str()],
             Op::Replace { target, value, .. } => vec![target.as_str(), value.as_str()],
             Op::Append { target, source, .. } => vec![target.as_str(), source.as_str()],
@@ -789,6 +816,7 @@ mod tests {
         check_unit_enum::<CheckpointStore>("checkpoint_store");
         check_unit_enum::<ReplaceHow>("replace_how");
         check_unit_enum::<AppendHow>("append_how");
+        check_unit_enum::<MapFn>("map_fn");
         check_unit_enum::<TensorKind>("tensor_kind");
         check_unit_enum::<LazyInit>("lazy_init");
         for m in <Method as strum::IntoEnumIterator>::iter() {
@@ -834,6 +862,8 @@ mod tests {
             Op::Replace { target: t(), value: "s".into(), how: ReplaceHow::New },
             Op::Append { target: t(), source: "s".into(), how: AppendHow::Cat },
             Op::Forward { name: "y".into(), layer: "bn".into(), input: t() },
+            Op::Map { target: t(), func: MapFn::Relu },
+            Op::Add { target: t(), other: "s".into() },
         ];
         let tags: Vec<String> = ops
             .iter()

@@ -1,9 +1,10 @@
 //! The ops of a [`CandleSession`] that rebind a model or program name to another tensor:
-//! `replace` (a new or tied `Var` in the VarMap) and `append` (`Tensor::cat`, candle-nn's KV cache).
+//! `replace` (a new or tied `Var` in the VarMap), `append` (`Tensor::cat`, candle-nn's KV cache),
+//! and the element-wise `map` and `add` (a new tensor computed from the name's).
 
 use super::{ce, CandleSession, Handle, R};
 use crate::support::insert_var;
-use aliasfuzz_protocol::{AppendHow, Outcome, ReplaceHow, CACHE_ROWS};
+use aliasfuzz_protocol::{AppendHow, MapFn, Outcome, ReplaceHow, CACHE_ROWS};
 use candle_core::{Tensor, Var};
 use candle_nn::kv_cache::Cache;
 
@@ -64,6 +65,31 @@ impl CandleSession {
             }
         };
         self.bind(target.to_string(), Handle::Tensor(grown));
+        Ok(())
+    }
+
+    /// `map`: `let x = x.relu()?;` and the like, a new tensor bound to the name.
+    pub(super) fn map(&mut self, target: &str, func: MapFn) -> R<()> {
+        let t = self.get(target)?.tensor().clone();
+        let out = match func {
+            MapFn::Neg => t.neg(),
+            MapFn::Relu => t.relu(),
+            MapFn::AddScalar => &t + 1.0,
+            MapFn::Clamp => t.clamp(-1f32, 1f32),
+        };
+        self.caches.remove(target);
+        self.bind(target.to_string(), Handle::Tensor(ce(out)?));
+        Ok(())
+    }
+
+    /// `add`: `let x = x.add(&other)?;`, or `broadcast_add` for a row (candle's `add` wants equal
+    /// shapes), a new tensor bound to the name.
+    pub(super) fn add(&mut self, target: &str, other: &str) -> R<()> {
+        let t = self.get(target)?.tensor().clone();
+        let o = self.get(other)?.tensor().clone();
+        let out = if t.dims() == o.dims() { t.add(&o) } else { t.broadcast_add(&o) };
+        self.caches.remove(target);
+        self.bind(target.to_string(), Handle::Tensor(ce(out)?));
         Ok(())
     }
 }
