@@ -35,6 +35,10 @@ def test_bench_json_has_every_figure_and_they_agree():
     else:  # 16 programs may cost the targets less than one CPU clock tick
         assert fig["target_bound_pps"] is None and fig["ratio_target_bound"] is None
     assert "(d) direct draw" in proc.stderr and "(e) target-bound" in proc.stderr
+    # what the metamorphic variants cost: the same programs, with share 0, in each round
+    assert fig["engine_no_variants_pps"] > 0 and "(f) metamorphic variants" in proc.stderr
+    assert fig["variant_cost"] == per_round("engine_no_variants_pps", "engine_pps") - 1
+    assert 0 < fig["variants_per_program"] <= 1  # the default share selects about a quarter
     assert fig["ratio_2workers"] == per_round("engine_2workers_pps", "engine_pps")
     assert set(fig["per_length"]) == {"8", "16", "32", "64"}
     assert all(v > 0 for v in fig["per_length"].values())
@@ -47,7 +51,7 @@ def test_bench_json_has_every_figure_and_they_agree():
     assert fig["cores_used_1worker"] > 0
 
     # throughput figures are the middle of --repeat runs, each run kept
-    for key in ("ceiling_pps", "draw_pps", "engine_pps", "engine_2workers_pps"):
+    for key in ("ceiling_pps", "draw_pps", "engine_pps", "engine_no_variants_pps", "engine_2workers_pps"):
         runs = fig[key + "_runs"]
         assert len(runs) == 3 and sorted(runs)[1] == fig[key], key
 

@@ -8,8 +8,9 @@ Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
   simplest examples;
 - ``draw`` and ``target_bound``: the generation ceiling of the strategy itself and the most the
   targets could run on this machine's cores (``bench_limits``), the engine a fraction of each;
-- ``engine``: the full engine, generate + run on every CPU target + oracle, as a campaign worker
-  does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
+- ``engine``: the full engine, generate + run on every CPU target + oracle, its metamorphic
+  variants included (``engine_no_variants``: without them; ``bench_limits.VariantCost``), as a
+  campaign worker does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
   while the oracle compares chunk k);
   ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
 - ``spawn``: the naive baseline, a fresh probe process per program and target (start, handshake,
@@ -40,7 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from harness.fuzzing.bench_limits import limit_figures, measure_draw
+from harness.fuzzing.baseline import Baseline
+from harness.fuzzing.bench_limits import VariantCost, limit_figures, measure_draw
 from harness.fuzzing.engine import Engine, chunk_seed, generate, pipeline
 from harness.case.ir import Program
 from harness.judging.oracle import compare
@@ -284,7 +286,7 @@ def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) 
     found = open_cpu_targets(config.targets)
     runner = Runner(found.targets)
     try:
-        engine = Engine(runner, _no_baseline())
+        engine = Engine(runner, Baseline([]))
         for _ in pipeline(engine, [generate(8, 99 + worker, config.profile)]):
             pass  # warm the probes and Hypothesis
         for go, counter in zip(rounds, counters):
@@ -371,12 +373,6 @@ def _spread(xs: Sequence[float]) -> str:
     return f" (median of {len(xs)}: {min(xs):.1f}-{max(xs):.1f})" if len(xs) > 1 else ""
 
 
-def _no_baseline():
-    from harness.fuzzing.baseline import Baseline
-
-    return Baseline([])
-
-
 # -- the whole benchmark ------------------------------------------------------------------------
 
 
@@ -392,15 +388,17 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
     fig["targets"] = [t.id for t in found.targets]
     fig["unavailable"] = dict(found.unavailable)
     runner = Runner(found.targets)
-    engine = Engine(runner, _no_baseline())
+    engine = Engine(runner, Baseline([]))
     try:
         log(f"aliasfuzz bench: targets {', '.join(fig['targets'])}; {config.programs} programs, "
             f"seed {config.seed}, profile {config.profile}; load {fig['load_before']}")
         warm = generate(16, 12345, config.profile)  # first-use costs (imports, caches) out of the timings
         engine.check(warm)
-        rounds, engine_runs = _throughput_rounds(engine, config, log)
+        variant_cost = VariantCost(engine)
+        rounds, engine_runs = _throughput_rounds(engine, config, variant_cost, log)
         _throughput_figures(fig, rounds, engine_runs, log)
         limit_figures(fig, log)
+        variant_cost.figures(fig, log)
         _baseline_figures(fig, engine, config, log)
         _cost_figures(fig, engine, config, log)
         fig["restarts"] = {t.id: t.process.stats.starts - 1 for t in runner.targets}
@@ -410,13 +408,13 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         runner.close()
 
 
-def _throughput_rounds(engine: Engine, config: BenchConfig, log) -> tuple[dict[str, list[float]], list[tuple]]:
+def _throughput_rounds(engine: Engine, config: BenchConfig, variant_cost: VariantCost, log) -> tuple[dict, list]:
     """The throughput figures of every round (programs/s by name) and the engine runs
-    (``measure_engine``'s results). Each round times the ceiling, the engine and the two workers
-    back to back on the same programs: this machine's speed drifts by up to 1.8x within a
+    (``measure_engine``'s results). Each round times the ceiling, the engine (with and without
+    its metamorphic variants) and the two workers back to back on the same programs: this machine's speed drifts by up to 1.8x within a
     minute, so each ratio is taken within a round and the middle round's figure is reported
     (every round's is kept under ``<name>_runs``)."""
-    rounds: dict[str, list[float]] = {"ceiling": [], "draw": [], "engine": [], "engine_2workers": []}
+    rounds: dict[str, list[float]] = {k: [] for k in ("ceiling", "draw", "engine", "engine_no_variants", "engine_2workers")}
     engine_runs = []
     with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
         for r in range(config.repeat):
@@ -424,8 +422,10 @@ def _throughput_rounds(engine: Engine, config: BenchConfig, log) -> tuple[dict[s
             rounds["ceiling"].append(n / seconds)
             seconds, n = measure_draw(config.profile, config.seed, config.programs)
             rounds["draw"].append(n / seconds)
-            engine_runs.append(measure_engine(engine, config))
-            rounds["engine"].append(engine_runs[-1][1] / engine_runs[-1][0])
+            run, plain = variant_cost.measure(lambda e: measure_engine(e, config))
+            engine_runs.append(run)
+            rounds["engine"].append(run[1] / run[0])
+            rounds["engine_no_variants"].append(plain[1] / plain[0])
             if workers is not None:
                 seconds, n = workers.round()
                 rounds["engine_2workers"].append(n / seconds)
