@@ -44,6 +44,21 @@ def test_an_unused_module_clone_stops_a_moved_lazy_from_training_on_burn(runner)
     assert without["l"] == [-0.5, -0.5] and doc["targets"]["burn:flex"]["final"]["l"] == [0.5, 0.5]
 
 
+def test_a_valid_train_round_trip_halves_the_step_of_a_tied_param_on_burn(runner):
+    # A candidate upstream report (tests/cases/burn_tied_param_valid_train_halves_a_step.toml):
+    # valid() then train() must change nothing (burn's Module docs: they set the autodiff mode),
+    # yet after p0's slot holds p1's Param the next SGD step moves p0 by half as much.
+    program = load_case(CASES / "burn_tied_param_valid_train_halves_a_step.toml")
+    result = run_case(program, runner, runner.infos, load_baseline(None))
+    meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
+    assert sorted(meta) == ["burn:flex", "burn:ndarray"]  # torch and candle agree with themselves
+    for target, f in meta.items():
+        assert f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:sgd|changed~changed"
+        assert (f.op_index, f.subject, f.inert) == (3, "p0", (1, 2))
+        assert f.values == ("[[[-0.25, -0.25]]]", "[[[-0.5, -0.5]]]")
+        assert result.known[f.signature] is None, "a candidate report, not a documented difference"
+
+
 def test_every_target_agrees_with_itself_on_every_inert_group_without_lazies(runner):
     # Each kind of inert group, inserted into one training program without lazy params: every
     # target runs both programs alike (the oracle does not invent divergences).
