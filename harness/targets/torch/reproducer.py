@@ -156,7 +156,7 @@ def _append(op: dict) -> list[str]:
         f"{t} = _buf[:_n + _src.shape[0]]  # a view of the buffer"]
 
 
-#: ``map``'s functions as the torch target calls them (``session.MAP_CALLS``).
+#: ``map``'s functions as the torch target calls them (``elementwise.MAP_CALLS``).
 _MAP_CALLS = {"neg": "torch.neg({t})", "relu": "torch.relu({t})", "add_scalar": "torch.add({t}, 1.0)",
               "clamp": "torch.clamp({t}, -1.0, 1.0)"}
 

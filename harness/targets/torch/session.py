@@ -28,17 +28,10 @@ from torch import nn
 from harness.case import ops as op_table
 from harness.targets.driver import Unsupported
 from harness.targets.protocol import Program, unreadable
+from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.training import TrainingOps
 from harness.targets.torch.views import CONVERSIONS, VIEWS
-
-#: ``map``'s functions as torch calls (``op_table.MAP_FNS``).
-MAP_CALLS = {
-    "neg": torch.neg,
-    "relu": torch.relu,
-    "add_scalar": lambda t: torch.add(t, 1.0),
-    "clamp": lambda t: torch.clamp(t, -1.0, 1.0),
-}
 
 # ---------------------------------------------------------------------------------------------
 # Devices.
@@ -133,7 +126,7 @@ def _obs(t) -> dict:
     }
 
 
-class TorchSession(TrainingOps, LayerOps):
+class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     """One program on one torch device: the driver's ``Session``.
 
     ``bound`` maps every name bound now to the object a user's variable of that name would hold;
@@ -321,19 +314,6 @@ class TorchSession(TrainingOps, LayerOps):
         self.caches[name] = (buf, n + src.shape[0])
         self._bind(name, buf[:n + src.shape[0]])  # basic slicing: a view of the buffer
 
-    def _op_map(self, op: dict) -> None:
-        """``x = torch.relu(x)`` and the like: a new tensor (torch has no value semantics to keep
-        a buffer unique; the old tensor lives on in what shares it)."""
-        name = op["target"]
-        self.caches.pop(name, None)
-        self._bind(name, MAP_CALLS[op["fn"]](self.bound[name]))
-
-    def _op_add(self, op: dict) -> None:
-        """``x = x + other``: a new tensor; a row broadcasts along the first dimension."""
-        name = op["target"]
-        self.caches.pop(name, None)
-        self._bind(name, self.bound[name] + self.bound[op["other"]])
-
     def _op_fill(self, op: dict) -> None:
         with torch.no_grad():
             self.bound[op["target"]].fill_(op["value"])
@@ -442,8 +422,7 @@ class TorchSession(TrainingOps, LayerOps):
         return keys, dirty
 
 
-#: The op kinds of the table this target interprets, in the table's order: those with a
-#: ``TorchSession._op_<kind>`` method (every one: ``tests/test_op_table.py`` checks torch lists all).
+#: The table's op kinds with a ``TorchSession._op_<kind>`` method, in order (all: test_op_table.py).
 OPS = tuple(kind for kind in op_table.OP_KINDS if hasattr(TorchSession, "_op_" + kind))
 
 
