@@ -113,7 +113,8 @@ def test_exit_statuses_and_junit(tmp_path):
 
 
 def test_same_seed_same_programs(tmp_path):
-    from harness.fuzzing.engine import chunk_seed, generate
+    from harness.fuzzing.engine import chunk_seed
+    from harness.fuzzing.generation import generate
 
     a = [p.key() for p in generate(16, chunk_seed(99, 3), "quick")]
     b = [p.key() for p in generate(16, chunk_seed(99, 3), "quick")]
@@ -177,7 +178,7 @@ def test_known_findings_are_reported_as_found_and_shrunk_only_when_asked(tmp_pat
     runs = {}
     for flag in ((), ("--shrink-known",)):
         out = tmp_path / ("known-shrunk" if flag else "default")
-        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                     "--shrink-time", "10", "--baseline", str(baseline), "--out", str(out), *flag,
                     env=fake_probe_dir(tmp_path))
         assert r.returncode == 1, r.stdout + r.stderr  # the verdict findings are new

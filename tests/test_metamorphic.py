@@ -16,7 +16,8 @@ from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_
 from harness.fuzzing import variants
 from harness.fuzzing.baseline import Baseline
 from generators.programs import Profile
-from harness.fuzzing.engine import Engine, generate
+from harness.fuzzing.engine import Engine
+from harness.fuzzing.generation import generate
 from harness.judging.metamorphic import compare_inert
 from harness.targets.runner import Runner
 from tests.fakes.targets import fake_target

@@ -67,7 +67,7 @@ def test_every_op_can_be_drawn_by_every_profile():
 def test_every_drawer_draws_exactly_one_op():
     # generate(max_ops=N) forces N ops (the bench's per-length figures rely on it): a drawer never
     # skips, whatever the names bound so far.
-    from harness.fuzzing.engine import generate
+    from harness.fuzzing.generation import generate
 
     for seed in range(3):
         assert {len(p.ops) for p in generate(40, seed, "deep", 24)} == {24}

@@ -2,12 +2,14 @@
 
 Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
 
-- ``ceiling``: Hypothesis drawing the programs, nothing executed (``engine.generate``);
-  every throughput figure counts distinct programs: the engine does not run a program again
-  (``Engine.unseen``), and every chunk, a Hypothesis run of its own, opens with the same
+- ``ceiling``: Hypothesis's ``@given`` loop drawing the programs, nothing executed
+  (``generation.generate_given``); every throughput figure counts distinct programs: the engine
+  does not run a program again (``Engine.unseen``), and every ``@given`` run opens with the same
   simplest examples;
-- ``draw`` and ``target_bound``: the generation ceiling of the strategy itself and the most the
-  targets could run on this machine's cores (``bench_limits``), the engine a fraction of each;
+- ``draw``: the strategy drawn as the engine draws it (``generation.generate``, a
+  ``ConjectureData`` per program), nothing executed: the generation ceiling of the engine;
+- ``target_bound``: the most the targets could run on this machine's cores (``bench_limits``);
+  the engine is given as a fraction of each;
 - ``engine``: the full engine, generate + run on every CPU target + oracle, its metamorphic
   variants included (``engine_no_variants``: without them; ``bench_limits.VariantCost``), as a
   campaign worker does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
@@ -42,8 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from harness.fuzzing.baseline import Baseline
-from harness.fuzzing.bench_limits import VariantCost, limit_figures, measure_draw
-from harness.fuzzing.engine import Engine, chunk_seed, generate, pipeline
+from harness.fuzzing.bench_limits import VariantCost, limit_figures
+from harness.fuzzing.engine import Engine, chunk_seed, pipeline
+from harness.fuzzing.generation import Drawer, generate, generate_given
 from harness.case.ir import Program
 from harness.judging.oracle import compare
 from harness.targets.runner import Runner
@@ -124,10 +127,10 @@ def _cpu_snapshot(engine: Engine) -> dict[str, float | None]:
     return out
 
 
-def _chunks(config: BenchConfig, counter=None):
-    """The benchmark's chunks, in order; with a shared ``counter`` (a ``multiprocessing.Value``),
-    only those this process claims first, as campaign workers claim chunks, so one slow chunk
-    does not leave another worker idle."""
+def _chunks(config: BenchConfig, counter=None, drawer: Drawer = generate):
+    """The benchmark's chunks, in order, drawn as campaigns draw them (or by ``drawer``); with
+    a shared ``counter`` (a ``multiprocessing.Value``), only those this process claims first, as
+    campaign workers claim chunks, so one slow chunk does not leave another worker idle."""
     n_chunks = -(-config.programs // config.chunk_size)
     k = -1
     while True:
@@ -139,7 +142,7 @@ def _chunks(config: BenchConfig, counter=None):
                 counter.value += 1
         if k >= n_chunks:
             return
-        yield generate(config.chunk_size, chunk_seed(config.seed, k), config.profile)
+        yield drawer(config.chunk_size, chunk_seed(config.seed, k), config.profile)
 
 
 def _load() -> str:
@@ -150,11 +153,11 @@ def _load() -> str:
         return "?"
 
 
-def measure_ceiling(config: BenchConfig) -> tuple[float, int]:
-    """Seconds to draw the programs, and how many distinct ones were drawn (the engine runs
-    each distinct program once: ``Engine.unseen``)."""
+def measure_drawing(config: BenchConfig, drawer: Drawer) -> tuple[float, int]:
+    """Seconds to draw the programs with ``drawer``, and how many distinct ones were drawn (the
+    engine runs each distinct program once: ``Engine.unseen``)."""
     start = time.perf_counter()
-    chunks = list(_chunks(config))
+    chunks = list(_chunks(config, drawer=drawer))
     seconds = time.perf_counter() - start
     return seconds, len({p.key() for c in chunks for p in c})
 
@@ -418,9 +421,9 @@ def _throughput_rounds(engine: Engine, config: BenchConfig, variant_cost: Varian
     engine_runs = []
     with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
         for r in range(config.repeat):
-            seconds, n = measure_ceiling(config)
+            seconds, n = measure_drawing(config, generate_given)
             rounds["ceiling"].append(n / seconds)
-            seconds, n = measure_draw(config.profile, config.seed, config.programs)
+            seconds, n = measure_drawing(config, generate)
             rounds["draw"].append(n / seconds)
             run, plain = variant_cost.measure(lambda e: measure_engine(e, config))
             engine_runs.append(run)

@@ -1,9 +1,8 @@
 """The two limits ``aliasfuzz bench`` measures the engine against, besides the ``@given`` ceiling:
 
-- ``draw``: the ``programs()`` strategy drawn straight through Hypothesis's data objects (one
+- ``draw``: the ``programs()`` strategy drawn as the engine draws it (``generation.generate``: one
   ``ConjectureData`` per program inside a build context, as Hypothesis's runner makes one per
-  example, without the runner's per-example bookkeeping): the generation ceiling of a design that
-  generates with Hypothesis;
+  example, without the runner's per-example bookkeeping): the engine's generation ceiling;
 - ``target_bound``: the cores of this machine divided by the CPU the targets themselves spend on
   a program (the engine run's ``cpu_ms_per_program``, the worker left out): the most programs a
   second the targets could run here if the worker cost nothing.
@@ -18,35 +17,7 @@ with ``metamorphic_share = 0``, so the share of drawn programs that also run bes
 from __future__ import annotations
 
 import os
-import random
-import time
 from typing import Any, Callable
-
-from hypothesis.control import BuildContext
-from hypothesis.errors import StopTest
-from hypothesis.internal.conjecture.data import ConjectureData
-
-from generators.programs import programs
-
-
-def measure_draw(profile: str, seed: int, n: int) -> tuple[float, int]:
-    """Seconds to draw ``n`` programs of ``profile`` directly (a draw Hypothesis gives up on,
-    ``StopTest``, is drawn again), and how many distinct ones were drawn."""
-    strategy = programs(profile)
-    rng = random.Random(seed)
-    keys: set[str] = set()
-    drawn = 0
-    start = time.perf_counter()
-    while drawn < n:
-        data = ConjectureData(random=rng)
-        try:
-            with BuildContext(data, wrapped_test=lambda: None):
-                program = data.draw(strategy)
-        except StopTest:
-            continue
-        drawn += 1
-        keys.add(program.key())
-    return time.perf_counter() - start, len(keys)
 
 
 def limit_figures(fig: dict[str, Any], log: Callable[[str], None]) -> None:

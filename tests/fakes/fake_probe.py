@@ -21,7 +21,9 @@ that started it is gone, so a failed test leaks nothing), ``--planted-inert-read
 device, a ``read`` of a param makes later ``sgd`` steps leave it alone: an inert op that changes
 the run, for the metamorphic oracle's tests), ``--planted-inert-read-until N`` (that planted read
 works only in the process's first N programs: a metamorphic divergence that the shrinker sees and
-a later run in the same process does not).
+a later run in the same process does not), ``--log-programs DIR`` (every program run on the
+``ref`` device is appended, as canonical JSON, to ``DIR/<pid>.jsonl``: which programs a campaign
+ran, whatever process ran them).
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ def main() -> None:
     ap.add_argument("--planted-after", type=int, default=0)
     ap.add_argument("--planted-inert-read", action="store_true")
     ap.add_argument("--planted-inert-read-until", type=int, default=None)
+    ap.add_argument("--log-programs", default=None)
     # PACKAGE=VERSION in the handshake's versions (as a framework reports its release)
     ap.add_argument("--version", action="append", default=[])
     flags = ap.parse_args()
@@ -179,6 +182,9 @@ def main() -> None:
             if flags.hang_always:
                 hang_until_orphaned()
             flags.served += 1
+            if flags.log_programs and req["device"] == "ref":
+                with open(os.path.join(flags.log_programs, f"{os.getpid()}.jsonl"), "a", encoding="utf-8") as log:
+                    log.write(json.dumps(req["program"], sort_keys=True) + "\n")
             if flags.slow_ms:
                 time.sleep(flags.slow_ms / 1000)
             reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
