@@ -28,6 +28,10 @@ def register(sub) -> None:
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
     p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder")
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
+    p.add_argument("--campaign", metavar="NAME", help="join campaign NAME in the --db redis:// server: machines "
+                   "share its chunks, findings and config (see docs/RELIABILITY.md)")
+    p.add_argument("--lease", type=float, default=None, metavar="S",
+                   help="with --campaign: seconds a dead machine's chunk waits before it is re-issued (default: 60)")
     p.add_argument("--chunk-size", type=int, help="programs generated and run per batch (default: 64)")
     p.add_argument("--shrink-time", type=float, default=None,
                    help="seconds to shrink each finding (default: 30, or a tenth of a shorter budget)")
@@ -68,8 +72,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                                 shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
                                 baseline=args.baseline, shrink_known=args.shrink_known,
                                 confirm_runs=args.confirm, metamorphic_share=0.25 if args.metamorphic is None else args.metamorphic)
+        config = _joined_campaign(args, config)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
+        elif config.campaign:
+            print(f"aliasfuzz fuzz: campaign {config.campaign}, seed {config.seed}, profile {config.profile}, "
+                  f"out {out}", flush=True)
         else:
             print(f"aliasfuzz fuzz: seed {seed}, profile {config.profile}, out {out}", flush=True)
         display = _Display()
@@ -114,7 +122,7 @@ def _sigterm_as_interrupt(signum, frame) -> None:
 def _check_options(args: argparse.Namespace) -> float | None:
     """The campaign's options, checked before anything starts; returns the budget in seconds."""
     budget = parse_duration(args.budget)
-    if budget is None and args.max_programs is None and not args.resume:
+    if budget is None and args.max_programs is None and not args.resume and not args.campaign:
         raise CampaignError("give --budget or --max-programs (a campaign needs an end)")
     if args.max_programs is not None and args.max_programs < 1:
         raise CampaignError(f"--max-programs {args.max_programs}: must be at least 1")
@@ -127,6 +135,10 @@ def _check_options(args: argparse.Namespace) -> float | None:
             raise CampaignError(f"{flag} {value}: must be a finite number of seconds, 0 or more")
     if args.metamorphic is not None and not (0.0 <= args.metamorphic <= 1.0):
         raise CampaignError(f"--metamorphic {args.metamorphic}: must be a share from 0 to 1")
+    if args.lease is not None and not (math.isfinite(args.lease) and args.lease > 0):
+        raise CampaignError(f"--lease {args.lease}: must be a finite number of seconds, more than 0")
+    if args.lease is not None and not args.campaign and not args.resume:
+        raise CampaignError("--lease: only with --campaign NAME")
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise CampaignError(f"--out {args.out} with --resume {args.resume}: a resume writes to its own folder")
@@ -149,6 +161,35 @@ def _check_resume(args: argparse.Namespace) -> None:
             flag = {"metamorphic_share": "--metamorphic"}.get(key, "--" + key.replace("_", "-"))
             raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {saved.get(key)!r}; "
                                 f"a resume continues it unchanged (leave {flag} out, or start a new --out)")
+
+
+def _joined_campaign(args: argparse.Namespace, config: CampaignConfig) -> CampaignConfig:
+    """``config`` as the shared campaign has it (``--campaign``, or a resumed run folder of one):
+    the options every machine shares come from Redis (the first machine stores its own there; a
+    joining machine that gives another value is refused, one line naming the option); unchanged
+    without a campaign."""
+    from dataclasses import replace
+
+    from harness.fuzzing.run_folder import RunFolder
+    from harness.fuzzing.shared_campaign import LEASE_S, SharedCampaign
+
+    name, db, lease = args.campaign, args.db, args.lease
+    if args.resume:
+        saved = RunFolder(args.resume).load_state().get("config", {})
+        name, db = name or saved.get("campaign"), db or saved.get("db")
+        lease = lease or saved.get("lease_s")
+    if not name:
+        return config
+    given = {"seed": args.seed, "profile": args.profile, "targets": config.targets, "chunk_size": args.chunk_size,
+             "budget_s": config.budget_s, "max_programs": args.max_programs, "metamorphic_share": args.metamorphic}
+    shared = SharedCampaign.open(db, name).settle(given, {"seed": config.seed})
+    budget = shared["budget_s"]
+    return replace(config, campaign=name, db=db, lease_s=lease or LEASE_S, seed=shared["seed"],
+                   profile=shared["profile"], targets=shared["targets"], chunk_size=shared["chunk_size"],
+                   budget_s=budget, max_programs=shared["max_programs"],
+                   metamorphic_share=shared["metamorphic_share"],
+                   shrink_time_s=_shrink_time(args.shrink_time, budget),
+                   shrink_grace_s=_shrink_grace(args.shrink_grace, budget))
 
 
 def _summary(result) -> None:

@@ -1,5 +1,7 @@
 """``aliasfuzz report RUN_DIR`` re-renders a run folder's reports; ``aliasfuzz report --history
-DIR`` renders the trend over every run folder under DIR (DIR/history.html).
+DIR`` renders the trend over every run folder under DIR (DIR/history.html); ``aliasfuzz report
+redis://host:port/n/NAME --out DIR`` writes a shared campaign (``fuzz --campaign NAME``) as the
+run folder DIR, then renders it.
 
 Exit status 0 when the report was written (warnings, one line each on stderr: a path refused
 because it leads out of the run folder, a damaged folder skipped by ``--history``); 2, with one
@@ -10,10 +12,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from harness.errors import CampaignError
+
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="re-render a run folder's report, or the history of many runs")
-    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder written by `aliasfuzz fuzz`")
+    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder written by `aliasfuzz fuzz`, or "
+                   "redis://host:port/n/NAME: a shared campaign (`fuzz --campaign NAME`), written to --out first")
+    p.add_argument("--out", metavar="DIR", help="with redis://.../NAME: the new run folder the campaign is written to")
     p.add_argument("--history", metavar="DIR", help="render DIR/history.html over every run folder under DIR")
     p.set_defaults(handler=cmd_report)
 
@@ -29,15 +35,33 @@ def cmd_report(args: argparse.Namespace) -> int:
     if bool(args.run_dir) == bool(args.history):
         print("aliasfuzz: report: give a run folder or --history DIR (one of them)", file=sys.stderr)
         return 2
+    if args.out and not (args.run_dir and _is_campaign_url(args.run_dir)):
+        print("aliasfuzz: report: --out is for a shared campaign (redis://host:port/n/NAME) only", file=sys.stderr)
+        return 2
     try:
         if args.history:
             print(f"aliasfuzz report: wrote {render_history(args.history, _warn)}")
         else:
-            run = load_run(args.run_dir)
+            run = load_run(_campaign_folder(args) if _is_campaign_url(args.run_dir) else args.run_dir)
             for p in write_run_reports(run, _warn):
                 print(f"aliasfuzz report: wrote {p}")
             print(f"aliasfuzz report: {summary_line(run)}")
-    except ReportError as e:
+    except (ReportError, CampaignError) as e:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def _is_campaign_url(run_dir: str) -> bool:
+    return run_dir.lower().startswith(("redis://", "rediss://"))
+
+
+def _campaign_folder(args: argparse.Namespace) -> str:
+    """The shared campaign ``args.run_dir`` names, written as the run folder ``--out``."""
+    from harness.fuzzing.shared_report import export_campaign
+
+    if not args.out:
+        raise CampaignError(f"{args.run_dir}: give --out DIR, the new run folder the campaign is written to")
+    folder = export_campaign(args.run_dir, args.out)
+    print(f"aliasfuzz report: wrote the campaign to {folder}")
+    return str(folder)

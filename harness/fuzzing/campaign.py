@@ -77,9 +77,16 @@ class CampaignConfig:
     # The share of each chunk's programs also run beside a variant with one inert op group more
     # or less, each target compared with itself (kind `metamorphic`; variants.plan). 0: off.
     metamorphic_share: float = 0.25
+    # One campaign over many machines: its name in Redis (``--db`` names the server) and how long
+    # a claimed chunk stays this machine's without a renewal (``shared_campaign``).
+    campaign: str | None = None
+    lease_s: float = 60.0
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        doc = asdict(self)
+        if self.campaign is None:  # a campaign of one machine: campaign.json as it has always been
+            del doc["campaign"], doc["lease_s"]
+        return doc
 
 
 # ------------------------------------------------------------------------------------------------
@@ -101,7 +108,20 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
                 replay_programs: list[Program], deadline: float | None = None) -> None:
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
     returns None. Everything it learns goes out through ``emit`` (``messages``). ``deadline``
-    (``time.time()``) bounds shrinking: the budget's end plus the shrink grace."""
+    (``time.time()``) bounds shrinking: the budget's end plus the shrink grace. With
+    ``config.campaign``, chunks and signatures are claimed in Redis (``shared_campaign.joined``)."""
+    if config.campaign:
+        from harness.fuzzing.shared_campaign import joined
+
+        with joined(config, claim, emit, known) as (claim, emit, known, again):
+            _worker_loop(config, claim, emit, known, elapsed_before, replay_programs, deadline, again)
+        return
+    _worker_loop(config, claim, emit, known, elapsed_before, replay_programs, deadline)
+
+
+def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: Callable[[Message], None],
+                 known: Callable[[str], bool], elapsed_before: float, replay_programs: list[Program],
+                 deadline: float | None, again: Callable[[], bool] = lambda: False) -> None:
     from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner
 
@@ -137,6 +157,8 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
             engine.process(replay_programs, on_new, known)
             emit(Progress(len(replay_programs), None, 0))
         _process_chunks(config, engine, claim, on_new, known, emit)
+        while again():  # a claim paused behind this worker's own chunks: they are done now
+            _process_chunks(config, engine, claim, on_new, known, emit)
     finally:
         runner.close()
 
@@ -324,7 +346,7 @@ class _Driver:
 
     def run(self, replay: list[Program]) -> None:
         config, state = self.config, self.state
-        if config.max_programs is not None:
+        if config.max_programs is not None and not config.campaign:  # a shared campaign's limit is in Redis
             self.chunk_limit = state["next_chunk"] + -(-max(0, config.max_programs - len(replay)) // config.chunk_size)
         if config.workers > 1:
             _run_workers(config, state["next_chunk"], self.chunk_limit, self.budget, self.seen_sigs, replay,

@@ -134,7 +134,10 @@ def _hide_password(spec: str) -> str:
         return re.sub(r"//[^@/]*@", "//***@", spec)
 
 
-def _open_redis(spec: str):
+def connect_redis(spec: str):
+    """``(client, shown)`` for ``--db redis://host:port/n``: a client that answered PING, and the
+    option as messages show it (password hidden). Raises a one-line ``CampaignError`` naming
+    ``--db`` when the URL is malformed or the server cannot be reached."""
     shown = f"--db {_hide_password(spec)}"
     try:
         u = urlsplit(spec)
@@ -150,7 +153,6 @@ def _open_redis(spec: str):
                             f"give redis://host:port/n")
     try:
         import redis
-        from hypothesis.extra.redis import RedisExampleDatabase
     except ImportError as e:  # pragma: no cover - redis is a pinned dependency
         raise CampaignError(f"{shown}: the redis package is missing ({e})") from None
     try:
@@ -161,6 +163,13 @@ def _open_redis(spec: str):
         client.ping()
     except Exception as e:
         raise CampaignError(f"{shown}: cannot reach Redis ({e})") from None
+    return client, shown
+
+
+def _open_redis(spec: str):
+    from hypothesis.extra.redis import RedisExampleDatabase
+
+    client, shown = connect_redis(spec)
     check = REDIS_PREFIX + b"write-check"
     try:  # a read-only replica, a full server (maxmemory), an ACL: found now, not at the first finding
         client.set(check, b"1", ex=60)

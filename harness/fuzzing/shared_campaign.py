@@ -1,0 +1,353 @@
+"""One campaign over many machines (``aliasfuzz fuzz --db redis://host:port/n --campaign NAME``).
+
+Every machine runs its own campaign (its own probes, its own run folder); what makes them one
+campaign lives in Redis, under ``aliasfuzz:campaign:NAME:``:
+
+- ``config``: the campaign's seed, profile, targets, chunk size, budget, program limit and
+  metamorphic share, stored by the first machine (``SET NX``); a machine that gives another
+  value is refused with one line naming the option (``settle``). The budget is each machine's:
+  every machine fuzzes for that long; ``--max-programs`` bounds the whole campaign.
+- ``counter``: the next chunk never issued (``INCR``). As with ``--workers``, chunk k's programs
+  are fixed by the seed, so the campaign's programs do not depend on which machine ran what.
+- ``lease:C``: the claimer of chunk C, with an expiry it renews while it works (a thread of the
+  claiming process, so a machine that dies stops renewing); ``pending`` indexes the leased
+  chunks not yet done by lease expiry. A chunk whose lease expired before it was done is
+  re-issued to the next claimer (``reissued`` counts how often), so a killed machine loses no
+  chunk. ``done`` holds the finished chunks; only the first completion counts its programs
+  (``completions`` counts them all, which shows that none was run to completion twice).
+- ``shrink:SIG``: the machine shrinking a signature, a lease too (``SET NX``): a finding is
+  shrunk once, by the machine that met it first; another that meets it counts a sighting
+  (``sightings``) and goes on. If the shrinker dies, its lease expires and the next machine to
+  meet the signature shrinks it.
+- ``findings`` (signature -> the record as the run folder's ``findings.json`` holds it, less the
+  file paths, with the case texts) and ``order``: the merged findings, which
+  ``aliasfuzz report redis://host:port/n/NAME --out DIR`` renders into a run folder
+  (``harness.fuzzing.shared_report``).
+
+Each claim and each completion is one Lua script (atomic, one round trip): a chunk costs a few
+Redis commands whatever the number of machines (docs/RELIABILITY.md has the figures).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import socket
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from harness.errors import CampaignError
+from harness.fuzzing.messages import FindingFound, Message, Progress, TargetsOpened
+
+# The options a campaign's machines must agree on: config key -> the option that sets it.
+SHARED_OPTIONS = {"seed": "--seed", "profile": "--profile", "targets": "--targets", "chunk_size": "--chunk-size",
+                  "budget_s": "--budget", "max_programs": "--max-programs", "metamorphic_share": "--metamorphic"}
+DEFAULTS = {"profile": "default", "chunk_size": 64, "metamorphic_share": 0.25}
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+#: How long a lease outlives its last renewal: how long a dead machine's chunk waits to be re-issued.
+LEASE_S = 60.0
+# Claim -> chunk >= 0; EXHAUSTED: every chunk is done; WAIT: the rest are leased by live machines.
+EXHAUSTED, WAIT = -1, -2
+
+_CLAIM = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local ttl = tonumber(ARGV[3])
+for _, c in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, 16)) do
+  if redis.call('SISMEMBER', KEYS[3], c) == 1 then
+    redis.call('ZREM', KEYS[2], c)
+  elseif redis.call('SET', ARGV[1] .. c, ARGV[2], 'NX', 'PX', ttl) then
+    redis.call('ZADD', KEYS[2], now_ms + ttl, c)
+    redis.call('HINCRBY', KEYS[4], c, 1)
+    return tonumber(c)
+  else
+    redis.call('ZADD', KEYS[2], now_ms + redis.call('PTTL', ARGV[1] .. c), c)
+  end
+end
+local n = tonumber(redis.call('GET', KEYS[1]) or '0')
+local limit = tonumber(ARGV[4])
+if limit >= 0 and n >= limit then
+  if redis.call('ZCARD', KEYS[2]) > 0 then return -2 end
+  return -1
+end
+redis.call('INCR', KEYS[1])
+redis.call('SET', ARGV[1] .. n, ARGV[2], 'PX', ttl)
+redis.call('ZADD', KEYS[2], now_ms + ttl, n)
+return n
+"""
+
+_DONE = """
+redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+local lease = KEYS[5]
+if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('DEL', lease)
+  redis.call('INCRBY', KEYS[4], ARGV[2])
+  redis.call('HINCRBY', KEYS[6], ARGV[3], ARGV[2])
+  redis.call('SET', KEYS[7], redis.call('TIME')[1])
+  return 1
+end
+if redis.call('GET', lease) == ARGV[3] then redis.call('DEL', lease) end
+return 0
+"""
+
+_RENEW = """
+local renewed = 0
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('PEXPIRE', key, ARGV[2])
+    local chunk = ARGV[2 + i]
+    if chunk ~= '' then
+      local now = redis.call('TIME')
+      redis.call('ZADD', ARGV[3 + #KEYS], 'XX', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+                 + tonumber(ARGV[2]), chunk)
+    end
+    renewed = renewed + 1
+  end
+end
+return renewed
+"""
+
+_RELEASE = """
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then redis.call('DEL', key) end
+end
+return 0
+"""
+
+_CLAIM_SIGNATURE = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+   or not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
+  redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+  return 0
+end
+redis.call('RPUSH', KEYS[4], cjson.encode({ARGV[2], ARGV[1]}))
+return 1
+"""
+
+_STORE_FINDING = """
+local stored = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+if stored == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end
+if redis.call('GET', KEYS[3]) == ARGV[3] then redis.call('DEL', KEYS[3]) end
+return stored
+"""
+
+
+def campaign_prefix(name: str) -> str:
+    return f"aliasfuzz:campaign:{name}:"
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.fullmatch(name or ""):
+        raise CampaignError(f"--campaign {name!r}: a campaign name is letters, digits, '.', '_' and '-' "
+                            f"(at most 100, starting with a letter or digit)")
+    return name
+
+
+class SharedCampaign:
+    """One process's handle on a campaign in Redis: claims, leases (renewed by a thread while
+    held), completions, signature claims and findings. ``owner`` names this process in every
+    lease (host:pid:random), so a lease is only ever renewed or released by its claimer."""
+
+    def __init__(self, client, name: str, lease_s: float = LEASE_S):
+        self.client, self.name, self.lease_ms = client, check_name(name), max(1, int(lease_s * 1000))
+        self.prefix = campaign_prefix(name)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._scripts = {n: client.register_script(s) for n, s in (
+            ("claim", _CLAIM), ("done", _DONE), ("renew", _RENEW), ("release", _RELEASE),
+            ("claim_signature", _CLAIM_SIGNATURE), ("store", _STORE_FINDING))}
+        self._held: dict[str, str] = {}  # lease key -> its chunk ('' for a signature's lease)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self.renew_errors = 0
+        self.paused = False
+
+    @classmethod
+    def open(cls, db: str, name: str, lease_s: float = LEASE_S) -> "SharedCampaign":
+        from harness.fuzzing.corpus import connect_redis
+
+        if not db or not db.lower().startswith(("redis://", "rediss://")):
+            raise CampaignError(f"--campaign {name}: needs --db redis://host:port/n (the campaign lives in Redis)")
+        return cls(connect_redis(db)[0], name, lease_s)
+
+    def key(self, part: str) -> str:
+        return self.prefix + part
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        return self._scripts[script](keys=keys, args=args)
+
+    # -- the configuration ----------------------------------------------------------------------
+
+    def settle(self, given: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+        """The campaign's configuration: the stored one (``given``'s values that are not None
+        must match it, else a one-line ``CampaignError`` naming the option), or, for the first
+        machine, ``given`` completed by ``fresh`` and ``DEFAULTS``, stored now (``SET NX``: of two
+        first machines, one stores and the other is checked against it)."""
+        first = {k: given.get(k) if given.get(k) is not None else fresh.get(k, DEFAULTS.get(k))
+                 for k in SHARED_OPTIONS}
+        raw = self.client.get(self.key("config"))
+        if raw is None:
+            if first["budget_s"] is None and first["max_programs"] is None:
+                raise CampaignError(f"--campaign {self.name}: a new campaign needs --budget or --max-programs")
+            if self.client.set(self.key("config"), json.dumps(first), nx=True):
+                self.client.set(self.key("started"), repr(time.time()), nx=True)
+                return first
+            raw = self.client.get(self.key("config"))
+        stored = json.loads(raw)
+        for key, flag in SHARED_OPTIONS.items():
+            value = given.get(key)
+            if value is not None and value != stored.get(key):
+                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {key} {_shown(stored.get(key))}; "
+                                    f"every machine runs it unchanged (leave {flag} out, or name another --campaign)")
+        return stored
+
+    # -- chunks ---------------------------------------------------------------------------------
+
+    def claim(self, limit: int, go_on: Callable[[], bool], poll_s: float = 0.2) -> int | None:
+        """The next chunk for this process, leased: an expired lease's chunk first, then a new one
+        from the counter. None once every chunk below ``limit`` (-1: none) is done, or when
+        ``go_on()`` says to stop; while the last chunks are leased by others it polls, since a
+        lease that expires makes its chunk this machine's to run."""
+        while go_on():
+            chunk = int(self._run("claim", [self.key("counter"), self.key("pending"), self.key("done"),
+                                            self.key("reissued")],
+                                  [self.key("lease:"), self.owner, self.lease_ms, limit]))
+            if chunk >= 0:
+                self._hold(self.key(f"lease:{chunk}"), str(chunk))
+                return chunk
+            if chunk == EXHAUSTED:
+                return None
+            if self._holds_chunk():  # its own chunk, in the pipeline behind this claim: finish it first
+                self.paused = True
+                return None
+            time.sleep(poll_s)  # WAIT: nothing to run until a lease ends one way or the other
+        return None
+
+    def again(self) -> bool:
+        """Whether the last claim paused (the chunks left were leased, some by this process)
+        rather than ended: once the worker has finished its own, it claims again."""
+        paused, self.paused = self.paused, False
+        return paused
+
+    def _holds_chunk(self) -> bool:
+        with self._lock:
+            return any(self._held.values())
+
+    def chunk_done(self, chunk: int, programs: int) -> bool:
+        """Marks ``chunk`` done with its ``programs``; False when another machine had done it first
+        (its programs are not counted again)."""
+        lease = self.key(f"lease:{chunk}")
+        self._drop(lease)
+        return bool(self._run("done", [self.key("done"), self.key("pending"), self.key("completions"),
+                                       self.key("programs"), lease, self.key("machine_programs"),
+                                       self.key("updated")], [chunk, programs, self.owner]))
+
+    # -- findings -------------------------------------------------------------------------------
+
+    def claim_signature(self, signature: str) -> bool:
+        """True when this process is to shrink ``signature`` (its lease taken); False, with a
+        sighting counted, when it is stored already or another live machine is shrinking it."""
+        lease = self.key(f"shrink:{signature}")
+        ours = bool(self._run("claim_signature", [self.key("findings"), lease, self.key("sightings"),
+                                                  self.key("shrink_log")], [signature, self.owner, self.lease_ms]))
+        if ours:
+            self._hold(lease, "")
+        return ours
+
+    def store_finding(self, msg: FindingFound) -> bool:
+        """Stores a finding (its record and case texts) unless its signature is stored already;
+        ends this process's shrink lease on it. True when stored now."""
+        record = msg.record.to_json()
+        entry = {"record": record, "minimized": msg.minimized, "original": msg.original, "repro": msg.repro,
+                 "machine": self.owner, "stored": time.time()}
+        lease = self.key(f"shrink:{record['signature']}")
+        self._drop(lease)
+        return bool(self._run("store", [self.key("findings"), self.key("order"), lease],
+                              [record["signature"], json.dumps(entry), self.owner]))
+
+    def note_targets(self, msg: TargetsOpened) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for tid, info in msg.targets.items():
+            pipe.hset(self.key("targets"), tid, json.dumps(info))
+        for framework, why in msg.unavailable.items():
+            pipe.hset(self.key("unavailable"), framework, why)
+        pipe.execute()
+
+    # -- leases ---------------------------------------------------------------------------------
+
+    def _hold(self, key: str, chunk: str) -> None:
+        with self._lock:
+            self._held[key] = chunk
+        if self._renewer is None:
+            self._renewer = threading.Thread(target=self._renew_loop, name="aliasfuzz-lease", daemon=True)
+            self._renewer.start()
+
+    def _drop(self, key: str) -> None:
+        with self._lock:
+            self._held.pop(key, None)
+
+    def _renew_loop(self) -> None:
+        # Three renewals per lease period: one lost to a slow network still leaves time for the next.
+        while not self._stop.wait(self.lease_ms / 3000):
+            with self._lock:
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                self._run("renew", list(held), [self.owner, self.lease_ms, *held.values(), self.key("pending")])
+            except Exception:  # noqa: BLE001 - Redis unreachable for a while: the next round tries again
+                self.renew_errors += 1
+
+    def close(self) -> None:
+        """Stops renewing and releases what this process still holds (a chunk the deadline cut
+        short, a finding left unshrunk): released now, they are re-issued at once."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        with self._lock:
+            held, self._held = list(self._held), {}
+        if held:
+            with contextlib.suppress(Exception):
+                self._run("release", held, [self.owner])
+
+
+def _shown(value: Any) -> str:
+    return ",".join(value) if isinstance(value, list) else "none" if value is None else f"{value:g}" \
+        if isinstance(value, float) else str(value)
+
+
+@contextlib.contextmanager
+def joined(config, claim: Callable[[], int | None], emit: Callable[[Message], None], known: Callable[[str], bool]
+           ) -> Iterator[tuple[Callable[[], int | None], Callable[[Message], None], Callable[[str], bool],
+                               Callable[[], bool]]]:
+    """A worker's ``claim``, ``emit`` and ``known`` (``campaign.worker_loop``) turned into the
+    shared campaign's, and its ``again``: chunks come from Redis (the local ``claim`` still says
+    when this machine's budget ends), a chunk completed or a finding found is told to Redis before
+    the driver, and a signature is this worker's to shrink only if its Redis claim succeeds."""
+    shared = SharedCampaign.open(config.db, config.campaign, config.lease_s)
+    limit = -1 if config.max_programs is None else -(-config.max_programs // config.chunk_size)
+
+    def shared_claim() -> int | None:
+        return shared.claim(limit, lambda: claim() is not None)
+
+    def shared_emit(msg: Message) -> None:
+        if isinstance(msg, Progress) and msg.chunk is not None:
+            shared.chunk_done(msg.chunk, msg.programs)
+        elif isinstance(msg, FindingFound):
+            shared.store_finding(msg)
+        elif isinstance(msg, TargetsOpened):
+            shared.note_targets(msg)
+        emit(msg)
+
+    def shared_known(signature: str) -> bool:
+        return known(signature) or not shared.claim_signature(signature)
+
+    try:
+        yield shared_claim, shared_emit, shared_known, shared.again
+    finally:
+        shared.close()
