@@ -62,6 +62,16 @@ def free_port() -> int:
 def redis_server(tmp_path):
     """A real ``redis-server`` on a free loopback port: ``(url, process)``. Fails (never skips)
     under CI when it is not installed (.ci/run installs it)."""
+    yield from _redis_server(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_redis_server(tmp_path_factory):
+    """``redis_server`` shared by a module's tests (one campaign that several tests examine)."""
+    yield from _redis_server(tmp_path_factory.mktemp("redis"))
+
+
+def _redis_server(tmp_path):
     exe = shutil.which("redis-server")
     if exe is None:
         msg = "redis-server is not installed (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
