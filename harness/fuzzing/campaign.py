@@ -12,7 +12,9 @@ nothing it already reported; ``run_folder.RunFolder`` owns it):
 
 Workers: ``--workers N`` starts N processes, each with its own targets; they claim chunks from a
 shared counter, so the chunk -> programs mapping stays fixed by the seed whatever N is. A worker
-tells the driver what it learns with the messages of ``harness.fuzzing.messages``.
+tells the driver what it learns with the messages of ``harness.fuzzing.messages``. With
+``--campaign NAME`` the counter, the signatures and the findings are shared by many machines in
+Redis (``harness.fuzzing.shared_campaign``).
 """
 
 from __future__ import annotations

@@ -153,8 +153,9 @@ class SharedCampaign:
     held), completions, signature claims and findings. ``owner`` names this process in every
     lease (host:pid:random), so a lease is only ever renewed or released by its claimer."""
 
-    def __init__(self, client, name: str, lease_s: float = LEASE_S):
+    def __init__(self, client, name: str, lease_s: float = LEASE_S, shown: str = "--db"):
         self.client, self.name, self.lease_ms = client, check_name(name), max(1, int(lease_s * 1000))
+        self.shown = shown  # the --db option as messages show it
         self.prefix = campaign_prefix(name)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._scripts = {n: client.register_script(s) for n, s in (
@@ -173,13 +174,21 @@ class SharedCampaign:
 
         if not db or not db.lower().startswith(("redis://", "rediss://")):
             raise CampaignError(f"--campaign {name}: needs --db redis://host:port/n (the campaign lives in Redis)")
-        return cls(connect_redis(db)[0], name, lease_s)
+        client, shown = connect_redis(db)
+        return cls(client, name, lease_s, shown)
 
     def key(self, part: str) -> str:
         return self.prefix + part
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        return self._scripts[script](keys=keys, args=args)
+        """Runs one of the scripts; Redis lost is a one-line ``CampaignError``: this machine stops
+        (its findings so far are in its run folder, and in Redis up to the last one), and the
+        chunks it leased are re-issued to the other machines once their leases expire."""
+        try:
+            return self._scripts[script](keys=keys, args=args)
+        except Exception as e:  # noqa: BLE001 - the client's errors: connection lost, timeout, OOM, ...
+            raise CampaignError(f"{self.shown}: campaign {self.name}: Redis failed ({type(e).__name__}: {e}); "
+                                f"this machine stops, its chunks go to the others when their leases expire") from None
 
     # -- the configuration ----------------------------------------------------------------------
 
@@ -300,7 +309,7 @@ class SharedCampaign:
                 continue
             try:
                 self._run("renew", list(held), [self.owner, self.lease_ms, *held.values(), self.key("pending")])
-            except Exception:  # noqa: BLE001 - Redis unreachable for a while: the next round tries again
+            except CampaignError:  # Redis unreachable for a while: the next round tries again
                 self.renew_errors += 1
 
     def close(self) -> None:
