@@ -152,6 +152,50 @@ def test_a_conflicting_config_is_refused_and_a_bare_join_adopts_it(tmp_path, red
     assert r.returncode == 0, r.stdout + r.stderr
     config = json.loads((tmp_path / "c" / "campaign.json").read_text())["config"]
     assert (config["seed"], config["chunk_size"], config["targets"]) == (1, 8, ["candle:ref"])
+    # --resume with the campaign's URL: the same, from any machine.
+    r = run_cli("fuzz", "--resume", f"{redis_url}/small", "--out", str(tmp_path / "e"), "--no-report", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((tmp_path / "e" / "campaign.json").read_text())["config"]["campaign"] == "small"
     # --campaign needs a Redis --db.
     r = run_cli("fuzz", "--campaign", "small", "--max-programs", "8", "--out", str(tmp_path / "d"), env=env)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--db redis://" in r.stderr, r.stderr
+
+
+def test_a_killed_machine_resumes_its_campaign(tmp_path, redis_url):
+    import redis
+
+    from harness.fuzzing.shared_report import snapshot
+
+    client = redis.Redis.from_url(redis_url)
+    out = tmp_path / "machine"
+    env = fake_probe_dir(tmp_path, "--slow-ms", "20")
+    proc = start_machine(redis_url, out, env)
+    try:
+        owner = f"{socket.gethostname()}:{proc.pid}:"
+        wait_for(lambda: snapshot(client, NAME).done and leases_of(client, owner) or proc.poll() is not None,
+                 120, "the machine holding a chunk once the campaign is under way")
+        assert proc.poll() is None, "the machine ended before it could be killed"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    held = leases_of(client, owner)
+    assert held and len(snapshot(client, NAME).done) < CHUNKS
+    # The same machine (its folder names the campaign) goes on: the chunks it held come back to it
+    # once their leases expire.
+    r = run_cli("fuzz", "--resume", str(out), "--no-report", env=env)
+    assert r.returncode in (0, 1), r.stdout + r.stderr
+    snap = snapshot(client, NAME)
+    assert snap.done == set(range(CHUNKS)) and snap.completions == {c: 1 for c in range(CHUNKS)}
+    assert all(snap.reissued.get(c, 0) >= 1 for c in held), (held, snap.reissued)
+    state = json.loads((out / "campaign.json").read_text())
+    assert state["runs"][-1]["resumed"] is True and state["config"]["campaign"] == NAME
+
+
+def test_without_a_campaign_the_saved_config_is_unchanged():
+    from harness.fuzzing.campaign import CampaignConfig
+
+    doc = CampaignConfig(out="x", seed=1).to_json()
+    assert "campaign" not in doc and "lease_s" not in doc
+    shared = CampaignConfig(out="x", seed=1, campaign="c", lease_s=5.0).to_json()
+    assert (shared["campaign"], shared["lease_s"]) == ("c", 5.0)

@@ -26,7 +26,8 @@ def register(sub) -> None:
                    "lazy: every program around a lazy tensor's first read)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each with its own probes")
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
-    p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder")
+    p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder (or, from any machine, the shared campaign "
+                   "redis://host:port/n/NAME, with a new --out)")
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
     p.add_argument("--campaign", metavar="NAME", help="join campaign NAME in the --db redis:// server: machines "
                    "share its chunks, findings and config (see docs/RELIABILITY.md)")
@@ -61,6 +62,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
+        _campaign_resume(args)
         budget = _check_options(args)
         load_baseline(args.baseline)  # a bad --baseline is one line before anything is written
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
@@ -161,6 +163,20 @@ def _check_resume(args: argparse.Namespace) -> None:
             flag = {"metamorphic_share": "--metamorphic"}.get(key, "--" + key.replace("_", "-"))
             raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {saved.get(key)!r}; "
                                 f"a resume continues it unchanged (leave {flag} out, or start a new --out)")
+
+
+def _campaign_resume(args: argparse.Namespace) -> None:
+    """``--resume redis://host:port/n/NAME`` resumes a shared campaign from any machine: it joins
+    campaign NAME (``--db redis://host:port/n --campaign NAME``) with a new run folder."""
+    if not args.resume or not args.resume.lower().startswith(("redis://", "rediss://")):
+        return
+    from harness.fuzzing.shared_report import split_campaign_url
+
+    db, name = split_campaign_url(args.resume)
+    for flag, given, value in (("--db", args.db, db), ("--campaign", args.campaign, name)):
+        if given is not None and given != value:
+            raise CampaignError(f"{flag} {given} with --resume {args.resume}: the URL names the campaign (leave {flag} out)")
+    args.db, args.campaign, args.resume = db, name, None
 
 
 def _joined_campaign(args: argparse.Namespace, config: CampaignConfig) -> CampaignConfig:
