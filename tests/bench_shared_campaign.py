@@ -1,12 +1,14 @@
 """Benchmark of a shared campaign (``fuzz --campaign``), not a test: prints figures.
 
     PYTHONPATH=. python -m tests.bench_shared_campaign [--programs 960] [--chunk-size 16] [--slow-ms 10]
+        [--targets candle:ref|candle]
 
 Runs the same campaign (seed, programs) once on one ``aliasfuzz fuzz`` process and once on three
 at the same time, each its own "machine" (own run folder, own probes), on a fresh local
 ``redis-server``. The target is the TEST DOUBLE fake probe (``--targets candle:ref``: one target,
-so no divergence and no shrinking; ``--slow-ms`` sleeps per program, standing in for a target's
-own time), so the rates say how the harness and Redis scale, not how fast any framework runs.
+so no divergence and no shrinking; ``--targets candle`` adds its planted divergence, so findings,
+shrinking and sightings; ``--slow-ms`` sleeps per program, standing in for a target's own time),
+so the rates say how the harness and Redis scale, not how fast any framework runs.
 
 For each run it prints: wall time (process start to the last exit: probe and Python start-up
 included) and programs per second; the Redis commands executed (``INFO commandstats`` reset
@@ -40,9 +42,9 @@ def redis_stats(client) -> tuple[dict[str, int], float]:
 
 
 def run_machines(url: str, name: str, machines: int, args: argparse.Namespace, tmp: Path, env: dict) -> float:
-    cmd = [PY, "-m", "harness.cli", "fuzz", "--db", url, "--campaign", name, "--targets", "candle:ref",
+    cmd = [PY, "-m", "harness.cli", "fuzz", "--db", url, "--campaign", name, "--targets", args.targets,
            "--profile", "quick", "--seed", "5", "--max-programs", str(args.programs), "--chunk-size",
-           str(args.chunk_size), "--confirm", "0", "--no-report"]
+           str(args.chunk_size), "--confirm", "0", "--shrink-time", "2", "--no-report"]
     started = time.monotonic()
     procs = [subprocess.Popen(cmd + ["--out", str(tmp / f"{name}-{i}")], cwd=ROOT, env={**os.environ, **env},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -59,6 +61,8 @@ def main() -> None:
     ap.add_argument("--programs", type=int, default=960)
     ap.add_argument("--chunk-size", type=int, default=16)
     ap.add_argument("--slow-ms", type=int, default=10, help="the fake target's sleep per program")
+    ap.add_argument("--targets", default="candle:ref", help="candle:ref: one target, no finding (the default); "
+                    "candle: the fake's planted divergence too, so findings, shrinking and sightings count")
     ap.add_argument("--chunk-rate", type=float, default=1.0,
                     help="chunks per second one machine runs on real targets, for the estimate")
     args = ap.parse_args()
@@ -85,6 +89,7 @@ def main() -> None:
             rates[machines] = snap.programs / wall
             total = sum(calls.values())
             per_chunk_cpu = (cpu1 - cpu0) / chunks
+            print(f"{machines} machine(s): {len(snap.findings)} findings, {sum(snap.sightings.values())} sightings")
             print(f"{machines} machine(s): {snap.programs} programs in {wall:.1f}s = {rates[machines]:.1f} programs/s; "
                   f"Redis: {total} commands ({total / chunks:.1f}/chunk), {calls.get('evalsha', 0)} script calls "
                   f"({calls.get('evalsha', 0) / chunks:.2f}/chunk), {1000 * per_chunk_cpu:.2f} ms CPU/chunk")

@@ -17,7 +17,7 @@ campaign lives in Redis, under ``aliasfuzz:campaign:NAME:``:
   (``completions`` counts them all, which shows that none was run to completion twice).
 - ``shrink:SIG``: the machine shrinking a signature, a lease too (``SET NX``): a finding is
   shrunk once, by the machine that met it first; another that meets it counts a sighting
-  (``sightings``) and goes on. If the shrinker dies, its lease expires and the next machine to
+  (``sightings``, once per process) and goes on. If the shrinker dies, its lease expires and the next machine to
   meet the signature shrinks it.
 - ``findings`` (signature -> the record as the run folder's ``findings.json`` holds it, less the
   file paths, with the case texts) and ``order``: the merged findings, which
@@ -120,14 +120,21 @@ return 0
 """
 
 _CLAIM_SIGNATURE = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
-   or not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
-  redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
-  return 0
+local answer = 1
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  answer = 0
+elseif not redis.call('SET', KEYS[2], ARGV[2], 'NX', 'PX', ARGV[3]) then
+  answer = 2
 end
-redis.call('RPUSH', KEYS[4], cjson.encode({ARGV[2], ARGV[1]}))
-return 1
+if answer == 1 then
+  redis.call('RPUSH', KEYS[4], cjson.encode({ARGV[2], ARGV[1]}))
+elseif ARGV[4] == '1' then
+  redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
+end
+return answer
 """
+# Signature claim answers: stored already; this process's to shrink; another live machine shrinks it.
+STORED, OURS, SHRINKING = 0, 1, 2
 
 _STORE_FINDING = """
 local stored = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
@@ -167,6 +174,9 @@ class SharedCampaign:
         self._renewer: threading.Thread | None = None
         self.renew_errors = 0
         self.paused = False
+        self._sighted: set[str] = set()  # signatures met here that another machine claimed
+        self._settled: set[str] = set()  # ... and that are stored: never asked again
+        self._recheck: dict[str, float] = {}  # ... being shrunk elsewhere: ask again after (monotonic)
 
     @classmethod
     def open(cls, db: str, name: str, lease_s: float = LEASE_S) -> "SharedCampaign":
@@ -217,7 +227,7 @@ class SharedCampaign:
 
     # -- chunks ---------------------------------------------------------------------------------
 
-    def claim(self, limit: int, go_on: Callable[[], bool], poll_s: float = 0.2) -> int | None:
+    def claim(self, limit: int, go_on: Callable[[], bool]) -> int | None:
         """The next chunk for this process, leased: an expired lease's chunk first, then a new one
         from the counter. None once every chunk below ``limit`` (-1: none) is done, or when
         ``go_on()`` says to stop; while the last chunks are leased by others it polls, since a
@@ -234,7 +244,9 @@ class SharedCampaign:
             if self._holds_chunk():  # its own chunk, in the pipeline behind this claim: finish it first
                 self.paused = True
                 return None
-            time.sleep(poll_s)  # WAIT: nothing to run until a lease ends one way or the other
+            # WAIT: nothing to run until a lease ends one way or the other; ten looks per lease
+            # period, at most one a second, so many idle machines do not load Redis.
+            time.sleep(min(1.0, self.lease_ms / 10000))
         return None
 
     def again(self) -> bool:
@@ -259,14 +271,27 @@ class SharedCampaign:
     # -- findings -------------------------------------------------------------------------------
 
     def claim_signature(self, signature: str) -> bool:
-        """True when this process is to shrink ``signature`` (its lease taken); False, with a
-        sighting counted, when it is stored already or another live machine is shrinking it."""
+        """True when this process is to shrink ``signature`` (its lease taken); False when it is
+        stored already or another live machine is shrinking it, with a sighting counted the first
+        time this process meets it. Most programs show some signature met before, so the answer
+        is remembered: a stored signature for good, one being shrunk until that lease could
+        have expired (then Redis is asked again: its shrinker may have died)."""
+        now = time.monotonic()
+        if signature in self._settled or self._recheck.get(signature, 0.0) > now:
+            return False
         lease = self.key(f"shrink:{signature}")
-        ours = bool(self._run("claim_signature", [self.key("findings"), lease, self.key("sightings"),
-                                                  self.key("shrink_log")], [signature, self.owner, self.lease_ms]))
-        if ours:
+        answer = int(self._run("claim_signature", [self.key("findings"), lease, self.key("sightings"),
+                                                   self.key("shrink_log")],
+                               [signature, self.owner, self.lease_ms, "0" if signature in self._sighted else "1"]))
+        if answer == OURS:
             self._hold(lease, "")
-        return ours
+            return True
+        self._sighted.add(signature)
+        if answer == STORED:
+            self._settled.add(signature)
+        else:
+            self._recheck[signature] = now + self.lease_ms / 1000
+        return False
 
     def store_finding(self, msg: FindingFound) -> bool:
         """Stores a finding (its record and case texts) unless its signature is stored already;
