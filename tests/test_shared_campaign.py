@@ -199,3 +199,28 @@ def test_without_a_campaign_the_saved_config_is_unchanged():
     assert "campaign" not in doc and "lease_s" not in doc
     shared = CampaignConfig(out="x", seed=1, campaign="c", lease_s=5.0).to_json()
     assert (shared["campaign"], shared["lease_s"]) == ("c", 5.0)
+
+
+def test_redis_lost_mid_campaign_is_one_line_and_the_folder_keeps_its_state(tmp_path, redis_server):
+    import redis
+
+    from harness.fuzzing.shared_report import snapshot
+
+    url, server = redis_server
+    client = redis.Redis.from_url(url)
+    out = tmp_path / "machine"
+    proc = start_machine(url, out, fake_probe_dir(tmp_path, "--slow-ms", "20"))
+    try:
+        wait_for(lambda: snapshot(client, NAME).done or proc.poll() is not None, 120, "a chunk done")
+        server.kill()
+        server.wait(timeout=30)
+        _stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 2, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Redis failed" in lines[0] and f"campaign {NAME}" in lines[0], lines
+    state = json.loads((out / "campaign.json").read_text())
+    assert state["programs"] > 0 and state["config"]["campaign"] == NAME

@@ -189,16 +189,17 @@ def _joined_campaign(args: argparse.Namespace, config: CampaignConfig) -> Campai
     from harness.fuzzing.run_folder import RunFolder
     from harness.fuzzing.shared_campaign import LEASE_S, SharedCampaign
 
-    name, db, lease = args.campaign, args.db, args.lease
+    name, db, lease, fresh = args.campaign, args.db, args.lease, {"seed": config.seed}
     if args.resume:
         saved = RunFolder(args.resume).load_state().get("config", {})
         name, db = name or saved.get("campaign"), db or saved.get("db")
         lease = lease or saved.get("lease_s")
+        fresh = saved  # a Redis that lost the campaign gets it back as this folder ran it
     if not name:
         return config
     given = {"seed": args.seed, "profile": args.profile, "targets": config.targets, "chunk_size": args.chunk_size,
              "budget_s": config.budget_s, "max_programs": args.max_programs, "metamorphic_share": args.metamorphic}
-    shared = SharedCampaign.open(db, name).settle(given, {"seed": config.seed})
+    shared = SharedCampaign.open(db, name).settle(given, fresh)
     budget = shared["budget_s"]
     return replace(config, campaign=name, db=db, lease_s=lease or LEASE_S, seed=shared["seed"],
                    profile=shared["profile"], targets=shared["targets"], chunk_size=shared["chunk_size"],
