@@ -170,12 +170,14 @@ def _campaign_resume(args: argparse.Namespace) -> None:
     campaign NAME (``--db redis://host:port/n --campaign NAME``) with a new run folder."""
     if not args.resume or not args.resume.lower().startswith(("redis://", "rediss://")):
         return
+    from harness.fuzzing.corpus import hide_password
     from harness.fuzzing.shared_report import split_campaign_url
 
     db, name = split_campaign_url(args.resume)
     for flag, given, value in (("--db", args.db, db), ("--campaign", args.campaign, name)):
         if given is not None and given != value:
-            raise CampaignError(f"{flag} {given} with --resume {args.resume}: the URL names the campaign (leave {flag} out)")
+            raise CampaignError(f"{flag} {hide_password(given)} with --resume {hide_password(args.resume)}: the URL "
+                                f"names the campaign (leave {flag} out)")
     args.db, args.campaign, args.resume = db, name, None
 
 

@@ -58,10 +58,12 @@ def _is_campaign_url(run_dir: str) -> bool:
 
 def _campaign_folder(args: argparse.Namespace) -> str:
     """The shared campaign ``args.run_dir`` names, written as the run folder ``--out``."""
+    from harness.fuzzing.corpus import hide_password
     from harness.fuzzing.shared_report import export_campaign
 
     if not args.out:
-        raise CampaignError(f"{args.run_dir}: give --out DIR, the new run folder the campaign is written to")
+        raise CampaignError(f"{hide_password(args.run_dir)}: give --out DIR, the new run folder the campaign is "
+                            f"written to")
     folder = export_campaign(args.run_dir, args.out)
     print(f"aliasfuzz report: wrote the campaign to {folder}")
     return str(folder)

@@ -122,7 +122,8 @@ def _check_saved(db, key: bytes, value: bytes) -> None:
     atomic_write(path, value)
 
 
-def _hide_password(spec: str) -> str:
+def hide_password(spec: str) -> str:
+    """``spec`` with the password of a URL shown as ``***``."""
     try:
         u = urlsplit(spec)
         if u.password is None:
@@ -134,11 +135,11 @@ def _hide_password(spec: str) -> str:
         return re.sub(r"//[^@/]*@", "//***@", spec)
 
 
-def connect_redis(spec: str):
+def connect_redis(spec: str, option: str | None = "--db"):
     """``(client, shown)`` for ``--db redis://host:port/n``: a client that answered PING, and the
-    option as messages show it (password hidden). Raises a one-line ``CampaignError`` naming
-    ``--db`` when the URL is malformed or the server cannot be reached."""
-    shown = f"--db {_hide_password(spec)}"
+    option as messages show it (password hidden; ``option`` None: the URL alone). Raises a
+    one-line ``CampaignError`` naming it when the URL is malformed or the server cannot be reached."""
+    shown = f"{option} {hide_password(spec)}" if option else hide_password(spec)
     try:
         u = urlsplit(spec)
         port = u.port  # raises ValueError for a port that is no number or out of range
@@ -213,7 +214,7 @@ def open_database(spec: str | None, folder: RunFolder) -> Corpus:
         if m:
             if m.group(1).lower() in ("redis", "rediss"):
                 return _open_redis(spec)
-            raise CampaignError(f"--db {_hide_password(spec)}: unknown URL scheme {m.group(1)}:// "
+            raise CampaignError(f"--db {hide_password(spec)}: unknown URL scheme {m.group(1)}:// "
                                 f"(give a folder or redis://host:port/n)")
     return _open_directory(spec, folder)
 

@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from harness.errors import CampaignError
+from harness.fuzzing.corpus import connect_redis, hide_password
 from harness.fuzzing.shared_campaign import campaign_prefix, check_name
 
 
@@ -21,7 +22,7 @@ def split_campaign_url(url: str) -> tuple[str, str]:
     u = urlsplit(url)
     parts = u.path.strip("/").split("/")
     if u.scheme.lower() not in ("redis", "rediss") or len(parts) != 2 or not parts[0].isdigit():
-        raise CampaignError(f"{url}: not a campaign URL; give redis://host:port/n/NAME")
+        raise CampaignError(f"{hide_password(url)}: not a campaign URL; give redis://host:port/n/NAME")
     return urlunsplit((u.scheme, u.netloc, f"/{parts[0]}", u.query, u.fragment)), check_name(parts[1])
 
 
@@ -86,14 +87,13 @@ def export_campaign(url: str, out: str | Path) -> Path:
     processes as ``runs``), and every finding as the machine that shrank it stored it (case
     files, journal, ``findings.json``), in the order they were stored. Returns the folder."""
     from harness.fuzzing.campaign import CampaignConfig
-    from harness.fuzzing.corpus import connect_redis
     from harness.fuzzing.run_folder import RunFolder
 
     db, name = split_campaign_url(url)
-    client, _shown = connect_redis(db)
+    client, shown = connect_redis(db, option=None)
     snap = snapshot(client, name)
     if snap.config is None:
-        raise CampaignError(f"{url}: no campaign {name} in this Redis database")
+        raise CampaignError(f"{shown}: no campaign {name} in this Redis database")
     c = snap.config
     config = CampaignConfig(out=str(out), seed=c["seed"], budget_s=c["budget_s"], max_programs=c["max_programs"],
                             targets=c["targets"], profile=c["profile"], workers=max(1, len(snap.machine_programs)),
