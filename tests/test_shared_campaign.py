@@ -145,6 +145,7 @@ def test_a_conflicting_config_is_refused_and_a_bare_join_adopts_it(tmp_path, red
         assert r.returncode == 2, (flag, r.stdout, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"aliasfuzz: {flag} ") and "campaign small" in lines[0], lines
+        assert r.stdout == "", r.stdout
         assert not (tmp_path / "b").exists()
     # A machine that names only the campaign runs it as stored; all of it is done, so it runs nothing.
     r = run_cli("fuzz", "--db", redis_url, "--campaign", "small", "--out", str(tmp_path / "c"), "--no-report",
