@@ -13,8 +13,9 @@ campaign lives in Redis, under ``aliasfuzz:campaign:NAME:``:
   claiming process, so a machine that dies stops renewing); ``pending`` indexes the leased
   chunks not yet done by lease expiry. A chunk whose lease expired before it was done is
   re-issued to the next claimer (``reissued`` counts how often), so a killed machine loses no
-  chunk. ``done`` holds the finished chunks; only the first completion counts its programs
-  (``completions`` counts them all, which shows that none was run to completion twice).
+  chunk. ``done`` is a bitmap of the finished chunks (a bit a chunk: a campaign of millions of
+  chunks stays small); only the first completion counts its programs, and a later one is counted
+  in ``completed_again`` (a slow machine whose lease had expired), so none goes unseen.
 - ``shrink:SIG``: the machine shrinking a signature, a lease too (``SET NX``): a finding is
   shrunk once, by the machine that met it first; another that meets it counts a sighting
   (``sightings``, once per process) and goes on. If the shrinker dies, its lease expires and the next machine to
@@ -58,7 +59,7 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local ttl = tonumber(ARGV[3])
 for _, c in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms, 'LIMIT', 0, 16)) do
-  if redis.call('SISMEMBER', KEYS[3], c) == 1 then
+  if redis.call('GETBIT', KEYS[3], c) == 1 then
     redis.call('ZREM', KEYS[2], c)
   elseif redis.call('SET', ARGV[1] .. c, ARGV[2], 'NX', 'PX', ttl) then
     redis.call('ZADD', KEYS[2], now_ms + ttl, c)
@@ -81,9 +82,8 @@ return n
 """
 
 _DONE = """
-redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
 local lease = KEYS[5]
-if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
+if redis.call('SETBIT', KEYS[1], ARGV[1], 1) == 0 then
   redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('DEL', lease)
   redis.call('INCRBY', KEYS[4], ARGV[2])
@@ -91,6 +91,7 @@ if redis.call('SADD', KEYS[1], ARGV[1]) == 1 then
   redis.call('SET', KEYS[7], redis.call('TIME')[1])
   return 1
 end
+redis.call('HINCRBY', KEYS[3], ARGV[1], 1)
 if redis.call('GET', lease) == ARGV[3] then redis.call('DEL', lease) end
 return 0
 """
@@ -264,7 +265,7 @@ class SharedCampaign:
         (its programs are not counted again)."""
         lease = self.key(f"lease:{chunk}")
         self._drop(lease)
-        return bool(self._run("done", [self.key("done"), self.key("pending"), self.key("completions"),
+        return bool(self._run("done", [self.key("done"), self.key("pending"), self.key("completed_again"),
                                        self.key("programs"), lease, self.key("machine_programs"),
                                        self.key("updated")], [chunk, programs, self.owner]))
 

@@ -35,7 +35,7 @@ class CampaignSnapshot:
     counter: int = 0
     done: set[int] = field(default_factory=set)
     pending: set[int] = field(default_factory=set)
-    completions: dict[int, int] = field(default_factory=dict)
+    completed_again: dict[int, int] = field(default_factory=dict)  # chunk -> completions after its first
     reissued: dict[int, int] = field(default_factory=dict)
     programs: int = 0
     machine_programs: dict[str, int] = field(default_factory=dict)
@@ -52,8 +52,8 @@ class CampaignSnapshot:
 def snapshot(client, name: str) -> CampaignSnapshot:
     p = campaign_prefix(name)
     pipe = client.pipeline(transaction=True)  # one consistent view (MULTI/EXEC)
-    for op, key in (("get", "config"), ("get", "counter"), ("smembers", "done"), ("zrange", "pending"),
-                    ("hgetall", "completions"), ("hgetall", "reissued"), ("get", "programs"),
+    for op, key in (("get", "config"), ("get", "counter"), ("get", "done"), ("zrange", "pending"),
+                    ("hgetall", "completed_again"), ("hgetall", "reissued"), ("get", "programs"),
                     ("hgetall", "machine_programs"), ("lrange", "order"), ("hgetall", "findings"),
                     ("lrange", "shrink_log"), ("hgetall", "sightings"), ("hgetall", "targets"),
                     ("hgetall", "unavailable"), ("get", "started"), ("get", "updated")):
@@ -63,7 +63,7 @@ def snapshot(client, name: str) -> CampaignSnapshot:
             pipe.lrange(p + key, 0, -1)
         else:
             getattr(pipe, op)(p + key)
-    (config, counter, done, pending, completions, reissued, programs, machine_programs, order, findings, shrinks,
+    (config, counter, done, pending, completed_again, reissued, programs, machine_programs, order, findings, shrinks,
      sightings, targets, unavailable, started, updated) = pipe.execute()
 
     def ints(h):
@@ -73,12 +73,17 @@ def snapshot(client, name: str) -> CampaignSnapshot:
         return {k.decode(): v.decode() for k, v in h.items()}
 
     return CampaignSnapshot(
-        name, json.loads(config) if config else None, int(counter or 0), {int(c) for c in done},
-        {int(c) for c in pending}, ints(completions), ints(reissued), int(programs or 0),
+        name, json.loads(config) if config else None, int(counter or 0), _bits(done or b""),
+        {int(c) for c in pending}, ints(completed_again), ints(reissued), int(programs or 0),
         {k: int(v) for k, v in text(machine_programs).items()}, [s.decode() for s in order],
         {k: json.loads(v) for k, v in text(findings).items()}, [tuple(json.loads(x)) for x in shrinks],
         {k: int(v) for k, v in text(sightings).items()}, {k: json.loads(v) for k, v in text(targets).items()},
         text(unavailable), float(started) if started else None, float(updated) if updated else None)
+
+
+def _bits(bitmap: bytes) -> set[int]:
+    """The offsets of the set bits of a Redis bitmap (``SETBIT``: the first bit is the high bit)."""
+    return {8 * i + b for i, byte in enumerate(bitmap) for b in range(8) if byte & (0x80 >> b)}
 
 
 def export_campaign(url: str, out: str | Path) -> Path:
