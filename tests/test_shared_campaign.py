@@ -56,9 +56,10 @@ def leases_of(client, owner_prefix: str) -> set[int]:
 
 @pytest.fixture(scope="module")
 def killed_campaign(module_redis_server, tmp_path_factory):
-    """Three machines on one campaign (the third with two workers); the first is killed (SIGKILL, probes too) while it holds a
-    chunk and after the campaign has done one. Returns (url, snapshot, victim's owner prefix, the
-    chunks it held when it died, the survivors' run folders, tmp)."""
+    """Three machines on one campaign (the third with two workers); the first is killed (SIGKILL,
+    probes too) while it holds a chunk and after the campaign has done one. Returns (url,
+    snapshot, victim's owner prefix, the chunks it held when it died, the survivors' run folders,
+    tmp)."""
     import redis
 
     from harness.fuzzing.shared_report import snapshot

@@ -26,11 +26,11 @@ def register(sub) -> None:
                    "lazy: every program around a lazy tensor's first read)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each with its own probes")
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
-    p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder (or, from any machine, the shared campaign "
-                   "redis://host:port/n/NAME, with a new --out)")
+    p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder (or, from any "
+                   "machine, the shared campaign redis://host:port/n/NAME, with a new --out)")
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
     p.add_argument("--campaign", metavar="NAME", help="join campaign NAME in the --db redis:// server: machines "
-                   "share its chunks, findings and config (see docs/RELIABILITY.md)")
+                   "share its chunks, findings and config (see docs/REPORTS.md)")
     p.add_argument("--lease", type=float, default=None, metavar="S",
                    help="with --campaign: seconds a dead machine's chunk waits before it is re-issued (default: 60)")
     p.add_argument("--chunk-size", type=int, help="programs generated and run per batch (default: 64)")

@@ -38,6 +38,7 @@ from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, draw
 from harness.fuzzing.messages import (FindingFound, LogLine, Message, Progress, RanNowhere, TargetsOpened, WorkerDone,
                                       WorkerError)
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
+from harness.fuzzing.shared_campaign import LEASE_S
 from harness.judging.finding import FindingRecord
 from harness.judging.harness_errors import HARNESS_ERROR, line_of
 
@@ -82,7 +83,7 @@ class CampaignConfig:
     # One campaign over many machines: its name in Redis (``--db`` names the server) and how long
     # a claimed chunk stays this machine's without a renewal (``shared_campaign``).
     campaign: str | None = None
-    lease_s: float = 60.0
+    lease_s: float = LEASE_S
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -222,7 +222,8 @@ class SharedCampaign:
         for key, flag in SHARED_OPTIONS.items():
             value = given.get(key)
             if value is not None and value != stored.get(key):
-                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {key} {_shown(stored.get(key))}; "
+                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {key} "
+                                    f"{_shown(stored.get(key))}; "
                                     f"every machine runs it unchanged (leave {flag} out, or name another --campaign)")
         return stored
 
