@@ -67,7 +67,7 @@ def _planted_baseline(tmp_path, candle_range: str):
 @pytest.mark.parametrize("candle_range, known", [("0.11.1", False), ("0.11.1..", True), ("0.12.0", True)])
 def test_a_campaign_finding_outside_its_entrys_versions_is_new_and_says_why(tmp_path, candle_range, known):
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--baseline", str(_planted_baseline(tmp_path, candle_range)), "--out", str(out),
                 env=fake_probe_dir(tmp_path, "--version", "candle-core=0.12.0"))
     assert r.returncode == 1, r.stdout + r.stderr  # the fake's verdict findings are new either way

@@ -87,7 +87,7 @@ def test_exit_statuses_and_junit(tmp_path):
     assert r.returncode == 0, r.stderr
     # 1: new findings, with JUnit
     junit = tmp_path / "junit.xml"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--out", str(tmp_path / "one"), "--junit", str(junit), env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     findings = json.loads((tmp_path / "one" / "findings.json").read_text())
@@ -151,7 +151,7 @@ def test_findings_left_when_the_budget_ends_are_shrunk_in_the_grace(tmp_path):
     # a grace it is recorded unshrunk (complete: false); with one it is shrunk to completion.
     env = fake_probe_dir(tmp_path)
     db = tmp_path / "corpus"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--db", str(db), "--out", str(tmp_path / "fill"), "--no-report", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     found = {}

@@ -51,7 +51,7 @@ def test_no_confirmation_runs_leave_a_finding_new_and_unconfirmed():
 
 def test_a_campaign_reports_flaky_findings_apart_and_does_not_fail_on_them(tmp_path):
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--out", str(out), env=fake_probe_dir(tmp_path, "--planted-after", "1"))
     assert r.returncode == 0, r.stdout + r.stderr  # nothing new: the flaky findings are no failure
     findings = json.loads((out / "findings.json").read_text())
@@ -64,7 +64,7 @@ def test_a_campaign_reports_flaky_findings_apart_and_does_not_fail_on_them(tmp_p
     assert 'id="flaky"' in (out / "report.html").read_text()
     # the same campaign on a fake whose bug needs no earlier program: new, confirmed 3 of 3
     out = tmp_path / "stable"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--out", str(out), "--no-report", env=fake_probe_dir(tmp_path))
     assert r.returncode == 1, r.stdout + r.stderr
     findings = json.loads((out / "findings.json").read_text())

@@ -198,3 +198,21 @@ def test_dropout_p1_is_refused_by_burn(run):
         assert _statuses(tr) == ["unsupported", "ok", "unsupported", "ok", "unsupported"], t
         for i in (0, 2, 4):
             assert "range [0, 1)" in tr.steps[i].message, (t, i)
+
+
+def test_a_forward_one_backend_could_not_run_sets_the_layers_apart_and_is_no_finding(run):
+    # ndarray has no bf16 (Device::supports_dtype), so the first forward, of a bf16 round trip,
+    # runs on flex only; its update shows on flex at the second forward (running.rs: the next
+    # sync), where ndarray's statistics, with no update pending, stay. That is the lag of
+    # burn-running-state-lags-one-update, not a difference between the backends: the oracle
+    # compares nothing after a forward that ran on one side only.
+    from harness.judging.oracle import compare
+
+    program = _case("burn_forward_skipped_on_one_backend_sets_the_layers_apart")
+    traces = run(program)
+    assert _statuses(traces["burn:flex"]) == ["ok", "ok", "ok"]
+    assert _statuses(traces["burn:ndarray"]) == ["unsupported", "skipped", "ok"]
+    assert _value(traces["burn:flex"], 1, "n0.running_var") == [1.0]  # the first update, pending
+    assert _value(traces["burn:flex"], 2, "n0.running_var") == [0.5]  # shown at the next forward
+    assert _value(traces["burn:ndarray"], 2, "n0.running_var") == [1.0]  # its first update, pending
+    assert compare(program, traces) == []

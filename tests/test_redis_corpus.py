@@ -13,7 +13,7 @@ from tests.test_campaign import fake_probe_dir
 def test_second_campaign_replays_the_first(tmp_path, redis_url):
     env = fake_probe_dir(tmp_path)
     first, second = tmp_path / "first", tmp_path / "second"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--db", redis_url, "--out", str(first), "--no-report", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     found = {f["signature"] for f in json.loads((first / "findings.json").read_text())}

@@ -31,7 +31,7 @@ def _need(what: str, how: str):
 def fake_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reports")
     out = tmp / "reports" / "run1"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "10", "--out", str(out), env=fake_probe_dir(tmp))
     assert r.returncode == 1, r.stdout + r.stderr
     return out

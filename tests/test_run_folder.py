@@ -453,7 +453,7 @@ def test_reconcile_after_a_torn_line_keeps_one_finding_per_line(tmp_path):
 def test_resume_after_the_journal_was_deleted_keeps_every_finding(tmp_path):
     env = fake_probe_dir(tmp_path)
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "1", "--profile", "quick",
+    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                 "--shrink-time", "5", "--out", str(out), "--no-report", env=env)
     assert r.returncode == 1, r.stdout + r.stderr
     before = json.loads((out / "findings.json").read_text())

@@ -62,7 +62,8 @@ def _hidden_ops(program: Program, a: Trace, b: Trace) -> set[int]:
     part of its work or consumed its input (burn moves a value into the call that panics), so the
     two sides' states differ by construction, not by a second root cause. A model loaded on one
     side only holds other tensors than the other side's from then on, and a name an append grew on
-    one side only has another shape, for the same reason (``_sets_apart``)."""
+    one side only has another shape, for the same reason, as does a layer a forward trained on one
+    side only (``_sets_apart``)."""
     hidden = set()
     for i, (x, y) in enumerate(zip(a.steps, b.steps)):
         if x.status != "ok" or y.status != "ok":
@@ -77,10 +78,13 @@ def _hidden_ops(program: Program, a: Trace, b: Trace) -> set[int]:
 def _sets_apart(op) -> bool:
     """Whether ``op``, run on one side only, leaves the two sides' states of another kind: a model
     replaced (``OpSpec.replaces_model``: a ``load``), a name of another shape (``append``), which
-    later ops that assume the program's shapes (a write of the longer name) cannot run on, or a
+    later ops that assume the program's shapes (a write of the longer name) cannot run on, a
     name computed from itself on one side only (``map``, ``add``), whose values differ from then on
-    by construction."""
-    return ops.spec(op).replaces_model or ops.remade(op) is not None
+    by construction, or a layer's running state updated on one side only (``acts_on_layer``: a
+    ``forward``), whose update may show ops later (burn applies it at its next sync), where no
+    op of the other side can account for it."""
+    spec = ops.spec(op)
+    return spec.replaces_model or spec.acts_on_layer or ops.remade(op) is not None
 
 
 @dataclass
