@@ -109,3 +109,31 @@ def test_a_lazy_snapshot_first_given_its_sources_value_is_no_event_yet():
 
     assert verdicts(prog, run(-2.0))["m0.l0"].summary == "unchanged"
     assert verdicts(prog, run(-1.5))["m0.l0"].summary == "keeps"
+
+
+def test_facts_of_a_program_are_worked_out_once_per_program_object(monkeypatch):
+    from harness.case import ir
+    from harness.case.ir import Program, TensorDecl, check_program, per_program
+    from harness.judging.trace import relation_end, snapshots
+
+    calls = []
+
+    @per_program
+    def n_ops(program):
+        calls.append(program)
+        return len(program.ops)
+
+    tensors = (TensorDecl("p0", "param", (2,), (1.0, 2.0)),)
+    ops = check_program(tensors, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+                                  {"op": "replace", "target": "p0", "value": "s0"}])
+    a, b = Program(tensors, ops), Program(tensors, ops[:1])
+    assert (n_ops(a), n_ops(a), n_ops(b)) == (2, 2, 1) and calls == [a, b]
+    assert n_ops(Program(tensors, ops)) == 2 and len(calls) == 3  # an equal program, another object
+    monkeypatch.setattr(ir, "PER_PROGRAM_LIMIT", 1)
+    n_ops(Program(tensors, ops[:1]))  # a fourth program: past the limit, the cache starts afresh
+    assert n_ops(a) == 2 and calls[-1] is a and len(calls) == 5
+    # The relation of s0 ends where the replace rebinds its source's slot; a trace cut short
+    # ends it at its own length.
+    snap = snapshots(a)[0]
+    assert relation_end(a, snap, 2) == 1 and relation_end(b, snapshots(b)[0], 1) == 1
+    assert relation_end(a, snap, 1) == 1 and relation_end(b, snapshots(b)[0], 5) == 5

@@ -194,7 +194,7 @@ def test_the_known_causes_table_says_when_the_store_first_saw_each(tmp_path):
                         'case = "tests/cases/planted.toml"\n')
     reports = tmp_path / "reports"
     for name in ("run1", "run2"):
-        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "32", "--seed", "1", "--profile", "quick",
+        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
                     "--shrink-time", "5", "--confirm", "1", "--baseline", str(baseline), "--out", str(reports / name),
                     env=env)
         assert r.returncode == 1, r.stdout + r.stderr

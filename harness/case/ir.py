@@ -15,10 +15,11 @@ that loads is well-formed for every target, so probes only ever report ``unsuppo
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import tomli_w
 
@@ -421,3 +422,30 @@ def shapes_before(program: Program, at: int) -> dict[str, tuple[int, ...]]:
             return dict(shapes)
         last = shapes  # ``walk`` updates this dict after each yield: at the end, after the last op
     return dict(last)
+
+
+_T = TypeVar("_T")
+
+#: How many programs a ``per_program`` cache holds before it starts afresh.
+PER_PROGRAM_LIMIT = 4096
+
+
+def per_program(fn: Callable[[Program], _T]) -> Callable[[Program], _T]:
+    """Memoizes a fact the program alone determines (its snapshot relations, say), keyed by the
+    program object: the oracle asks the same of one program for every trace and every pair of
+    targets. ``fn`` must return an immutable value. The cache holds the program (so its id is not
+    reused while cached) and starts afresh after ``PER_PROGRAM_LIMIT`` programs."""
+    cache: dict[int, tuple[Program, Any]] = {}
+
+    @functools.wraps(fn)
+    def memoized(program: Program) -> _T:
+        hit = cache.get(id(program))
+        if hit is not None and hit[0] is program:
+            return hit[1]
+        value = fn(program)
+        if len(cache) >= PER_PROGRAM_LIMIT:
+            cache.clear()
+        cache[id(program)] = (program, value)
+        return value
+
+    return memoized

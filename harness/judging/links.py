@@ -7,11 +7,12 @@ these questions of every divergence it attributes; the report table asks the las
 from __future__ import annotations
 
 from harness.case import ops
-from harness.case.ir import Program
+from harness.case.ir import Program, per_program
 from harness.judging.trace import relation_end, snapshots
 
 
-def nondeterministic_names(program: Program) -> set[str]:
+@per_program
+def nondeterministic_names(program: Program) -> frozenset[str]:
     """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
     from them (snapshots, writes from them, the running statistics a forward of them moves):
     their values differ between frameworks by design."""
@@ -39,7 +40,7 @@ def nondeterministic_names(program: Program) -> set[str]:
                     out.add(target)
                     target = source.get(target)
         if len(out) == before:
-            return out
+            return frozenset(out)
 
 
 def write_path(program: Program, k: int) -> list[str]:

@@ -22,12 +22,13 @@ copy that merely happens to hold an equal value is exactly what ``keeps`` means.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
 
 from harness.case import ops
-from harness.case.ir import Program
+from harness.case.ir import Program, per_program
 
 #: Trace statuses set by the harness rather than the target.
 CRASH, TIMEOUT = "crash", "timeout"
@@ -206,15 +207,16 @@ class Verdict:
         return " ".join(e.label() for e in self.events)
 
 
-def snapshots(program: Program) -> list[SnapshotInfo]:
+@per_program
+def snapshots(program: Program) -> tuple[SnapshotInfo, ...]:
     """Every snapshot relation, in op order. A name a ``replace`` rebinds from another has one
     relation per rebinding; one rebound from itself (``replace p0 value = p0``) has none: the new
     object is made of the old one, so the relations of the old one's snapshots go on
     (``relation_end``), and a relation of a name to itself could never diverge."""
     params = program.model_names
-    return [SnapshotInfo(b.name, i, b.source, b.method)
-            for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)
-            if b.name != b.source]
+    return tuple(SnapshotInfo(b.name, i, b.source, b.method)
+                 for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)
+                 if b.name != b.source)
 
 
 def subject_role(program: Program, name: str) -> str | None:
@@ -310,13 +312,25 @@ def relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
     denotes a parameter made of the object it denoted (``nn.Parameter(w)`` over w's storage, the
     same Var in candle, a new value in burn): its snapshots are compared with that one on, and
     whether they follow it is the finding."""
-    for k in range(snap.op + 1, min(n, len(program.ops))):
+    end = _relation_ends(program).get(snap)
+    if end is None:  # a relation this program does not have (a caller's own): judged afresh
+        end = _relation_end(program, snap)
+    return end if end < min(n, len(program.ops)) else n
+
+
+@per_program
+def _relation_ends(program: Program) -> Mapping[SnapshotInfo, int]:
+    return MappingProxyType({s: _relation_end(program, s) for s in snapshots(program)})
+
+
+def _relation_end(program: Program, snap: SnapshotInfo) -> int:
+    for k in range(snap.op + 1, len(program.ops)):
         op = program.ops[k]
         # The snapshot's own link ends at any rebinding; its source's only when the source
         # becomes another object (``w.data = v`` keeps the object: an alias of w follows it).
         if ops.rebinds(op, snap.name) or ops.denotes_another_object(op, snap.source):
             return k
-    return n
+    return len(program.ops)
 
 
 def relation_key(snap: SnapshotInfo, first: bool) -> str:
