@@ -300,10 +300,10 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
         sa, sb = a.state_after(i), b.state_after(i)
         common = sorted((n for n in sa if n in sb and sa[n].identity is not None
                          and sb[n].identity is not None), key=lambda n: order.get(n, 1 << 30))
+        if _token_labels(sa, common) == _token_labels(sb, common):
+            continue  # the same partition on both sides (labels by first appearance; no sets built)
         pa = identity_partition({n: sa[n] for n in common})
         pb = identity_partition({n: sb[n] for n in common})
-        if pa == pb:
-            continue
         for j, x in enumerate(common):
             for y in common[j + 1:]:
                 same_a = sa[x].identity == sa[y].identity
@@ -316,6 +316,13 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
                             detail=f"{ctx.ids[0]}: {_render_partition(pa)}; {ctx.ids[1]}: {_render_partition(pb)}")
                     return True
     return False
+
+
+def _token_labels(state, names: list[str]) -> list[int]:
+    """Each name's identity token renamed to its first appearance in ``names``: two states group
+    ``names`` alike exactly when their label lists are equal."""
+    first: dict[str, int] = {}
+    return [first.setdefault(state[n].identity, len(first)) for n in names]
 
 
 def _identity_moved(trace: Trace, i: int) -> bool:
