@@ -253,8 +253,8 @@ def measure_rss(engine: Engine, config: BenchConfig, log) -> list[dict[str, Any]
         for t in engine.runner.targets:
             point[t.id] = rss_kib(t.process.pid)
         points.append(point)
-        log(f"  rss after {n:>7} programs: " + ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in point.items()
-                                                           if k != "programs" and v is not None))
+        log(f"  rss after {n:>7} programs: " + ", ".join(
+            f"{k.removesuffix('_kib')} {v / 1024:.0f} MiB" for k, v in point.items() if k != "programs" and v is not None))
 
     sample(0)
     drawn = []  # programs drawn, as a campaign counts them (repeats are drawn but not run again)
