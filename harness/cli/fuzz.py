@@ -52,7 +52,7 @@ def register(sub) -> None:
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
     p.add_argument("--triage", metavar="STORE", help="the triage store the run is recorded in (default: "
-                   "triage.sqlite beside the run folder)")
+                   "triage.sqlite beside the run folder; redis://host:port/n: one store in Redis, copied there)")
     p.set_defaults(handler=cmd_fuzz)
 
 

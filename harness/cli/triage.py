@@ -1,6 +1,7 @@
 """``aliasfuzz triage``: the root causes of every recorded run, and their triage states.
 
-``aliasfuzz triage`` lists them (``--store``: default ``reports/triage.sqlite``);
+``aliasfuzz triage`` lists them (``--store``: default ``reports/triage.sqlite``, or
+``redis://host:port/n`` for the store a shared campaign's machines keep in Redis: ``shared``);
 ``aliasfuzz triage --record RUN_DIR`` records a run folder (a campaign does this itself when it
 ends); ``aliasfuzz triage --set ID STATE [ARG]`` sets a state (``reported URL``,
 ``duplicate-of ID``, ``wontfix``, ``fixed-in VERSION``, ...). ``aliasfuzz recheck`` runs every
@@ -12,17 +13,22 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
+
+from harness.fuzzing.corpus import hide_password
+from harness.triage import shared
 
 
 def register(sub) -> None:
     p = sub.add_parser("triage", help="list root causes across runs, record a run, set a triage state")
-    p.add_argument("--store", help="the triage store (default: reports/triage.sqlite)")
+    p.add_argument("--store", help="the triage store: a file (default: reports/triage.sqlite) or redis://host:port/n")
     p.add_argument("--record", metavar="RUN_DIR", help="record a run folder in the store")
     p.add_argument("--set", nargs="+", metavar=("ID", "STATE"), help="set root cause ID's state: ID STATE [ARG]")
     p.set_defaults(handler=cmd_triage)
     r = sub.add_parser("recheck", help="run every baseline case and stored root cause again on the targets present")
-    r.add_argument("--store", help="the triage store (default: reports/triage.sqlite; made when missing)")
+    r.add_argument("--store", help="the triage store: a file (default: reports/triage.sqlite; made when missing) "
+                   "or redis://host:port/n")
     r.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     r.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     r.add_argument("--fail-on-change", action="store_true",
@@ -38,17 +44,25 @@ def cmd_recheck(args: argparse.Namespace) -> int:
     from harness.triage.recheck import recheck
     from harness.triage.store import TriageStore
 
-    try:
-        baseline = load_baseline(args.baseline)
-        path = Path(args.store or Path("reports") / STORE_NAME)
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def run(path: Path) -> tuple[list, dict]:
         with TriageStore(path) as db:
             runner, _ = open_runner(parse_target_list(args.targets))
             try:
-                results = recheck(db, baseline, runner)
-                versions = {t: info.versions for t, info in runner.infos.items()}
+                return recheck(db, baseline, runner), {t: info.versions for t, info in runner.infos.items()}
             finally:
                 runner.close()
+
+    try:
+        baseline = load_baseline(args.baseline)
+        if shared.is_shared(args.store):
+            # Rechecked on a copy and written back as one change: another machine's record in
+            # between makes it run again on the new copy (``shared.change``).
+            with tempfile.TemporaryDirectory() as tmp:
+                results, versions = shared.change(args.store, Path(tmp) / STORE_NAME, "--store", run)
+        else:
+            path = Path(args.store or Path("reports") / STORE_NAME)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            results, versions = run(path)
     except InputError as e:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return 2
@@ -68,32 +82,52 @@ def cmd_recheck(args: argparse.Namespace) -> int:
 def cmd_triage(args: argparse.Namespace) -> int:
     from harness.errors import InputError
     from harness.triage import STORE_NAME, default_store, record_folder
-    from harness.triage.store import TriageStore
 
     try:
         if args.record:
             store = args.store or default_store(args.record)
-            delta = record_folder(args.record, store)
-            print(f"aliasfuzz triage: recorded {args.record} in {store}: {len(delta.first_seen_new)} new first seen, "
-                  f"{len(delta.first_seen_known)} known first reached, "
+            delta = record_folder(args.record, store, "--store")
+            print(f"aliasfuzz triage: recorded {args.record} in {hide_password(str(store))}: "
+                  f"{len(delta.first_seen_new)} new first seen, {len(delta.first_seen_known)} known first reached, "
                   f"{len(delta.disappeared)} gone since the run before, {len(delta.regressed)} regressed")
             return 0
-        path = Path(args.store or Path("reports") / STORE_NAME)
-        if not path.is_file():
-            print(f"aliasfuzz: {path}: no triage store (a campaign writes one beside its run folder)", file=sys.stderr)
+        if args.set and len(args.set) not in (2, 3):
+            print("aliasfuzz: triage --set: give ID STATE [ARG]", file=sys.stderr)
             return 2
-        with TriageStore(path) as db:
-            if args.set:
-                if len(args.set) not in (2, 3):
-                    print("aliasfuzz: triage --set: give ID STATE [ARG]", file=sys.stderr)
-                    return 2
-                db.set_state(*args.set)
-                print(f"aliasfuzz triage: {args.set[0]}: {' '.join(args.set[1:])}")
-                return 0
-            _print_causes(db.causes())
+        if shared.is_shared(args.store):
+            with tempfile.TemporaryDirectory() as tmp:
+                return _list_or_set(args, Path(tmp) / STORE_NAME)
+        return _list_or_set(args, Path(args.store or Path("reports") / STORE_NAME))
     except InputError as e:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return 2
+
+
+def _list_or_set(args: argparse.Namespace, path: Path) -> int:
+    """Lists the root causes of the store, or sets one's state (``--set``); a Redis store
+    (``args.store``) through the copy ``path``."""
+    from harness.triage.store import TriageStore
+
+    def set_state(local: Path) -> None:
+        with TriageStore(local) as db:
+            db.set_state(*args.set)
+
+    where = hide_password(args.store) if shared.is_shared(args.store) else str(path)
+    if shared.is_shared(args.store):
+        shared.fetch(args.store, path, "--store")
+    if not path.is_file():
+        print(f"aliasfuzz: {where}: no triage store (a campaign writes one beside its run folder, or with "
+              f"--triage redis://... in Redis)", file=sys.stderr)
+        return 2
+    if args.set:
+        if shared.is_shared(args.store):
+            shared.change(args.store, path, "--store", set_state)
+        else:
+            set_state(path)
+        print(f"aliasfuzz triage: {args.set[0]}: {' '.join(args.set[1:])}")
+        return 0
+    with TriageStore(path) as db:
+        _print_causes(db.causes())
     return 0
 
 
