@@ -73,9 +73,11 @@ def generate(n: int, seed: int, profile: str | Profile = "default", max_ops: int
             if len(out) >= n:
                 break
             attempt = _mutant(data.choices, data.spans.mutator_groups, rng)
+            if attempt is None or attempt == data.choices:
+                continue  # a part copied over an equal one: the same program, not drawn again
             # A mutant that needs more choices than the attempt holds (a longer op list copied
             # over a shorter one) overruns and is dropped, as Hypothesis's runner drops it.
-            mutant = None if attempt is None else _draw(strategy, ConjectureData.for_choices(attempt))
+            mutant = _draw(strategy, ConjectureData.for_choices(attempt))
             if mutant is not None and keep(*mutant):
                 data = mutant[0]  # mutations build on each other, as Hypothesis's do
     return list(out.values())
