@@ -146,5 +146,3 @@ def generate_given(n: int, seed: int, profile: str | Profile = "default", max_op
 def _nothing() -> None:
     """The "test" a build context names: ``generate`` runs none."""
 
-
-DRAWERS: dict[str, Drawer] = {"direct": generate, "given": generate_given}
