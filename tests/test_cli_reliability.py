@@ -70,16 +70,24 @@ def test_stdout_on_a_full_device_is_one_line_exit_2(tmp_path: Path, command: str
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_ctrl_c_saves_the_state_writes_the_report_and_prints_no_traceback(tmp_path: Path, workers: str):
     out = tmp_path / "run"
+    # SIGINT as a terminal leaves it: a suite started in the background (`make test &`, nohup)
+    # runs with SIGINT ignored, which children inherit, and Python then never raises
+    # KeyboardInterrupt.
     proc = subprocess.Popen(_fuzz_argv(out, "--budget", "10m", "--workers", workers), cwd=ROOT,
                             env=_env(tmp_path, "--slow-ms", "20"), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "campaign.json").exists():
         time.sleep(0.5)
     time.sleep(8)
     os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
     started = time.monotonic()
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # a campaign that did not stop is not left running
+        raise
     assert time.monotonic() - started < 30
     assert proc.returncode == 2
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 3, err
