@@ -156,11 +156,21 @@ def tensors(draw, profile: Profile) -> tuple[TensorDecl, ...]:
         shape = draw(shapes)
         out.append(TensorDecl(f"b{i}", "buffer", shape, draw(values(shape))))
     if profile.lazy_probability and draw(_count(0, 99)) < profile.lazy_probability * 100:
-        shape = draw(shapes)
-        if draw(st.booleans()):
-            out.append(TensorDecl("l0", "lazy", shape, init="const", fill=draw(exact_values)))
-        else:
-            out.append(TensorDecl("l0", "lazy", shape, init="uniform", seed=draw(_count(0, 99))))
+        # Up to two, so that the order of first reads can matter (``program_rng``: both draw
+        # from the program's one generator). Never ``uniform`` beside ``program_rng``: burn's
+        # generator is one per backend, and a uniform init reseeds it, which would make every
+        # later draw depend on when that init ran.
+        drawn = None
+        for i in range(draw(_count(1, 2))):
+            shape = draw(shapes)
+            if draw(st.booleans()):
+                out.append(TensorDecl(f"l{i}", "lazy", shape, init="const", fill=draw(exact_values)))
+                continue
+            drawn = drawn or ("uniform" if draw(st.booleans()) else "program_rng")
+            if drawn == "uniform":
+                out.append(TensorDecl(f"l{i}", "lazy", shape, init=drawn, seed=draw(_count(0, 99))))
+            else:
+                out.append(TensorDecl(f"l{i}", "lazy", shape, init=drawn))
     return tuple(out)
 
 

@@ -208,6 +208,18 @@ def test_reproducers_of_a_metamorphic_case_print_both_runs(tmp_path):
     assert parse_output(r.stdout)[2]["l"] == parse_output(r.stdout, "without: ")[2]["l"] == [-0.5, -0.5]
 
 
+def test_burn_reproducer_of_a_draw_order_case_prints_both_runs(tmp_path):
+    # Lazy params of the program's one generator: the reproducer seeds it as the probe does, so
+    # its draws are the probe's, in both runs (valid() initialises l0 first; without it, l1).
+    case = CASES / "burn_valid_initialises_every_lazy_param.toml"
+    program = load_case(case)
+    out, doc = _cargo_reproducer("burn", case, "burn:flex", tmp_path)
+    states, statuses = _without_run(doc, "burn:flex", len(program.ops), list(program.inert))
+    second = parse_output(out, "without: ")
+    _compare(second, states, "burn reproducer's run without the inert ops", statuses)
+    assert parse_output(out)[2]["l0"] == second[2]["l1"]  # the first draw went to another param
+
+
 def test_candle_reproducer_prints_what_the_probe_observed(tmp_path):
     _cargo_reproducer("candle", CASES / "candle_clone_shares_storage.toml", "candle:cpu", tmp_path)
 

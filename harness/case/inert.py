@@ -6,10 +6,13 @@ statuses and identities for every name the inert op does not bind itself. The me
 program. Inert, by kind (``Inert.label``, which a metamorphic signature names):
 
 - ``snapshot:<method>``: a snapshot no later op uses (``contiguous`` of a contiguous tensor is one
-  of these);
+  of these), of a tensor whose first read draws nothing (below), and not made through the whole
+  model (``state_dict``, ``save_load``: a record of every param) where a lazy tensor draws;
 - ``module_clone``: a clone of the model none of whose names a later op uses;
-- ``read``: a read of a tensor whose values are deterministic (not a uniform-initialised lazy
-  tensor, whose first read draws from the framework's RNG);
+- ``read``: a read of a tensor whose first read draws nothing (not a lazy tensor of ``uniform``
+  or ``program_rng`` init, nor a module clone's: the first draws from an RNG that candle's CPU
+  cannot seed, the second moves what every later first read of the program's one generator
+  draws);
 - ``valid+train``: a ``valid`` immediately followed by a ``train``, while the model is in
   training mode (after either, it is in training mode again).
 
@@ -50,8 +53,21 @@ def _mode_before(program, i: int) -> str:
     return mode
 
 
-def _deterministic(program, name: str) -> bool:
-    return not any(t.name == name and t.kind == "lazy" and t.init == "uniform" for t in program.tensors)
+def _draws(program, name: str) -> bool:
+    """Whether a read of ``name`` may draw from a generator: a uniform lazy tensor, or a module
+    clone's (``m0.l0``, which shares its lazy state), whose values differ between runs where the
+    generator cannot be seeded, or one of ``program_rng`` (its first read takes the program
+    generator's next values, moving every later first read's)."""
+    drawn = {t.name for t in program.tensors if t.kind == "lazy" and t.init in ops.DRAWN_INITS}
+    return name in drawn or name.partition(".")[2] in drawn
+
+
+def _snapshot_draws(program, op) -> bool:
+    """Whether a snapshot may draw: of a tensor that does, or made through the whole model (a
+    record or file of it reads every param) in a program with a lazy tensor that draws."""
+    if ops.METHODS_BY_NAME[op["method"]].whole_model:
+        return any(_draws(program, n) for n in program.model_names)
+    return _draws(program, op["of"])
 
 
 def inert_at(program, i: int) -> Inert | None:
@@ -60,11 +76,11 @@ def inert_at(program, i: int) -> Inert | None:
     params = program.model_names
     if op["op"] in ("snapshot", "module_clone"):
         bound = {b.name for b in ops.bindings(op, params)}
-        if _uses_later(program, i, bound):
+        if _uses_later(program, i, bound) or (op["op"] == "snapshot" and _snapshot_draws(program, op)):
             return None
         label = f"snapshot:{op['method']}" if op["op"] == "snapshot" else "module_clone"
         return Inert((i,), label, frozenset(bound))
-    if op["op"] == "read" and _deterministic(program, op["target"]):
+    if op["op"] == "read" and not _draws(program, op["target"]):
         return Inert((i,), "read", frozenset())
     if op["op"] == "valid" and i + 1 < len(program.ops) and program.ops[i + 1]["op"] == "train" \
             and _mode_before(program, i) == "train":
@@ -124,16 +140,15 @@ def _insertions(program, at: int, shapes: Mapping[str, tuple[int, ...]], taken: 
     out: list[list[dict[str, Any]]] = [[{"op": "module_clone", "name": _fresh(taken, "z")}]]
     roles = {t.name: t.kind for t in program.tensors}
     model = set(program.model_names)
-    names = sorted(shapes)
+    names = [n for n in sorted(shapes) if not _draws(program, n)]
     if names:
         of = rng.choice(names)
         methods = [m for m in ops.METHOD_TABLE if m.accepts(shapes[of])
-                   and (roles.get(of, "running" if of in model else "snapshot") in m.sources)]
+                   and (roles.get(of, "running" if of in model else "snapshot") in m.sources)
+                   and not _snapshot_draws(program, {"method": m.name, "of": of})]
         if methods:
             out.append([{"op": "snapshot", "name": _fresh(taken, "z"), "of": of, "method": rng.choice(methods).name}])
-        readable = [n for n in names if _deterministic(program, n)]
-        if readable:
-            out.append([{"op": "read", "target": rng.choice(readable)}])
+        out.append([{"op": "read", "target": rng.choice(names)}])
     if _mode_before(program, at) == "train":
         out.append([{"op": "valid"}, {"op": "train"}])
     return out

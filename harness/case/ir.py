@@ -183,6 +183,8 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
         # A const tensor does not use its seed: absent stays None (as the generator makes it),
         # so that writing a case and reading it back gives the same program (and key).
         default_seed = 0 if init == "uniform" else None
+        if "seed" in raw and init == "program_rng":
+            raise err(f"{where}.seed", "init = \"program_rng\" draws from the program's one generator: no seed")
         seed = cv.seed(raw["seed"], f"{where}.seed", err) if "seed" in raw else default_seed
         if "value" in raw:
             raise err(f"{where}.value", "lazy tensors have no value: use init and fill")
@@ -239,6 +241,8 @@ def _check_decl(t: Any, seen: set[str], err) -> None:
         if t.init == "const" or t.fill is not None:
             cv.f32(t.fill, f"{where}.fill", err)
         if t.seed is not None:
+            if t.init == "program_rng":
+                raise err(f"{where}.seed", "init = \"program_rng\" draws from the program's one generator: no seed")
             cv.seed(t.seed, f"{where}.seed", err)
     else:
         cv.flat_values(t.value, t.numel, f"{where}.value", err)

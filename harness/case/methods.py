@@ -30,6 +30,9 @@ class MethodSpec:
     accepts: Callable[[tuple[int, ...]], bool] = lambda s: True
     needs: str = "a tensor"
     sources: tuple[str, ...] = ("param", "buffer", "lazy", "running", "snapshot")
+    #: Made through the whole model (burn records the model, candle saves its VarMap), so it
+    #: reads every param: a lazy one's first read.
+    whole_model: bool = False
 
     def refusal(self, shape: tuple[int, ...]) -> str | None:
         """Why the method cannot be taken of a tensor of ``shape`` (None: it can)."""
@@ -50,10 +53,11 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("view_row", "the first row as a view", shape=lambda s: (1,) + s[1:], view=lambda a: a[0:1]),
     MethodSpec("transpose", "the last two dimensions swapped", shape=lambda s: s[:-2] + (s[-1], s[-2]),
                view=lambda a: a.swapaxes(-1, -2), accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
-    MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy", "running")),
+    MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy", "running"),
+               whole_model=True),
     MethodSpec("deepcopy", "a deep copy of the tensor"),
     MethodSpec("to_host", "read to the host and made a tensor again"),
-    MethodSpec("save_load", "saved to a file and loaded back"),
+    MethodSpec("save_load", "saved to a file and loaded back", whole_model=True),
     # Views whose arguments come from the source's shape (issue #16). Ranks stay within 1..3, the
     # ranks a case's tensors have (and the burn probe's values: vals.rs).
     MethodSpec("expand", "a new first dimension of 2, broadcast (stride 0)", shape=lambda s: (2,) + s,

@@ -130,7 +130,13 @@ class OpSpec:
 
 
 TENSOR_KINDS = ("param", "buffer", "lazy")
-LAZY_INITS = ("const", "uniform")
+#: How a lazy tensor initialises: every element ``fill``; uniform in [-1, 1) from a generator
+#: seeded with the tensor's own ``seed`` when it initialises (order never matters); uniform from
+#: the program's one generator, seeded once when the program opens (``program_rng``: the values
+#: depend on the order of first reads, as burn documents for lazy params).
+LAZY_INITS = ("const", "uniform", "program_rng")
+#: The lazy inits whose values come from a framework's generator: they differ between frameworks.
+DRAWN_INITS = ("uniform", "program_rng")
 OPTIMIZERS = ("sgd", "sgd_momentum", "adam", "adamw")
 DEVICE_ROLES = ("home", "cpu", "alt")
 MOVE_METHODS = ("to", "fork")

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Protocol
 @dataclass(frozen=True)
 class Finding:
     kind: str  # device | variant | framework | value | error | crash | timeout | harness-error
-    aspect: str  # status | verdict | identity | value | harness
+    aspect: str  # status | verdict | identity | value | draw (metamorphic) | harness
     targets: tuple[str, str]
     op_label: str  # e.g. "step:sgd", "write:row"; "program" for whole-program failures
     method: str | None  # snapshot method involved, if any
@@ -65,6 +65,12 @@ class Finding:
         group = (self.method or "+?").lstrip("+")
         where = f"with the inert `{group}` (op{'s' if len(self.inert) > 1 else ''} {', '.join(map(str, self.inert))})"
         sa, sb = self.sides
+        if self.aspect == "draw":
+            va, vb = self.values or ("?", "?")
+            when = {"later": "later", "earlier": "earlier"}.get(sb, f"at `{sb}` too")
+            return (f"On {self.targets[0]}, the lazy {self.subject} drew {va} {where} but {vb} without it: with the"
+                    f" group, `{sa}` initialised a lazy param that the run without it initialised {when}, so the"
+                    " program's generator was read in another order.")
         if self.aspect == "value":
             va, vb = self.values or ("?", "?")
             what = f"{self.subject}{self.at}"

@@ -13,10 +13,24 @@ from harness.judging.trace import relation_end, snapshots
 
 @per_program
 def nondeterministic_names(program: Program) -> frozenset[str]:
-    """Names whose values come from a framework's own RNG (uniform lazy init) and what derives
-    from them (snapshots, writes from them, the running statistics a forward of them moves):
-    their values differ between frameworks by design."""
-    roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init == "uniform"}
+    """Names whose values come from a framework's own generator (a lazy init in
+    ``ops.DRAWN_INITS``) and what derives from them (snapshots, writes from them, the running
+    statistics a forward of them moves): their values differ between frameworks and between two
+    backends or devices of one framework by design."""
+    return _derived_from(program, ops.DRAWN_INITS)
+
+
+@per_program
+def unreproducible_names(program: Program) -> frozenset[str]:
+    """The ``nondeterministic_names`` whose values may differ between two runs of one target:
+    those of ``uniform`` lazy tensors, which a generator that cannot be seeded (candle's CPU)
+    draws. A target that cannot seed the program's one generator refuses ``program_rng``
+    programs instead, so their values are compared within a target."""
+    return _derived_from(program, ("uniform",))
+
+
+def _derived_from(program: Program, inits: tuple[str, ...]) -> frozenset[str]:
+    roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init in inits}
     out = set(roots)
     params = program.model_names
     source = {s.name: s.source for s in snapshots(program)}

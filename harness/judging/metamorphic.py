@@ -4,11 +4,16 @@ A program that holds an inert group (``harness.case.inert``: an unused snapshot 
 a read of a deterministic tensor, ``valid`` then ``train``) must run on one target as the same
 program without it does: every op the two share has the same status, and after it every name the
 two share holds the same values (exactly: one target, one program) and the same identity
-partition (names whose values a framework's RNG drew left out). The first op where that fails gives one finding of kind ``metamorphic`` per target,
-on the program *with* the group:
+partition (names whose values an RNG that cannot be seeded may draw, ``links.unreproducible_names``,
+left out). The first op where that fails gives one finding of kind ``metamorphic`` per target, on
+the program *with* the group:
 
 - ``status``: the op succeeds with the group and fails without it, or the other way round (or the
   whole program fails on one run only: op ``program``);
+- ``draw``: a lazy tensor of the program's one generator (``program_rng``) drew other values in
+  the two runs, so the group changed the order of first reads; its op is ``lazy_init`` and its
+  sides name the op that initialised the tensor in each run (``open``: before any op). A value
+  that differs because of such a draw is this finding, not a ``value`` one;
 - ``value``: a name's value differs; the sides say whether the op changed it in each run
   (``changed`` / ``unchanged``), with the group first;
 - ``identity``: two names are one object in one run and two in the other.
@@ -22,13 +27,13 @@ input (burn moves a value into the call that panics), so such a pair is not comp
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from harness.case import ops
 from harness.case.inert import Inert, kept_index
 from harness.case.ir import Program
 from harness.judging.finding import Finding
-from harness.judging.links import nondeterministic_names
+from harness.judging.links import unreproducible_names
 from harness.judging.trace import Trace, identity_partition, same_values, subject_role
 
 KIND = "metamorphic"
@@ -62,7 +67,7 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
         return None
     # Values a framework's RNG drew (a uniform lazy init, and what derives from it) differ between
     # two runs of one program on a framework whose generator cannot be seeded (candle's CPU).
-    skip = inert.binds | nondeterministic_names(program)
+    skip = inert.binds | unreproducible_names(program)
     for j in range(len(program.ops)):
         if j in inert.ops:
             continue
@@ -80,6 +85,9 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
             if ox is None or oy is None or ox.value is None or oy.value is None:
                 continue  # bound in one run only, or not initialised yet in one (a lazy the group read)
             if not same_values(ox.value, oy.value):
+                drew = _draw_finding(program, inert, target, a, b, j)
+                if drew is not None:
+                    return drew  # the values differ because a lazy param drew others
                 moved = (_moved(a, j, name), _moved(b, k, name))
                 return _finding(inert, target, aspect="value", op_label=ops.label(op),
                                 sides=tuple("changed" if m else "unchanged" for m in moved), op_index=j,
@@ -96,6 +104,63 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
             return _finding(inert, target, aspect="identity", op_label=ops.signature_class(op), sides=same,
                             op_index=j, subject=",".join(pair))
     return None
+
+
+def _first_values(trace: Trace, name: str) -> tuple[int, Any] | None:
+    """The op after which ``name`` first holds values (-1: when the program opened), and those
+    values; None if it never does."""
+    o = trace.initial.get(name)
+    if o is not None and o.value is not None:
+        return -1, o.value
+    for i, step in enumerate(trace.steps):
+        o = step.changed.get(name)
+        if o is not None and o.value is not None:
+            return i, o.value
+    return None
+
+
+def _draw_finding(program: Program, inert: Inert, target: str, a: Trace, b: Trace, j: int) -> Finding | None:
+    """A lazy tensor of the program's one generator that drew other values in the two runs, by op
+    ``j`` of run ``a``: the inert group changed the order of first reads (``program_rng``). Only
+    a draw both runs show is compared: the op that initialised the tensor must leave its values
+    as drawn (a step that initialises a param also trains it).
+
+    The sides locate the reordering rather than the tensor: the op that initialised the first
+    tensor (in run ``a``'s order) whose initialising op differs between the runs, in run ``a``,
+    and whether run ``b`` initialised it ``earlier`` or ``later`` (or not at all; ``open``: before
+    any op, ``never``: not in the run). So one reordering is one signature, whichever later op
+    first shows it."""
+    origin = {kept_index(inert, i): i for i in range(len(program.ops)) if i not in inert.ops}
+    never = (len(program.ops), None)  # a tensor one run never initialised
+    drawn = {}
+    for t in program.tensors:
+        if t.kind == "lazy" and t.init == "program_rng":
+            fa, fb = _first_values(a, t.name) or never, _first_values(b, t.name)
+            drawn[t.name] = (fa, (origin[fb[0]] if fb[0] >= 0 else -1, fb[1]) if fb else never)
+    differs = [n for n, (fa, fb) in drawn.items() if max(fa[0], fb[0]) <= j and _shows_draw(program, fa[0], n)
+               and _shows_draw(program, fb[0], n) and not same_values(fa[1], fb[1])]
+    if not differs:
+        return None
+    name = differs[0]
+    moved = sorted((fa[0], n) for n, (fa, fb) in drawn.items() if fa[0] != fb[0])
+    first = moved[0][1] if moved else name
+    ia, ib = drawn[first][0][0], drawn[first][1][0]
+    label = lambda i: "open" if i < 0 else "never" if i >= len(program.ops) else ops.label(program.ops[i])  # noqa: E731
+    sides = (label(ia), label(ib) if ia == ib else "later" if ib > ia else "earlier")
+    (_, va), (_, vb) = drawn[name]
+    return _finding(inert, target, aspect="draw", op_label="lazy_init", sides=sides, op_index=max(drawn[name][0][0], 0),
+                    subject=name, values=(_render(va), _render(vb)), role="lazy")
+
+
+def _shows_draw(program: Program, i: int, name: str) -> bool:
+    """Whether ``name`` holds what its initialisation drew after op ``i`` (-1: at open): the op
+    does not change its values (a read, a snapshot, a move, a valid, a save do not)."""
+    if i < 0:
+        return True
+    op = program.ops[i]
+    s = ops.spec(op)
+    return not (s.acts_on_params or s.replaces_model or name in (ops.written(op), ops.remade(op))
+                or ops.rebinds(op, name))
 
 
 def _moved(trace: Trace, i: int, name: str) -> bool:

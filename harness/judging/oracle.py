@@ -25,7 +25,9 @@ semantics with the device), a device and its variant (kind ``variant``: ``torch:
 hazards). A failure of the program as a whole (crash, timeout) is its own kind.
 
 Only what both sides support is compared: an ``unsupported`` or ``skipped`` op on either side hides
-that op and every snapshot it would have made; ``unsupported`` is never a divergence.
+that op and every snapshot it would have made; ``unsupported`` is never a divergence. A target
+that refuses a whole program (its trace's status is ``unsupported``: candle's CPU cannot seed the
+generator of a ``program_rng`` init) is left out of that program's comparisons.
 
 A finding's signature names its root cause, not its surface: the kind, the targets, the aspect,
 the snapshot method and the first divergent op's kind (with its salient attribute), and what each
@@ -46,7 +48,7 @@ from harness.case.ir import Program, names_bound
 from harness.judging.finding import Finding
 from harness.judging.links import ended_link, nondeterministic_names, write_path
 from harness.judging.pairs import pairs
-from harness.judging.trace import (CRASH, TIMEOUT, SnapshotInfo, Trace, Verdict, identity_partition, same_values,
+from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, identity_partition, same_values,
                                    snapshots, subject_role, verdicts, writes_into)
 from harness.judging.value_compare import adam_lr, elements_differ, values_close
 
@@ -449,6 +451,7 @@ def injected_fault(program: Program) -> None:
 def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
     """All findings for one program. Deterministic: same traces, same findings, same order."""
     injected_fault(program)
+    traces = {t: tr for t, tr in traces.items() if tr.status != UNSUPPORTED}
     if len(traces) > 1 and all(tr.ok for tr in traces.values()) \
             and len({fingerprint(tr) for tr in traces.values()}) == 1:
         return []  # fast path: identical up to identity-token renaming, so nothing can diverge

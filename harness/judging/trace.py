@@ -32,6 +32,9 @@ from harness.case.ir import Program, per_program
 
 #: Trace statuses set by the harness rather than the target.
 CRASH, TIMEOUT = "crash", "timeout"
+#: The status of a trace whose target refused the whole program (the framework has no call for
+#: something it declares).
+UNSUPPORTED = "unsupported"
 
 
 class MalformedTrace(ValueError):

@@ -7,8 +7,9 @@ Divergence has one rule, the oracle's:
 - a tensor row diverges when the final values of the targets that ran the program are not all
   ``value_compare.values_close`` to the first (with the program's Adam tolerance,
   ``value_compare.adam_lr``), except for a name whose values come from a framework's own RNG (a
-  ``uniform`` lazy tensor and what derives from it: ``links.nondeterministic_names``): the oracle
-  never compares those values, so no view highlights them;
+  lazy tensor of ``uniform`` or ``program_rng`` init and what derives from it:
+  ``links.nondeterministic_names``): the oracle never compares those values across targets, so
+  no view highlights them;
 - a snapshot row diverges when the ``ok`` verdicts of the targets differ (``keeps`` on one,
   ``follows`` on another).
 

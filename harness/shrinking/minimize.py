@@ -202,7 +202,7 @@ def simplifications(program: Program) -> Iterator[Program]:
         if t.value is not None:
             for vals in _simpler_values(t.value):
                 yield replace(program, tensors=tuple(replace(u, value=vals) if u is t else u for u in program.tensors))
-        if t.kind == "lazy" and t.init == "uniform":
+        if t.kind == "lazy" and t.init in ops.DRAWN_INITS:
             yield replace(program, tensors=tuple(replace(u, init="const", fill=0.0, seed=None) if u is t else u
                                                  for u in program.tensors))
     # Re-point a use of a snapshot at the snapshot's own source: chains like
@@ -311,7 +311,7 @@ def cost(program: Program) -> tuple:
         len(program.tensors) + len(program.layers),
         sum(t.numel for t in program.tensors),
         sum(ops.value_cost(t.value or ()) + (0 if t.grad is None else 1 + ops.value_cost(t.grad))
-            + (t.kind == "lazy" and t.init == "uniform") for t in program.tensors),
+            + (t.kind == "lazy" and t.init in ops.DRAWN_INITS) for t in program.tensors),
         sum(ops.op_cost(op) for op in program.ops) + _reference_depth(program),
     )
 

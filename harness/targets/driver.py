@@ -32,8 +32,9 @@ What a framework implements, and nothing else (``Probe`` and ``Session`` below):
 
 - a probe: ``hello()``, the handshake's fields (framework, versions, devices, ops, methods; the
   driver adds ``type`` and sets ``protocol``), and ``open(device, program)``, which creates the
-  program's tensors on ``device`` and returns a session, or raises (``Unsupported`` or
-  ``OpError`` for a message reported as is; any other exception as ``"<Type>: <message>"``);
+  program's tensors on ``device`` and returns a session, or raises (``Unsupported``, a trace of
+  status ``unsupported``, or ``OpError`` for a message reported as is; any other exception as
+  ``"<Type>: <message>"``, both of status ``error``);
 - a session, one program on one device: ``apply(op)`` runs one parsed op (every field present,
   every name it uses bound) and raises ``Unsupported`` where the framework has no such call;
   ``names()`` lists the names bound now, in binding order; ``observe(name)`` reads one name to
@@ -173,8 +174,10 @@ def run_program(probe: Probe, id: int, device: str, program: Program,
     try:
         session = probe.open(device, program)
     except Exception as e:  # noqa: BLE001 - a device or tensor that cannot be made
-        trace.update(status=ERROR, message=_message(e), initial={}, steps=[],
-                     elapsed_us=_elapsed_us(start))
+        # ``Unsupported``: the framework cannot run this program on the device at all (Rust
+        # ``Refusal::Unsupported``); anything else: its tensors could not be made.
+        trace.update(status=UNSUPPORTED if isinstance(e, Unsupported) else ERROR, message=_message(e),
+                     initial={}, steps=[], elapsed_us=_elapsed_us(start))
         return trace
     initial = observe_all(session)
     previous = initial

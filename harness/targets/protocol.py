@@ -38,7 +38,10 @@ from harness.case import ops as op_table
 from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
+
+#: The seed of a program's one generator (lazy init ``program_rng``), set once when it opens.
+PROGRAM_SEED = 0
 
 
 class Malformed(Exception):

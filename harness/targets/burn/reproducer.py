@@ -23,6 +23,7 @@ from typing import Callable
 from harness.case import ops
 from harness.case.ir import Program
 from harness.case.layers import RUNNING_STATS
+from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.reproducer_base import step_fields
 from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
@@ -96,6 +97,7 @@ class _Writer(MainWriter):
         self.counts = {1: 0, 2: 0, 3: 0}
         self.fresh = 0
         self.caches: set[str] = set()  # names whose `RowCache` a cache append started
+        self.seeded = False  # whether the program's one generator was seeded (lazy init program_rng)
 
     def bind(self, name: str, slot: tuple) -> None:
         self.slots[name] = slot
@@ -176,6 +178,12 @@ class _Writer(MainWriter):
             expr = f"Param::<Tensor<{r}>>::from_data({data}, &dev)"
         elif t.init == "uniform":
             expr = f"uniform_param({dims}, {t.seed or 0}, &dev)"
+        elif t.init == "program_rng":
+            if not self.seeded:  # as the probe's session does once per program, before any draw
+                self.body += [f"    dev.seed({PROGRAM_SEED});  // the program's one generator, per backend",
+                              f"    {_DEVICES['alt']}.seed({PROGRAM_SEED});"]
+                self.seeded = True
+            expr = f"program_rng_param({dims}, &dev)"
         else:
             expr = f"Initializer::Constant {{ value: {rust_f32(rust_float(t.fill or 0.0))} as f64 }}.init::<{r}, _>({dims}, &dev)"
         self.body.append(f"    model.p{r}.push({expr});")

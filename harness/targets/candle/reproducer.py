@@ -21,6 +21,7 @@ from __future__ import annotations
 from harness.case import layers as layer_table
 from harness.case import ops
 from harness.case.ir import Program
+from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
 _USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
@@ -58,6 +59,7 @@ class _Writer(MainWriter):
         self.params = program.model_names  # what a prefix binds: params, then the layers' stats
         self.layers = program.layers
         self.caches: set[str] = set()  # names whose KV cache a cache append started
+        self.seeded = False  # whether the program's one generator was seeded (lazy init program_rng)
 
     def bind(self, name: str, kind: str) -> None:
         self.kinds[name] = kind
@@ -86,7 +88,11 @@ class _Writer(MainWriter):
         elif t.kind == "buffer":
             self.body.append(f"    let {v} = Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?;")
         else:
-            init = (f"Init::Const({rust_f32(rust_float(t.fill or 0.0))} as f64)" if t.init != "uniform"
+            if t.init == "program_rng" and not self.seeded:
+                # As the probe does once per program; the CPU refuses (the probe: unsupported).
+                self.body.append(f"    dev.set_seed({PROGRAM_SEED})?;  // the program's one generator")
+                self.seeded = True
+            init = (f"Init::Const({rust_f32(rust_float(t.fill or 0.0))} as f64)" if t.init == "const"
                     else "Init::Uniform { lo: -1.0, up: 1.0 }")
             dims = "vec![" + ", ".join(str(d) for d in t.shape) + "]"
             self.body.append(f'    let {v} = lazy_var(&varmap, {dims}, "{t.name}", {init}, &dev)?;')

@@ -12,6 +12,7 @@ from typing import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
+from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
 _PRELUDE = '''#!/usr/bin/env python3
@@ -91,6 +92,8 @@ def _tensor_lines(t) -> list[str]:
         out = [f"_t = torch.tensor({[float(x) for x in t.value]!r}, dtype=torch.float32).reshape({shape})"]
     elif t.init == "uniform":
         out = [f"_t = torch.empty({shape}).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed({t.seed or 0}))"]
+    elif t.init == "program_rng":
+        out = [f"_t = torch.empty({shape}).uniform_(-1.0, 1.0, generator=program_rng)"]
     else:
         out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r})"]
     if t.kind == "buffer":
@@ -307,6 +310,8 @@ _FRESH_STATE = ["model = Model()", "names = {}", "grads = {}", "optimizers = {}"
 def _run_lines(program: Program, repro: dict | None, prefix: str, numbers) -> list[str]:
     st = statuses(repro, "torch")
     out = []
+    if any(t.init == "program_rng" for t in program.tensors):
+        out.append(f"program_rng = torch.Generator().manual_seed({PROGRAM_SEED})  # the program's one generator")
     for t in program.tensors:
         out += _tensor_lines(t)
     for layer in program.layers:

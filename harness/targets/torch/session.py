@@ -6,12 +6,10 @@ implements its ``Probe`` (``TorchProbe``: the handshake and ``open``) and ``Sess
 (``TorchSession``: ``apply``, ``names``, ``observe``), and ``python -m harness.targets.torch``
 serves them.
 
-The op -> torch call mapping follows ``docs/SEMANTICS.md`` (torch column); each choice is
-commented where it is made (``_take``, ``_op_move``; the training ops in ``training.py``).
+Each op's torch call follows ``docs/SEMANTICS.md`` (torch column) and is commented where it is made.
 
-Float values are reported as the shortest decimal that round-trips the float32 value (numpy's
-``str(np.float32(x))``), the same digits serde_json prints for an ``f32`` in the Rust probes, so
-``0.1f32`` travels as ``0.1`` from every target rather than ``0.10000000149011612`` from this one.
+Floats travel as the shortest decimal that round-trips the float32 value (``str(np.float32(x))``,
+the digits serde_json prints for an ``f32``): ``0.1f32`` is ``0.1`` from every target.
 """
 
 from __future__ import annotations
@@ -26,8 +24,8 @@ import torch
 from torch import nn
 
 from harness.case import ops as op_table
-from harness.targets.driver import Unsupported
-from harness.targets.protocol import Program, unreadable
+from harness.targets.driver import OpError, Unsupported
+from harness.targets.protocol import PROGRAM_SEED, Program, unreadable
 from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.training import TrainingOps
@@ -136,7 +134,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = ()):
         if device_name not in DEVICES:
-            raise Unsupported(f"unknown device {json.dumps(device_name)} "
+            raise OpError(f"unknown device {json.dumps(device_name)} "
                               f"(this probe has {', '.join(DEVICES)})")
         self.home, self.variant, _, self.alt = DEVICES[device_name]
         self.model = Model()
@@ -152,6 +150,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
         # name -> (the KV-cache buffer of its ``append how=cache`` ops, rows filled)
         self.caches: dict[str, tuple[torch.Tensor, int]] = {}
+        self.program_rng = torch.Generator().manual_seed(PROGRAM_SEED)  # drawn in declaration order
         self._init_training()
         for spec in tensors:
             if spec["name"] in self.bound:
@@ -173,8 +172,9 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         shape = spec["shape"]
         if spec["kind"] == "lazy":
             # torch has no lazy parameters: create at open, report initialised (SEMANTICS.md).
-            if spec["init"] == "uniform":
-                gen = torch.Generator().manual_seed(spec["seed"] or 0)
+            if spec["init"] in op_table.DRAWN_INITS:
+                gen = (torch.Generator().manual_seed(spec["seed"] or 0) if spec["init"] == "uniform"
+                       else self.program_rng)
                 t = torch.empty(shape, dtype=torch.float32).uniform_(-1.0, 1.0, generator=gen)
             else:
                 fill = spec["fill"] if spec["fill"] is not None else 0.0

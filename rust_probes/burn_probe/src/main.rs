@@ -8,7 +8,7 @@ mod session;
 mod support;
 mod vals;
 
-use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, ALL_OPS};
+use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, Refusal, ALL_OPS};
 use std::collections::BTreeMap;
 
 /// The burn version compiled in, read from the workspace Cargo.lock by build.rs.
@@ -126,7 +126,7 @@ impl Probe for BurnProbe {
         }
     }
 
-    fn open(&mut self, device: &str, program: &Program) -> Result<session::BurnSession, String> {
+    fn open(&mut self, device: &str, program: &Program) -> Result<session::BurnSession, Refusal> {
         use burn::tensor::Device;
         let (home, alt) = match device {
             "flex" => (Device::flex(), Some(vals::ndarray_device())),
@@ -138,11 +138,11 @@ impl Probe for BurnProbe {
                         .into_iter()
                         .chain(self.gpus.iter().map(|(n, _)| *n))
                         .collect();
-                    return Err(format!("unknown device {other:?}; this probe has {known:?}"));
+                    return Err(format!("unknown device {other:?}; this probe has {known:?}").into());
                 }
             },
         };
-        session::BurnSession::new(home.autodiff(), alt.map(|d| d.autodiff()), program)
+        Ok(session::BurnSession::new(home.autodiff(), alt.map(|d| d.autodiff()), program)?)
     }
 }
 

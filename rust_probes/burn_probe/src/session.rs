@@ -9,6 +9,7 @@ use crate::vals::{
 };
 use aliasfuzz_protocol::{
     panic_message, AppendHow, DeviceRole, MoveMethod, Obs, Op, Outcome, Program, ReplaceHow, Session, TensorKind,
+    PROGRAM_SEED,
 };
 use burn::module::Module;
 use burn::nn::BatchNorm;
@@ -95,6 +96,15 @@ impl BurnSession {
             layers: vec![],
             layers_lost: None,
         };
+        if program.uses_program_rng() {
+            // burn's generator is one per backend (`Device::seed`): seed both devices a lazy
+            // param may initialise on (a move retargets an uninitialised one; the CPU device of
+            // a `move` is flex, which is always one of the two), once per program.
+            s.home.seed(PROGRAM_SEED);
+            if let Some(alt) = &s.alt {
+                alt.seed(PROGRAM_SEED);
+            }
+        }
         for spec in &program.tensors {
             if s.slots.contains_key(&spec.name) {
                 return Err(format!("tensor {:?} defined twice", spec.name));

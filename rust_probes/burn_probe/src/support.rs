@@ -165,6 +165,15 @@ pub fn uniform_param<const D: usize>(dims: [usize; D], seed: u64, device: &Devic
     })
 }
 
+/// A lazy param uniform in [-1, 1) from the device's generator as it stands when the param
+/// initialises: `BurnSession::new` seeds it once per program (`PROGRAM_SEED`), so the values
+/// depend on how many draws ran before this param's first read.
+pub fn program_rng_param<const D: usize>(dims: [usize; D], device: &Device) -> Param<Tensor<D>> {
+    lazy_param(Shape::new(dims), device, move |device| {
+        Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), device)
+    })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Snapshot methods with more than one call.
 

@@ -8,7 +8,7 @@ use crate::support::{
     add_in_mode, assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
     Model, RowCache,
 };
-use crate::support::uniform_param;
+use crate::support::{program_rng_param, uniform_param};
 use aliasfuzz_protocol::{LazyInit, MapFn, Obs, TensorKind, TensorSpec, CACHE_ROWS};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
@@ -188,6 +188,8 @@ where
             }
             // Seeded when it initialises (support.rs `uniform_param`).
             Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), home).into_val(),
+            // Drawn from the generator `BurnSession::new` seeded (support.rs `program_rng_param`).
+            Some(LazyInit::ProgramRng) => program_rng_param(dims, home).into_val(),
             None => return Err(format!("{}: lazy tensor without init", spec.name)),
         },
     })

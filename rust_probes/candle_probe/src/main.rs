@@ -14,7 +14,7 @@
 mod session;
 mod support;
 
-use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, PROTOCOL_VERSION};
+use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, Refusal, PROGRAM_SEED, PROTOCOL_VERSION};
 use candle_core::Device;
 use std::collections::BTreeMap;
 
@@ -101,13 +101,20 @@ impl Probe for CandleProbe {
         }
     }
 
-    fn open(&mut self, device: &str, program: &Program) -> Result<CandleSession, String> {
+    fn open(&mut self, device: &str, program: &Program) -> Result<CandleSession, Refusal> {
         let Some(home) = self.device(device).cloned() else {
             let known: Vec<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
-            return Err(format!("unknown device {device:?} (this probe has {})", known.join(", ")));
+            return Err(format!("unknown device {device:?} (this probe has {})", known.join(", ")).into());
         };
+        if program.uses_program_rng() {
+            // One generator seeded once per program; the CPU backend refuses to be seeded
+            // ("cannot seed the CPU rng with set_seed"), so its draws cannot be reproduced.
+            if let Err(e) = home.set_seed(PROGRAM_SEED) {
+                return Err(Refusal::Unsupported(format!("init program_rng: Device::set_seed: {}", session::msg(e))));
+            }
+        }
         let alt = self.alt_name(device).and_then(|n| self.device(&n).cloned());
-        CandleSession::open(home, alt, program)
+        Ok(CandleSession::open(home, alt, program)?)
     }
 }
 

@@ -157,7 +157,7 @@ enum Checkpoint {
 }
 
 /// A candle error as a one-line message (without the captured backtrace, if any).
-fn msg(e: candle_core::Error) -> String {
+pub fn msg(e: candle_core::Error) -> String {
     match e {
         candle_core::Error::WithBacktrace { inner, .. } => msg(*inner),
         other => other.to_string(),
@@ -231,6 +231,8 @@ impl CandleSession {
                             }
                             Init::Uniform { lo: -1.0, up: 1.0 }
                         }
+                        // From the generator `CandleProbe::open` seeded once for the program.
+                        LazyInit::ProgramRng => Init::Uniform { lo: -1.0, up: 1.0 },
                     };
                     Handle::Var(lazy_var(&s.varmap, shape, &name, init, &s.home).map_err(ctx)?)
                 }

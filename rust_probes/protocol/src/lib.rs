@@ -16,7 +16,11 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
+
+/// The seed of a program's one generator ([`LazyInit::ProgramRng`]), set once when the program
+/// opens.
+pub const PROGRAM_SEED: u64 = 0;
 
 /// Op names of the case format, version 1, in the order of [`Op`]'s variants (whose serde names
 /// they are: strum and serde apply the same `snake_case` rule, checked by the unit test
@@ -105,6 +109,17 @@ pub enum LazyInit {
     /// Uniform in [-1, 1) from the framework's own generator seeded with `seed`: values differ
     /// between frameworks, so the oracle compares verdicts, never values, of such tensors.
     Uniform,
+    /// Uniform in [-1, 1) from the program's one generator, seeded with [`PROGRAM_SEED`] once
+    /// when the program opens: a lazily initialised tensor's values depend on the order of first
+    /// reads. Values differ between frameworks; the oracle compares them within one target only.
+    ProgramRng,
+}
+
+impl Program {
+    /// Whether any tensor draws from the program's one generator.
+    pub fn uses_program_rng(&self) -> bool {
+        self.tensors.iter().any(|t| t.init == Some(LazyInit::ProgramRng))
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -555,7 +570,8 @@ pub struct Hello {
 pub struct Trace {
     pub id: u64,
     pub device: String,
-    /// `ok`, or `error` when the program could not start (its tensors could not be created).
+    /// `ok`; `unsupported` when the framework cannot run the program on that device at all (a
+    /// [`Refusal::Unsupported`]); `error` when its tensors could not be created.
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -601,11 +617,27 @@ pub trait Session {
     fn observe(&mut self, name: &str) -> Obs;
 }
 
+/// Why a program could not be opened on a device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The framework has no call for something the program declares (the trace's status is
+    /// `unsupported`, which the oracle leaves out of its comparisons).
+    Unsupported(String),
+    /// The device or a tensor could not be made (status `error`).
+    Error(String),
+}
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Refusal {
+        Refusal::Error(message)
+    }
+}
+
 pub trait Probe {
     type S: Session;
     fn hello(&self) -> Hello;
-    /// Creates the program's tensors on `device`; `Err` when the device or a tensor cannot be made.
-    fn open(&mut self, device: &str, program: &Program) -> Result<Self::S, String>;
+    /// Creates the program's tensors on `device`.
+    fn open(&mut self, device: &str, program: &Program) -> Result<Self::S, Refusal>;
 }
 
 /// The message of a caught panic (`panic: <text>`), for an error outcome or observation note.
@@ -633,14 +665,18 @@ fn observe_all<S: Session>(session: &mut S) -> BTreeMap<String, Obs> {
 pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Program) -> Trace {
     let start = Instant::now();
     let opened = catch_unwind(AssertUnwindSafe(|| probe.open(device, program)))
-        .unwrap_or_else(|p| Err(panic_message(p)));
+        .unwrap_or_else(|p| Err(Refusal::Error(panic_message(p))));
     let mut session = match opened {
         Ok(s) => s,
-        Err(message) => {
+        Err(refusal) => {
+            let (status, message) = match refusal {
+                Refusal::Unsupported(m) => ("unsupported", m),
+                Refusal::Error(m) => ("error", m),
+            };
             return Trace {
                 id,
                 device: device.to_string(),
-                status: "error".into(),
+                status: status.into(),
                 message: Some(message),
                 initial: BTreeMap::new(),
                 steps: vec![],
