@@ -2,7 +2,8 @@
 
 An entry matches a finding when every field it gives matches the finding's (``fnmatch`` patterns;
 ``frameworks`` matches the frameworks of the two targets in either order; ``role`` the declared
-kind of the tensor a verdict or value finding is about; ``detail`` the finding's detail, such as
+kind of the tensor a verdict or value finding is about, ``lazy:program_rng`` for a lazy tensor
+of the program's one generator (``trace.subject_role``); ``detail`` the finding's detail, such as
 a framework's error message, for an entry about one error). Matching findings are
 ``known``; the rest are ``new``. Each entry names a case under ``tests/cases/`` that shows it, and
 the test suite checks that the case really produces a finding the entry matches.

@@ -149,7 +149,7 @@ def _draw_finding(program: Program, inert: Inert, target: str, a: Trace, b: Trac
     sides = (label(ia), label(ib) if ia == ib else "later" if ib > ia else "earlier")
     (_, va), (_, vb) = drawn[name]
     return _finding(inert, target, aspect="draw", op_label="lazy_init", sides=sides, op_index=max(drawn[name][0][0], 0),
-                    subject=name, values=(_render(va), _render(vb)), role="lazy")
+                    subject=name, values=(_render(va), _render(vb)), role="lazy:program_rng")
 
 
 def _shows_draw(program: Program, i: int, name: str) -> bool:

@@ -224,8 +224,10 @@ def snapshots(program: Program) -> tuple[SnapshotInfo, ...]:
 
 def subject_role(program: Program, name: str) -> str | None:
     """The declared kind (param, buffer, lazy) of the tensor ``name`` is, or else is a snapshot
-    of, through snapshot sources (``s1 = alias(s0)``, ``s0 = clone(b0)``: buffer)."""
-    declared = {t.name: t.kind for t in program.tensors}
+    of, through snapshot sources (``s1 = alias(s0)``, ``s0 = clone(b0)``: buffer). A lazy tensor
+    of the program's one generator is ``lazy:program_rng``: what it holds depends on the order of
+    first reads, which a baseline entry may need to tell apart (match ``lazy*`` for any lazy)."""
+    declared = {t.name: "lazy:program_rng" if t.init == "program_rng" else t.kind for t in program.tensors}
     source = {s.name: s.source for s in snapshots(program)}
     seen = set()
     # A declared name is its own kind, even where a ``replace`` made it a snapshot relation.
