@@ -107,15 +107,19 @@ def values(shape: tuple[int, ...]) -> st.SearchStrategy[tuple[float, ...]]:
     return _values(math.prod(shape))
 
 
-_value_index = st.integers(0, len(EXACT_VALUES) - 1)
+def _values(n: int) -> st.SearchStrategy[tuple[float, ...]]:
+    # One draw for the whole tensor, n bytes: an index draw per element cost a Hypothesis draw
+    # each (about a third of a program's draws; a fixed-size ``st.lists`` twice that again).
+    return st.binary(min_size=n, max_size=n).map(_exact_values)
 
 
-@st.composite
-def _values(draw, n: int) -> tuple[float, ...]:
-    # One index per element, shrinking towards EXACT_VALUES[0] as ``sampled_from`` does; a
-    # fixed-size ``st.lists`` also draws a "one more element?" choice per element and costs
-    # about twice as much.
-    return tuple(EXACT_VALUES[draw(_value_index)] for _ in range(n))
+def _exact_values(raw: bytes) -> tuple[float, ...]:
+    """Byte ``b`` of element ``i`` is ``EXACT_VALUES[(b * K // 256 + i) % K]``: lower bytes give
+    earlier values, offset by the position, so that the simplest choice (all zero bytes, which
+    is also what Hypothesis puts where a mutant's choices no longer line up) is a tensor of
+    distinct values, not of zeros, which would hide what a scale or a view does to them."""
+    k = len(EXACT_VALUES)
+    return tuple(EXACT_VALUES[((b * k >> 8) + i) % k] for i, b in enumerate(raw))
 
 
 @lru_cache(maxsize=None)
