@@ -1,7 +1,7 @@
 """The metamorphic oracle: a target against itself, with and without an inert op group.
 
 A program that holds an inert group (``harness.case.inert``: an unused snapshot or module clone,
-a read of a deterministic tensor, ``valid`` then ``train``) must run on one target as the same
+a read that draws nothing, ``valid`` then ``train``) must run on one target as the same
 program without it does: every op the two share has the same status, and after it every name the
 two share holds the same values (exactly: one target, one program) and the same identity
 partition (names whose values an RNG that cannot be seeded may draw, ``links.unreproducible_names``,
@@ -12,8 +12,8 @@ the program *with* the group:
   whole program fails on one run only: op ``program``);
 - ``draw``: a lazy tensor of the program's one generator (``program_rng``) drew other values in
   the two runs, so the group changed the order of first reads; its op is ``lazy_init`` and its
-  sides name the op that initialised the tensor in each run (``open``: before any op). A value
-  that differs because of such a draw is this finding, not a ``value`` one;
+  sides say where the reordering starts (``_draw_finding``). A value that differs because of
+  such a draw is this finding, not a ``value`` one;
 - ``value``: a name's value differs; the sides say whether the op changed it in each run
   (``changed`` / ``unchanged``), with the group first;
 - ``identity``: two names are one object in one run and two in the other.
