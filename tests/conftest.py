@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,27 @@ def all_targets():
         pytest.fail(f"targets unavailable: {found.unavailable} (run `make probes`)")
     yield found
     found.close()
+
+
+@contextmanager
+def targets_runner(ids: tuple[str, ...], env: dict[str, str] | None = None):
+    """A ``Runner`` on the targets ``ids`` alone (the other probes are not started; ``env`` for
+    theirs), closed on exit. Fails (never skips) when one is missing: `make test` builds every
+    probe first."""
+    from harness.targets.registry import discover
+    from harness.targets.runner import Runner
+
+    found = discover(list(ids), env=env)
+    missing = sorted(set(ids) - {t.id for t in found.targets})
+    if missing:
+        found.close()
+        pytest.fail(f"targets missing here: {missing} {found.unavailable or ''} (run `make probes`)")
+    runner = Runner([t for t in found.targets if t.id in ids])
+    try:
+        yield runner
+    finally:
+        runner.close()
+        found.close()
 
 
 @pytest.fixture(scope="session")

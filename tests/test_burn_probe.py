@@ -128,7 +128,8 @@ def test_hello(probe):
     assert h["ops"] == list(OP_KINDS)  # burn interprets every op (some answer unsupported per input)
     # No burn call for these (see test_unsupported_methods).
     assert not {"contiguous", "copy", "deepcopy"} & set(h["methods"])
-    assert len(h["methods"]) == 22  # the 12 above, the shape-derived views (tests/test_views.py), the dtype ones
+    assert {"to_same_dtype", "via_bf16", "via_f32"} <= set(h["methods"])  # tests/test_declared_dtypes_burn.py
+    assert len(h["methods"]) == 23  # the 12 above, the shape-derived views (tests/test_views.py), the dtype ones
 
 
 def test_hello_other_protocol_still_answers_its_own_number(probe):

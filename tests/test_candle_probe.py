@@ -103,7 +103,8 @@ def test_hello(probe):
                                  "contiguous", "reshape", "view_row", "transpose", "state_dict",
                                  "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze",
                                  "squeeze", "chunk", "select",  # the views: tests/test_views.py
-                                 "to_same_dtype", "via_bf16"}  # tests/test_dtypes.py
+                                 "to_same_dtype", "via_bf16",  # tests/test_dtypes.py
+                                 "via_f32"}  # tests/test_declared_dtypes_candle.py
 
 
 # ---------------------------------------------------------------------------------------------

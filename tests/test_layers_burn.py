@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from harness.case.ir import Program, check_program, load_case
-from tests.conftest import CASES
+from tests.conftest import CASES, targets_runner
 
 BURN = ("burn:flex", "burn:ndarray")
 BN_CASE = "batch_norm_running_stats_across_clone_save_and_eval"
@@ -32,25 +32,14 @@ EPS = 1e-5
 @pytest.fixture(scope="module")
 def run():
     """Runs a program on the burn CPU targets (only those: the other probes are not needed)."""
-    from harness.targets.registry import discover
-    from harness.targets.runner import Runner
+    with targets_runner(BURN) as runner:
+        def run(program: Program):
+            traces = runner.run_one(program, every_target=True)
+            for t in BURN:
+                assert traces[t].ok, (t, traces[t].message)
+            return {t: traces[t] for t in BURN}
 
-    found = discover()
-    targets = [t for t in found.targets if t.id in BURN]
-    if len(targets) != len(BURN):
-        found.close()
-        pytest.fail(f"burn targets missing here: {sorted(set(BURN) - {t.id for t in targets})} (run `make probes`)")
-    runner = Runner(targets)
-
-    def run(program: Program):
-        traces = runner.run_one(program, every_target=True)
-        for t in BURN:
-            assert traces[t].ok, (t, traces[t].message)
-        return {t: traces[t] for t in BURN}
-
-    yield run
-    runner.close()
-    found.close()
+        yield run
 
 
 def _case(name: str) -> Program:

@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 from harness.case.ir import load_case, parse_case
-from harness.targets.registry import discover
-from harness.targets.runner import Runner
-from tests.conftest import CASES
+from tests.conftest import CASES, targets_runner
 
 TARGET = "candle:cpu"
 BN_CASE = CASES / "batch_norm_running_stats_across_clone_save_and_eval.toml"
@@ -29,17 +27,13 @@ STATS = ("bn.running_mean", "bn.running_var")
 
 @pytest.fixture(scope="module")
 def run():
-    found = discover([TARGET])
-    runner = Runner(found.targets)
+    with targets_runner((TARGET,)) as runner:
+        def run_program(program):
+            trace = runner.run_one(program, every_target=True)[TARGET]
+            assert trace.status == "ok", trace.message
+            return trace
 
-    def run_program(program):
-        trace = runner.run_one(program, every_target=True)[TARGET]
-        assert trace.status == "ok", trace.message
-        return trace
-
-    yield run_program
-    runner.close()
-    found.close()
+        yield run_program
 
 
 def _bn_case(**save_fields):

@@ -7,6 +7,8 @@ stand for two frameworks.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.case.ir import FORMAT, parse_case
 from harness.judging.oracle import compare
 from harness.judging.trace import Trace
@@ -209,10 +211,10 @@ def test_a_lazy_parameter_initialised_by_an_op_on_one_side_only_is_not_a_finding
 def test_adam_tolerance_is_relative_to_the_tensors_scale_or_the_step_size():
     import numpy as np
 
-    from harness.judging.value_compare import values_close
+    from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
 
     def close(x, y, lr=0.5):
-        return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), lr)
+        return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), Tolerance(ADAM_RTOL, lr))
 
     # Two Adam steps of lr 0.5 from [0, 1] (burn against torch): the element that cancels to
     # about zero carries the float32 error of the 1.0-sized operands.
@@ -376,3 +378,56 @@ def test_a_source_that_is_the_written_tensor_on_one_side_is_that_identity_diverg
     b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [0.0]}, {"s1": [1.0]}])
     sigs = [f.signature for f in compare(prog, {A: a, B: b})]
     assert sigs == ["framework|alpha:cpu~beta:cpu|identity|clone|snapshot|same~distinct"]
+
+
+def test_the_tolerance_comes_from_the_program():
+    from harness.judging.value_compare import ADAM_RTOL, DTYPE_RTOL, Tolerance, tolerance
+
+    plain = program({"p0": {"kind": "param", "value": [1.0]}}, [{"op": "step", "optimizer": "sgd", "lr": 0.5}])
+    adam = program({"p0": {"kind": "param", "value": [1.0]}}, [{"op": "step", "optimizer": "adam", "lr": 0.25}])
+    assert tolerance(plain) is None  # float32 SGD: exact
+    assert tolerance(adam) == Tolerance(ADAM_RTOL, 0.25)
+    assert tolerance(replace(plain, dtype="bf16")) == Tolerance(DTYPE_RTOL["bf16"], 0.0)
+    assert tolerance(replace(adam, dtype="f16")) == Tolerance(DTYPE_RTOL["f16"], 0.25)
+
+
+def test_a_bf16_case_tolerates_a_few_units_in_the_last_place_and_no_more():
+    import numpy as np
+
+    from harness.judging.value_compare import tolerance, values_close
+
+    bf16 = replace(program({"p0": {"kind": "param", "value": [1.0]}}, []), dtype="bf16")
+    tol = tolerance(bf16)
+
+    def close(x, y):
+        return values_close(np.array(x, dtype=np.float32), np.array(y, dtype=np.float32), tol)
+
+    # 3.625 and 3.640625 are one bf16 unit apart (2^-6 at that magnitude): one rounding apart
+    assert close([3.625, 1.0], [3.640625, 1.0])
+    # a value that did not move where the other side's moved by a step is far outside
+    assert not close([3.625, 1.0], [4.125, 1.0])
+    assert not close([0.5], [0.0])
+
+
+def test_a_tensor_one_framework_holds_in_another_dtype_is_a_dtype_finding():
+    prog = replace(program(P0, [STEP, STEP]), dtype="bf16")
+
+    def typed(t: Trace, dtypes: list[str]) -> Trace:
+        # the helper's observations carry no dtype: give p0 the one each state says
+        t.initial["p0"] = replace(t.initial["p0"], dtype=dtypes[0])
+        for step, d in zip(t.steps, dtypes[1:]):
+            step.changed["p0"] = replace(step.changed["p0"], dtype=d)
+        return t
+
+    a = typed(trace(A, {"p0": [0.0]}, [{"p0": [-1.0]}, {"p0": [-2.0]}]), ["bf16", "bf16", "bf16"])
+    b = typed(trace(B, {"p0": [0.0]}, [{"p0": [-1.0]}, {"p0": [-2.0]}]), ["bf16", "f32", "f32"])
+    (f,) = compare(prog, {A: a, B: b})
+    assert f.signature == "framework|alpha:cpu~beta:cpu|dtype|-|step:sgd|bf16~f32"
+    assert f.sentence() == "After op 0 (`step:sgd`), p0 is bf16 on alpha:cpu but f32 on beta:cpu."
+    # made in another dtype from the start: the program's opening is the op
+    b = typed(trace(B, {"p0": [0.0]}, [{"p0": [-1.0]}, {"p0": [-2.0]}]), ["f32", "f32", "f32"])
+    (f,) = compare(prog, {A: a, B: b})
+    assert f.op_label == "program" and f.sentence().startswith("As the program opens, p0 is bf16 on")
+    # the same dtype on both sides: nothing
+    assert compare(prog, {A: a, B: typed(trace(B, {"p0": [0.0]}, [{"p0": [-1.0]}, {"p0": [-2.0]}]),
+                                             ["bf16", "bf16", "bf16"])}) == []

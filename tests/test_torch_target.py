@@ -252,6 +252,7 @@ FOLLOWS = {
                "then .to(same device) returns self",
     "to_same_dtype": "Tensor.to docs: 'If the self Tensor already has the correct torch.dtype and "
                      "torch.device, then self is returned' (w is float32)",
+    "via_f32": "Tensor.to docs, as for to_same_dtype, twice: float32 to float32 returns self",
 }
 KEEPS = {
     "clone": "torch.clone docs: 'Returns a copy of input'",
@@ -262,7 +263,7 @@ KEEPS = {
                 "torch.dtype' (twice; the values here are exact in bfloat16)",
 }
 # Methods that return the very same object (identity token equal to the param's).
-SAME_OBJECT = {"alias", "to_home", "to_cpu", "contiguous", "to_same_dtype"}
+SAME_OBJECT = {"alias", "to_home", "to_cpu", "contiguous", "to_same_dtype", "via_f32"}
 
 W0 = [[1.0, 2.0], [3.0, 4.0]]
 

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from harness.judging.value_compare import values_close
+from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
 from harness.judging.trace import MalformedTrace, Observation, Trace, same_values
 
 
@@ -31,12 +31,13 @@ def test_same_values_is_value_equality_with_nan_equal_to_nan():
 
 
 def test_values_close_exact_and_within_adams_tolerance():
-    # adam: None compares exactly; a learning rate compares within Adam's tolerance.
-    assert values_close(f32(0.0, np.nan), f32(-0.0, np.nan), adam=None)
-    assert not values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), adam=None)
-    assert values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), adam=0.1)
-    assert not values_close(f32(1.0), f32(1.1), adam=0.1)
-    assert not values_close(f32(1.0, 2.0), f32(1.0), adam=0.1)
+    # None compares exactly; Adam's tolerance (a learning rate as its floor) within a few ulps.
+    adam = Tolerance(ADAM_RTOL, 0.1)
+    assert values_close(f32(0.0, np.nan), f32(-0.0, np.nan), None)
+    assert not values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), None)
+    assert values_close(f32(1.0), f32(np.nextafter(np.float32(1.0), np.float32(2.0))), adam)
+    assert not values_close(f32(1.0), f32(1.1), adam)
+    assert not values_close(f32(1.0, 2.0), f32(1.0), adam)
 
 
 def test_observation_reads_the_wire_floats_and_refuses_null():

@@ -174,7 +174,7 @@ def variant(program, rng: random.Random):
     group = rng.choice(_insertions(program, at, shapes, taken, rng))
     new_ops = list(program.ops[:at]) + group + list(program.ops[at:])
     try:
-        canonical = check_program(program.tensors, new_ops, layers=program.layers)
+        canonical = check_program(program.tensors, new_ops, layers=program.layers, dtype=program.dtype)
     except CaseError:
         return None
     inserted = tuple(range(at, at + len(group)))

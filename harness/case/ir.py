@@ -97,11 +97,15 @@ class Program:
     meta: Mapping[str, Any] = field(default_factory=dict)
     layers: tuple[LayerDecl, ...] = ()
     inert: tuple[int, ...] = ()
+    #: The dtype of every tensor and layer state (``ops.DTYPES``).
+    dtype: str = "f32"
 
     def to_wire(self) -> dict[str, Any]:
         out = {"tensors": [t.to_wire() for t in self.tensors], "ops": [dict(o) for o in self.ops]}
         if self.layers:  # absent when none: the wire form of a program without layers is unchanged
             out["layers"] = [layer.to_wire() for layer in self.layers]
+        if self.dtype != "f32":  # likewise
+            out["dtype"] = self.dtype
         return out
 
     @property
@@ -260,7 +264,7 @@ def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err, layers: Sequence[La
 
 
 def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]], path=None,
-                  layers: Sequence[LayerDecl] = ()) -> tuple[dict[str, Any], ...]:
+                  layers: Sequence[LayerDecl] = (), dtype: str = "f32") -> tuple[dict[str, Any], ...]:
     """Validates a program built in code (the generator, the minimizer, a corpus entry read
     back): its tensor and layer declarations, with the checks a case file's get, and its ops (raw
     or canonical). Returns the ops canonical. Raises ``CaseError``, and only that."""
@@ -274,7 +278,29 @@ def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]
     for t in tensors:
         cv.guarded(f"tensors.{getattr(t, 'name', '?')}", err, _check_decl, t, seen, err)
     layers = cv.guarded("layers", err, check_decls, layers, seen, err)
-    return _check_ops(tensors, ops, err, layers)
+    _check_dtype_field(dtype, err)
+    checked = _check_ops(tensors, ops, err, layers)
+    _check_exact(tensors, checked, dtype, err)
+    return checked
+
+
+def _check_dtype_field(dtype: Any, err) -> None:
+    if dtype not in ops.DTYPES:
+        raise err("dtype", f"must be one of {', '.join(ops.DTYPES)}, got {cv.brief(dtype)}")
+
+
+def _check_exact(tensors: Sequence[TensorDecl], checked_ops: Sequence[Mapping[str, Any]], dtype: str, err) -> None:
+    """Refuses a tensor's value or grad, or an op's ``values`` field, that ``dtype`` does not
+    hold exactly (``case_values.exact_in``)."""
+    if dtype == "f32":
+        return
+    for t in tensors:
+        for key in ("value", "grad"):
+            if getattr(t, key) is not None:
+                cv.exact_in(dtype, getattr(t, key), f"tensors.{t.name}.{key}", err)
+    for i, op in enumerate(checked_ops):
+        for f in ops.spec(op).of_kind("values"):
+            cv.exact_in(dtype, op[f.name], f"ops[{i}].{f.name}", err)
 
 
 def parse_case(doc: Mapping[str, Any], path: str | Path | None = None) -> Program:
@@ -295,8 +321,10 @@ def _parse_case(doc: Any, err) -> Program:
     if fmt != FORMAT:
         raise err("format", f"must be {FORMAT!r}, got {cv.brief(fmt)}")
     for key in doc:
-        if key not in ("format", "title", "tensors", "layers", "ops", "inert", "meta"):
-            raise err(key, "unknown top-level field (allowed: format, title, tensors, layers, ops, inert, meta)")
+        if key not in ("format", "title", "dtype", "tensors", "layers", "ops", "inert", "meta"):
+            raise err(key, "unknown top-level field (allowed: format, title, dtype, tensors, layers, ops, inert, meta)")
+    dtype = doc.get("dtype", "f32")
+    _check_dtype_field(dtype, err)
     raw_tensors = doc.get("tensors")
     if not isinstance(raw_tensors, dict) or not raw_tensors:
         raise err("tensors", "missing or empty [tensors] table")
@@ -309,6 +337,7 @@ def _parse_case(doc: Any, err) -> Program:
     layers = tuple(cv.guarded(f"layers.{name}", err, check_layer, name, raw, taken, err)
                    for name, raw in raw_layers.items())
     ops = _check_ops(tensors, doc.get("ops", []), err, layers)
+    _check_exact(tensors, ops, dtype, err)
     title = doc.get("title", "")
     if not isinstance(title, str):
         raise err("title", "expected a string")
@@ -316,7 +345,7 @@ def _parse_case(doc: Any, err) -> Program:
     if not isinstance(meta, dict):
         raise err("meta", "expected a table")
     cv.shallow(meta, "meta", err)
-    program = Program(tensors, ops, title, meta, layers)
+    program = Program(tensors, ops, title, meta, layers, dtype=dtype)
     if "inert" in doc:
         program = replace(program, inert=_check_inert_field(program, doc["inert"], err))
     return program
@@ -371,6 +400,8 @@ def case_document(program: Program) -> dict[str, Any]:
     doc: dict[str, Any] = {"format": FORMAT}
     if program.title:
         doc["title"] = program.title
+    if program.dtype != "f32":
+        doc["dtype"] = program.dtype
     tensors: dict[str, Any] = {}
     for t in program.tensors:
         entry: dict[str, Any] = {"kind": t.kind}

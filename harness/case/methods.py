@@ -78,11 +78,14 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
                view=lambda a: a[:-(-a.shape[0] // 2)], accepts=lambda s: s[0] >= 2, needs="a tensor of 2 rows or more"),
     MethodSpec("select", "row 0, the rank dropped", shape=lambda s: s[1:], view=lambda a: a[0],
                accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
-    # Dtype conversions (issue #16; pytorch#194664: a conversion to the dtype a tensor already has
-    # returns the tensor itself). Every tensor of a case is float32, so `to_same_dtype` converts
-    # to float32; `via_bf16` to bfloat16 and back, which rounds (its `view`).
-    MethodSpec("to_same_dtype", "converted to the dtype it already has (float32)"),
-    MethodSpec("via_bf16", "converted to bfloat16 and back to float32", view=lambda a: bf16_rounded(a)),
+    # Dtype conversions (pytorch#194664: a conversion to the dtype a tensor already has returns
+    # the tensor itself). Every tensor of a case has the case's dtype (``Program.dtype``), so
+    # `to_same_dtype` converts to it; `via_bf16` and `via_f32` convert to bfloat16 or float32 and
+    # back to it: two conversions to its own dtype in a bf16 or an f32 case. Only bfloat16 rounds
+    # (its `view`: an f16 value may have more mantissa bits); float32 holds every f16 and bf16.
+    MethodSpec("to_same_dtype", "converted to the dtype it already has (the case's dtype)"),
+    MethodSpec("via_bf16", "converted to bfloat16 and back to the case's dtype", view=lambda a: bf16_rounded(a)),
+    MethodSpec("via_f32", "converted to float32 and back to the case's dtype"),
 )
 METHODS_BY_NAME: dict[str, MethodSpec] = {m.name: m for m in METHOD_TABLE}
 METHODS = tuple(METHODS_BY_NAME)

@@ -130,6 +130,10 @@ class OpSpec:
 
 
 TENSOR_KINDS = ("param", "buffer", "lazy")
+#: The float dtypes a case's tensors may have, simplest first: one per case (``Program.dtype``),
+#: every tensor and layer state of the case made in it. Values travel as float32, which holds
+#: every f16 and bf16 value exactly.
+DTYPES = ("f32", "bf16", "f16")
 #: How a lazy tensor initialises: every element ``fill``; uniform in [-1, 1) from a generator
 #: seeded with the tensor's own ``seed`` when it initialises (order never matters); uniform from
 #: the program's one generator, seeded once when the program opens (``program_rng``: the values

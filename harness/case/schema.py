@@ -37,6 +37,7 @@ ENUMS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("map_fn", ops.MAP_FNS),
     ("tensor_kind", ops.TENSOR_KINDS),
     ("lazy_init", ops.LAZY_INITS),
+    ("dtype", ops.DTYPES),
     ("layer_kind", LAYER_KINDS),
 )
 
@@ -86,7 +87,7 @@ def _program_defs() -> dict[str, Any]:
     return {
         "program": {
             "type": "object", "additionalProperties": False, "required": ["tensors", "ops"],
-            "properties": {"tensors": {"type": "array", "items": _ref("tensor")},
+            "properties": {"dtype": _ref("dtype"), "tensors": {"type": "array", "items": _ref("tensor")},
                            "layers": {"type": "array", "items": _ref("layer")},
                            "ops": {"type": "array", "items": _ref("op")}},
         },
@@ -121,7 +122,8 @@ def _envelope_defs() -> dict[str, Any]:
            "properties": {"shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
                           "value": _nullable(_ref("floats")), "device": {"type": "string"},
                           "requires_grad": {"type": ["boolean", "null"]}, "identity": {"type": ["string", "null"]},
-                          "initialized": {"type": "boolean"}, "note": {"type": ["string", "null"]}}}
+                          "initialized": {"type": "boolean"}, "note": {"type": ["string", "null"]},
+                          "dtype": {"type": "string"}}}
     device = {**obj, "required": ["name", "alt", "kind"],
               "properties": {"name": {"type": "string"}, "alt": {"type": ["string", "null"]},
                              "kind": {"enum": ["cpu", "gpu"]},

@@ -127,6 +127,30 @@ def flat_values(values: Any, count: int, where: str, err: Err) -> None:
             f32(x, f"{where}[{i}]", err)
 
 
+def exact_in(dtype: str, values: Any, where: str, err: Err) -> None:
+    """Refuses a value of ``values`` (finite float32s, flat) that ``dtype`` does not hold
+    exactly, named by its flat index: each framework rounds such a value on its own path
+    (torch from a double, candle and burn from a float32), so a case states only values that
+    need no rounding, and every target starts from the same tensors."""
+    if dtype == "f32":
+        return
+    import numpy as np
+
+    a = np.asarray(values, dtype=np.float32)
+    if dtype == "f16":
+        with np.errstate(over="ignore"):
+            held = a.astype(np.float16).astype(np.float32)
+    else:
+        from harness.case.methods import bf16_rounded
+
+        held = bf16_rounded(a)
+    bad = np.flatnonzero(held != a)
+    if bad.size:
+        i = int(bad[0])
+        raise err(f"{where}[{i}]", f"{float(a.flat[i])!r} is not exact in {dtype} (the case's dtype): "
+                                   f"it would round to {float(held.flat[i])!r}")
+
+
 def seed(x: Any, where: str, err: Err) -> int:
     """A seed: an integer in 0..2**64-1."""
     if not isinstance(x, int) or isinstance(x, bool) or not 0 <= x <= MAX_SEED:

@@ -60,7 +60,8 @@ def program_from_bytes(raw: bytes) -> Program:
                                t.get("init"), t.get("fill"), t.get("seed")) for t in doc["tensors"])
     layers = tuple(LayerDecl(x["name"], x["kind"], x.get("features"), x.get("momentum"), x.get("p"))
                    for x in doc.get("layers", ()))
-    return Program(tensors, check_program(tensors, doc["ops"], layers=layers), layers=layers)
+    dtype = doc.get("dtype", "f32")
+    return Program(tensors, check_program(tensors, doc["ops"], layers=layers, dtype=dtype), layers=layers, dtype=dtype)
 
 
 def inside(root: Path, rel: Any, root_too: bool = False) -> Path | None:

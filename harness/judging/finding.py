@@ -55,6 +55,10 @@ class Finding:
                 return (f"After op {self.op_index} (`{self.op_label}`), {what} changed to"
                         f" {x} on {moved} but stayed {y} on {still}.")
             return f"After op {self.op_index} (`{self.op_label}`), {what} holds {va} on {a} but {vb} on {b}."
+        if self.aspect == "dtype":
+            when = "As the program opens" if self.op_label == "program" else \
+                f"After op {self.op_index} (`{self.op_label}`)"
+            return f"{when}, {self.subject} is {sa} on {a} but {sb} on {b}."
         if self.aspect == "harness":  # harness_errors.harness_error: the detail is a traceback
             return (f"aliasfuzz itself raised {sa} at {sb} while at stage `{self.op_label}`"
                     f" ({self.subject}): a bug of aliasfuzz, not of a framework.")

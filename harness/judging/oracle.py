@@ -50,7 +50,7 @@ from harness.judging.links import ended_link, nondeterministic_names, write_path
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, identity_partition, same_values,
                                    snapshots, subject_role, verdicts, writes_into)
-from harness.judging.value_compare import adam_lr, elements_differ, values_close
+from harness.judging.value_compare import elements_differ, tolerance, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
 SHOWN_ELEMENTS = 4
@@ -223,8 +223,8 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         return None
     if any(o is None or o.value is None for o in before):
         return _DERIVED  # first initialised at this op on a side (lazy): no effect to compare
-    if values_close(after[0].value, after[1].value, adam_lr(ctx.program)):
-        # Equal after the op (within Adam's tolerance): nothing diverged here. For an RNG-valued
+    if values_close(after[0].value, after[1].value, tolerance(ctx.program)):
+        # Equal after the op (within the program's tolerance): nothing diverged here. For an RNG-valued
         # tensor too: the op brought both sides to one value, and it "moved" on one side only
         # because that side already held it, which an earlier op (an alias's write) did.
         return _DERIVED
@@ -279,7 +279,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                   method=ended_link(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
-    differ = elements_differ(x, y, adam_lr(ctx.program))
+    differ = elements_differ(x, y, tolerance(ctx.program))
     if not differ.any():  # the sides differ in effect, not in value: show both whole
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     first = tuple(int(j) for j in np.argwhere(differ)[0])
@@ -354,21 +354,21 @@ def _render_partition(p) -> str:
 def _values_agree(ctx: PairContext, i: int) -> bool:
     """Whether every name bound on both sides holds the same values after op ``i`` (names whose
     values come from a framework's RNG left out)."""
-    adam = adam_lr(ctx.program)
+    tol = tolerance(ctx.program)
     skip = nondeterministic_names(ctx.program)
     sa, sb = (t.state_after(i) for t in ctx.traces)
     for name, x in sa.items():
         y = sb.get(name)
         if name in skip or y is None or x.value is None or y.value is None:
             continue
-        if not values_close(x.value, y.value, adam):
+        if not values_close(x.value, y.value, tol):
             return False
     return True
 
 
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     a, b = ctx.traces
-    adam = adam_lr(ctx.program)
+    tol = tolerance(ctx.program)
     skip = nondeterministic_names(ctx.program)
     for i in range(len(a.steps)):
         if i in hidden:
@@ -383,7 +383,7 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
             x, y = sa[name].value, sb[name].value
             if x is None or y is None:
                 continue
-            if not values_close(x, y, adam):
+            if not values_close(x, y, tol):
                 moved = [_moved_at(t, i, name) for t in (a, b)]
                 ctx.findings.append(_value_finding(ctx, i, name, moved, (x, y)))
                 return
@@ -403,6 +403,24 @@ def _render_value(x: np.ndarray) -> str:
     return np.array2string(x, precision=6, separator=", ").replace("\n", "")
 
 
+def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
+    """The first name the two targets hold in different dtypes, each as its framework reports it
+    (``Observation.dtype``), at the op that made it so (``program``: as the program opened): one
+    framework changed a tensor's dtype, or made it in another, where the other kept the case's."""
+    a, b = ctx.traces
+    for i in range(-1, len(a.steps)):
+        if i in hidden:
+            return
+        sa, sb = a.state_after(i), b.state_after(i)
+        for name in sorted(sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys()):
+            x, y = sa.get(name), sb.get(name)
+            if x is not None and y is not None and x.dtype and y.dtype and x.dtype != y.dtype:
+                label = ops.label(ctx.program.ops[i]) if i >= 0 else "program"
+                ctx.add(aspect="dtype", method=None, op_label=label, sides=(x.dtype, y.dtype), op_index=max(i, 0),
+                        subject=name, role=subject_role(ctx.program, name))
+                return
+
+
 def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tuple[Trace, Trace],
                  verdict_maps=None) -> list[Finding]:
     if verdict_maps is None:
@@ -415,17 +433,18 @@ def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tupl
     diverged = _compare_identity(ctx, hidden) or diverged
     if not diverged:
         _compare_values(ctx, hidden)
+    _compare_dtypes(ctx, hidden)
     return ctx.findings
 
 
 def fingerprint(trace: Trace) -> tuple:
-    """What the oracle can see of a trace: statuses, shapes, value bits and the identity tokens
-    renamed by first appearance (devices, ``requires_grad`` and messages left out). Two traces
-    with equal fingerprints give no finding on any aspect."""
+    """What the oracle can see of a trace: statuses, shapes, dtypes, value bits and the identity
+    tokens renamed by first appearance (devices, ``requires_grad`` and messages left out). Two
+    traces with equal fingerprints give no finding on any aspect."""
     tokens: dict[str, int] = {}
 
     def obs(items) -> tuple:
-        return tuple((name, o.shape, None if o.value is None else o.value.tobytes(),
+        return tuple((name, o.shape, o.dtype, None if o.value is None else o.value.tobytes(),
                       None if o.identity is None else tokens.setdefault(o.identity, len(tokens)))
                      for name, o in sorted(items))
 

@@ -62,6 +62,9 @@ class Observation:
     identity: str | None
     initialized: bool
     note: str | None = None
+    #: The float dtype the framework reports (``f32``, ``f16``, ``bf16``, or its own name for
+    #: another); ``value`` holds the elements widened to float32. None where unreadable.
+    dtype: str | None = None
 
     @classmethod
     def from_wire(cls, raw: Mapping[str, Any]) -> "Observation":
@@ -73,7 +76,7 @@ class Observation:
             except ValueError:
                 pass  # a probe bug; keep the flat values so the oracle still sees them
         return cls(shape, value, raw.get("device", ""), raw.get("requires_grad"),
-                   raw.get("identity"), bool(raw.get("initialized", True)), raw.get("note"))
+                   raw.get("identity"), bool(raw.get("initialized", True)), raw.get("note"), raw.get("dtype"))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +87,7 @@ class Observation:
             "identity": self.identity,
             "initialized": self.initialized,
             **({"note": self.note} if self.note else {}),
+            **({"dtype": self.dtype} if self.dtype else {}),
         }
 
 

@@ -5,8 +5,8 @@ Markdown and the HTML report. Each view chooses how a cell reads; none decides d
 Divergence has one rule, the oracle's:
 
 - a tensor row diverges when the final values of the targets that ran the program are not all
-  ``value_compare.values_close`` to the first (with the program's Adam tolerance,
-  ``value_compare.adam_lr``), except for a name whose values come from a framework's own RNG (a
+  ``value_compare.values_close`` to the first (with the program's tolerance,
+  ``value_compare.tolerance``), except for a name whose values come from a framework's own RNG (a
   lazy tensor of ``uniform`` or ``program_rng`` init and what derives from it:
   ``links.nondeterministic_names``): the oracle never compares those values across targets, so
   no view highlights them;
@@ -28,7 +28,7 @@ import numpy as np
 from harness.case.ir import Program
 from harness.judging.links import nondeterministic_names
 from harness.judging.trace import Trace, Verdict, verdicts
-from harness.judging.value_compare import adam_lr, values_close
+from harness.judging.value_compare import tolerance, values_close
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,12 +84,12 @@ def build_table(program: Program, traces: Mapping[str, Trace], verdict_maps: Map
         for name, v in vm.items():
             snaps.setdefault(name, v)
     skip = nondeterministic_names(program)
-    adam = adam_lr(program)
+    tol = tolerance(program)
     rows = []
     for name in _tensor_names(program, traces, snaps):
         cells = tuple(_cell(traces[tid], vms[tid], name) for tid in ids)
         values = [c.value for c in cells if c.failed is None and c.value is not None]
-        divergent = name not in skip and any(not values_close(values[0], v, adam) for v in values[1:])
+        divergent = name not in skip and any(not values_close(values[0], v, tol) for v in values[1:])
         rows.append(Row(name, name, cells, divergent, snapshot=False, subject=name in subjects))
     for name, v in sorted(snaps.items(), key=lambda item: item[1].snapshot.op):
         cells = tuple(_cell(traces[tid], vms[tid], name) for tid in ids)

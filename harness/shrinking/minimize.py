@@ -43,12 +43,13 @@ class MinimizeResult:
     hypothesis_runs: int = 0  # runs spent in Hypothesis's shrinker before the domain pass
 
 
-def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]], layers: Sequence[LayerDecl] = ()) -> Program | None:
+def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]], layers: Sequence[LayerDecl] = (),
+           dtype: str = "f32") -> Program | None:
     try:
-        canonical = check_program(tuple(tensors), list(ops), layers=tuple(layers))
+        canonical = check_program(tuple(tensors), list(ops), layers=tuple(layers), dtype=dtype)
     except CaseError:
         return None
-    return Program(tuple(tensors), canonical, layers=tuple(layers))
+    return Program(tuple(tensors), canonical, layers=tuple(layers), dtype=dtype)
 
 
 def _bound_by(op: Mapping[str, Any], params: Sequence[str]) -> set[str]:
@@ -74,9 +75,9 @@ def without_ops(program: Program, drop: set[int]) -> Program | None:
     if len(kept) == len(program.ops):
         return None
     # A dropped ``append`` leaves its name shorter: later writes of it are cut to fit.
-    p = _valid(program.tensors, kept, program.layers)
+    p = _valid(program.tensors, kept, program.layers, program.dtype)
     if p is None and (reshaped := _reshaped_ops(program.tensors, kept, program.layers)) is not None:
-        p = _valid(program.tensors, reshaped, program.layers)
+        p = _valid(program.tensors, reshaped, program.layers, program.dtype)
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -94,7 +95,7 @@ def without_tensor(program: Program, name: str) -> Program | None:
         # a module clone no longer holds the removed param
         gone.update(f"{op[f.name]}.{name}" for f in ops.spec(op).of_kind("prefix"))
         kept.append(op)
-    p = _valid(tensors, kept, program.layers)
+    p = _valid(tensors, kept, program.layers, program.dtype)
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -112,7 +113,7 @@ def without_layer(program: Program, name: str) -> Program | None:
             continue
         gone.update(f"{op[f.name]}.{s}" for f in ops.spec(op).of_kind("prefix") for s in stats)
         kept.append(op)
-    p = _valid(program.tensors, kept, tuple(x for x in program.layers if x.name != name))
+    p = _valid(program.tensors, kept, tuple(x for x in program.layers if x.name != name), program.dtype)
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -125,7 +126,7 @@ def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program |
     tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t
                     for t in program.tensors)
     out = _reshaped_ops(tensors, program.ops, program.layers)
-    p = _valid(tensors, out, program.layers) if out is not None else None
+    p = _valid(tensors, out, program.layers, program.dtype) if out is not None else None
     return replace(p, title=program.title, meta=program.meta) if p else None
 
 
@@ -192,6 +193,8 @@ def _simpler_values(xs: tuple[float, ...]) -> list[tuple[float, ...]]:
 def simplifications(program: Program) -> Iterator[Program]:
     """Candidate programs that are each 'simpler' by one step (a well-founded order, so the
     fixpoint loop terminates)."""
+    if program.dtype != "f32":  # float32 holds every value of an f16 or bf16 case
+        yield replace(program, dtype="f32")
     for t in program.tensors:
         if t.grad is not None:
             yield replace(program, tensors=tuple(replace(u, grad=None) if u is t else u for u in program.tensors))
@@ -212,12 +215,13 @@ def simplifications(program: Program) -> Iterator[Program]:
         for key in (f.name for f in ops.spec(op).of_kind("name")):
             if op[key] in source:
                 p = _valid(program.tensors, program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1:],
-                           program.layers)
+                           program.layers, program.dtype)
                 if p is not None:
                     yield replace(p, title=program.title, meta=program.meta)
     for i, op in enumerate(program.ops):
         for simpler in _simpler_op(op):
-            p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:], program.layers)
+            p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:], program.layers,
+                       program.dtype)
             if p is not None:
                 yield replace(p, title=program.title, meta=program.meta)
 
@@ -281,8 +285,8 @@ def canonical_names(program: Program) -> Program:
                 mapping[f"{old}.{p}"] = f"{op[f.name]}.{mapping[p]}"
         renamed.append(op)
     tensors = tuple(replace(t, name=mapping[t.name]) for t in program.tensors)
-    return Program(tensors, check_program(tensors, renamed, layers=tuple(layers)), program.title, program.meta,
-                   tuple(layers))
+    return Program(tensors, check_program(tensors, renamed, layers=tuple(layers), dtype=program.dtype), program.title,
+                   program.meta, tuple(layers), dtype=program.dtype)
 
 
 def _snapshot_sources(program: Program) -> dict[str, str]:

@@ -38,7 +38,7 @@ from harness.case import ops as op_table
 from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 
 #: The seed of a program's one generator (lazy init ``program_rng``), set once when it opens.
 PROGRAM_SEED = 0
@@ -145,6 +145,7 @@ class Program:
     tensors: list[dict]
     ops: list
     layers: list = ()  # LayerSpec dicts: name, kind, features, momentum, p (absent ones None)
+    dtype: str = "f32"  # every tensor's (``op_table.DTYPES``)
 
 
 @dataclass(frozen=True)
@@ -243,7 +244,10 @@ def parse_request(line: bytes) -> Hello | Run | Exit:
         layers = program.get("layers", [])
         if not isinstance(layers, list):
             raise Malformed("invalid type for `layers`: expected a sequence")
-        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers]))
+        dtype = program.get("dtype", "f32")
+        if dtype not in op_table.DTYPES:
+            raise Malformed(f"unknown variant {json.dumps(dtype)} for `dtype`, expected {' or '.join(op_table.DTYPES)}")
+        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype))
     raise Malformed(f"unknown variant {json.dumps(kind)} for `type`, expected hello, run or exit")
 
 

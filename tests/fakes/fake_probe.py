@@ -139,7 +139,7 @@ def hang_until_orphaned() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--protocol", type=int, default=8)  # harness.targets.protocol.PROTOCOL_VERSION
+    ap.add_argument("--protocol", type=int, default=9)  # harness.targets.protocol.PROTOCOL_VERSION
     ap.add_argument("--exit-at-start", action="store_true")
     ap.add_argument("--garbage", action="store_true")
     ap.add_argument("--hang-on-fill", action="store_true")

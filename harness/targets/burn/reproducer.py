@@ -5,6 +5,11 @@ every bound name after every op. The helpers it calls (``Model``, ``edit_param``
 are the probe's own ``support.rs``, copied into the project (``harness/targets/rust_project.py``);
 this module writes only the program-specific part.
 
+Every tensor and layer is made in the case's dtype (``let dtype = FloatDType::...`` at the top of
+``main``), with the probe's calls: ``param_in`` / ``tensor_in`` / ``const_param`` (support.rs) where
+a burn call takes no dtype, and in f32 burn's own ``Param::from_data`` / ``Tensor::from_data`` /
+``Initializer::Constant``.
+
 As in the probe (``rust_probes/burn_probe/src/session.rs``), params live in the model's slots
 (``model.p<rank>[<index>]``), layers in its ``bn`` / ``dropout`` fields (``batch_norm``,
 ``dropout``; a dropout burn refuses to build, p = 1, is a comment), a running statistic is read
@@ -28,9 +33,11 @@ from harness.targets.reproducer_base import step_fields
 from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
 _USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "use burn::optim::GradientsParams;",
-         "use burn::tensor::{Device, Tensor, TensorData};", ""]
+         "use burn::tensor::{Device, FloatDType, Tensor, TensorData};", ""]
 _MAIN = ["fn main() {", "    let mut checkpoints = Checkpoints::default();  // declared first, so dropped last",
          "    let dev = Device::flex().autodiff();", "    let mut model = Model::empty();"]
+#: The case's dtype as burn names it (the probe's ``session::program_dtype``).
+_FLOAT_DTYPES = {"f32": "FloatDType::F32", "bf16": "FloatDType::BF16", "f16": "FloatDType::F16"}
 
 # Snapshot methods that are one call on the source's tensor (``{t}``; ``{r}``: the rank they give,
 # the op table's ``snapshot_shape``, for the calls that name it).
@@ -44,8 +51,9 @@ _TENSOR_METHODS = {
     "narrow": "{t}.narrow(0, 1, {t}.dims()[0] - 1)",
     "unsqueeze": "{t}.unsqueeze_dim::<{r}>(0)", "squeeze": "{t}.squeeze_dim::<{r}>(0)",
     "chunk": "{t}.chunk(2, 0).remove(0)", "select": "{t}.select_dim::<{r}>(0, 0)",
-    "to_same_dtype": "{t}.cast(burn::tensor::FloatDType::F32)",
-    "via_bf16": "{t}.cast(burn::tensor::FloatDType::BF16).cast(burn::tensor::FloatDType::F32)",
+    # `dtype`: the case's (main's first lines), as the probe's snapshots.rs converts
+    "to_same_dtype": "{t}.cast(dtype)", "via_bf16": "{t}.cast(FloatDType::BF16).cast(dtype)",
+    "via_f32": "{t}.cast(FloatDType::F32).cast(dtype)",
 }
 
 
@@ -84,8 +92,9 @@ class _Writer(MainWriter):
 
     framework = "burn"
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: str = "f32") -> None:
         super().__init__()
+        self.dtype = dtype  # the case's: f32 keeps burn's own calls that take no dtype
         # name -> ("model", rank, idx) | ("param", rank) | ("tensor", rank) | ("stat", module, i, stat):
         # `<module>.bn[i].<stat>`, a running statistic | None (not translated)
         self.slots: dict[str, tuple | None] = {}
@@ -150,7 +159,7 @@ class _Writer(MainWriter):
         """``batch_norm`` / ``dropout`` (support.rs) into the model's field; its statistics bound."""
         if layer.kind == "batch_norm":
             i = len(self.bn_names)
-            self.body.append(f"    model.bn.push(batch_norm({layer.features}, {rust_float(layer.momentum)}, &dev));"
+            self.body.append(f"    model.bn.push(batch_norm({layer.features}, {rust_float(layer.momentum)}, dtype, &dev));"
                              f"  // {layer.name}")
             self.layers[layer.name] = ("bn", i)
             self.bn_names.append((layer.name, i))
@@ -168,24 +177,28 @@ class _Writer(MainWriter):
     def declare(self, t) -> None:
         r, dims = len(t.shape), _dims(t.shape)
         data = f"TensorData::new({rust_f32_list(t.value or [])}, {dims})"
+        f32 = self.dtype == "f32"
         if t.kind == "buffer":
             v = self.new_var(t.name)
-            self.body.append(f"    let {v} = Tensor::<{r}>::from_data({data}, &dev);")
+            make = f"Tensor::<{r}>::from_data({data}, &dev)" if f32 else f"tensor_in::<{r}>({data}, dtype, &dev)"
+            self.body.append(f"    let {v} = {make};")
             self.cur[t.name] = v
             self.bind(t.name, ("tensor", r))
             return
         if t.kind == "param":
-            expr = f"Param::<Tensor<{r}>>::from_data({data}, &dev)"
+            expr = f"Param::<Tensor<{r}>>::from_data({data}, &dev)" if f32 else f"param_in::<{r}>({data}, dtype, &dev)"
         elif t.init == "uniform":
-            expr = f"uniform_param({dims}, {t.seed or 0}, &dev)"
+            expr = f"uniform_param({dims}, {t.seed or 0}, dtype, &dev)"
         elif t.init == "program_rng":
             if not self.seeded:  # as the probe's session does once per program, before any draw
                 self.body += [f"    dev.seed({PROGRAM_SEED});  // the program's one generator, per backend",
                               f"    {_DEVICES['alt']}.seed({PROGRAM_SEED});"]
                 self.seeded = True
-            expr = f"program_rng_param({dims}, &dev)"
-        else:
+            expr = f"program_rng_param({dims}, dtype, &dev)"
+        elif f32:
             expr = f"Initializer::Constant {{ value: {rust_f32(rust_float(t.fill or 0.0))} as f64 }}.init::<{r}, _>({dims}, &dev)"
+        else:
+            expr = f"const_param({dims}, {rust_f32(rust_float(t.fill or 0.0))}, dtype, &dev)"
         self.body.append(f"    model.p{r}.push({expr});")
         self.params.append((t.name, r, self.counts[r], list(t.grad) if t.grad is not None else [1.0] * t.numel))
         self.bind(t.name, ("model", r, self.counts[r]))
@@ -231,7 +244,7 @@ class _Writer(MainWriter):
         if m == "state_dict":
             read = f'record_round_trip({module}).expect("state_dict")'
         else:
-            read = f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev).expect("save_load")'
+            read = f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev, dtype).expect("save_load")'
         self.body.append(f"    let {v} = {read}.{at}.{stat}.value();")
 
     def _record(self, of: str, method: str) -> str:
@@ -247,7 +260,7 @@ class _Writer(MainWriter):
             module, at = f"Model {{ p1: {fields[1]}, p2: {fields[2]}, p3: {fields[3]}, ..Model::empty() }}", f"p{r}[0]"
         if method == "state_dict":
             return f'record_round_trip({module}).expect("state_dict").{at}.clone()'
-        return f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev).expect("save_load").{at}.clone()'
+        return f'save_and_load({module}, &checkpoints.next().expect("checkpoint"), &dev, dtype).expect("save_load").{at}.clone()'
 
     def edit(self, op: dict) -> None:
         fn = "edit_tensor" if self.slots[op["target"]][0] == "tensor" else "edit_param"
@@ -359,7 +372,7 @@ class _Writer(MainWriter):
                           f'    let {c}_read = read_record(model.clone(), {c}_record.clone()).expect("load_record");']
         else:
             self.body += [f'    let {c}_path = checkpoints.next().expect("checkpoint");',
-                          f'    let {c}_read = save_and_load(model.clone(), &{c}_path, &dev).expect("save_file");']
+                          f'    let {c}_read = save_and_load(model.clone(), &{c}_path, &dev, dtype).expect("save_file");']
         self.checkpoints[op["name"]] = op["to"]
         for pname, r, idx, _ in self.params:
             n = f"{op['name']}.{pname}"
@@ -453,6 +466,7 @@ class _Writer(MainWriter):
 
 def burn_main(program: Program, repro: dict | None = None) -> str:
     """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops burn ran."""
-    body = main_body(program, repro, _Writer, _MAIN[1:])
+    prelude = [*_MAIN[1:3], f"    let dtype = {_FLOAT_DTYPES[program.dtype]};  // the case's dtype: every tensor's", *_MAIN[3:]]
+    body = main_body(program, repro, lambda: _Writer(program.dtype), prelude)
     head = main_head("burn", "CPU flex backend with autodiff", program.title or "case")
     return "\n".join([*head, *_USES, _MAIN[0], *body, "}", ""])

@@ -14,6 +14,11 @@ The program's layers are built after its tensors, as the probe builds them
 (``batch_norm_layer``), its running statistics bound to the VarMap's Vars; a ``candle_nn::Dropout``.
 candle has no module modes: ``valid`` / ``train`` shadow the ``train`` flag every ``forward_t``
 is given.
+
+The program's dtype is ``dt`` (``main``'s first lines set it), as in the probe: a param of another
+dtype than f32 is ``Var::from_tensor`` of its f32 values converted with ``to_dtype``, a buffer the
+converted tensor, lazy params and layer statistics are made by the VarMap in ``dt``; a written
+value is converted to its target's dtype, a filled one made a ``Scalar`` of it (``scalar_in``).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from harness.case.ir import Program
 from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
-_USES = ["use candle_core::{Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
+_USES = ["use candle_core::{DType, Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
          "use std::collections::HashMap;", ""]
 _MAIN = ["fn main() -> candle_core::Result<()> {", "    let dev = Device::Cpu;",
+         "    let dt = {dtype};  // the program's dtype: every tensor's",
          "    #[allow(unused_mut)] // only `load` needs it mutable",
          "    let mut varmap = VarMap::new();",
          "    let mut grads: HashMap<String, Vec<f32>> = HashMap::new();"]
@@ -42,9 +48,13 @@ _TENSOR_METHODS = {
     "expand": "expand_two({r})?", "permute": "{t}.permute((1, 2, 0))?", "flip": "{t}.flip(&[0])?",
     "narrow": "{t}.narrow(0, 1, {t}.dim(0)? - 1)?", "unsqueeze": "{t}.unsqueeze(0)?", "squeeze": "{t}.squeeze(0)?",
     "chunk": "{t}.chunk(2, 0)?.remove(0)", "select": "candle_core::IndexOp::i({r}, 0)?",
-    "to_same_dtype": "{t}.to_dtype(candle_core::DType::F32)?",
-    "via_bf16": "{t}.to_dtype(candle_core::DType::BF16)?.to_dtype(candle_core::DType::F32)?",
+    # dt: the program's dtype, every tensor's (main's first lines set it)
+    "to_same_dtype": "{t}.to_dtype(dt)?", "via_bf16": "{t}.to_dtype(DType::BF16)?.to_dtype(dt)?",
+    "via_f32": "{t}.to_dtype(DType::F32)?.to_dtype(dt)?",
 }
+
+#: candle's dtype for a program's (the probe's ``candle_dtype``).
+_CANDLE_DTYPES = {"f32": "DType::F32", "bf16": "DType::BF16", "f16": "DType::F16"}
 
 
 class _Writer(MainWriter):
@@ -60,6 +70,7 @@ class _Writer(MainWriter):
         self.layers = program.layers
         self.caches: set[str] = set()  # names whose KV cache a cache append started
         self.seeded = False  # whether the program's one generator was seeded (lazy init program_rng)
+        self.f32 = program.dtype == "f32"  # values need no conversion
 
     def bind(self, name: str, kind: str) -> None:
         self.kinds[name] = kind
@@ -83,10 +94,12 @@ class _Writer(MainWriter):
     def declare(self, t) -> None:
         v, shape = ident(t.name), "(" + ", ".join(str(d) for d in t.shape) + ",)"
         if t.kind == "param":
-            self.body += [f"    let {v} = Var::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?;",
-                          f'    insert_var(&varmap, "{t.name}", &{v});']
+            made = (f"Var::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?" if self.f32 else
+                    f"Var::from_tensor(&Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?.to_dtype(dt)?)?")
+            self.body += [f"    let {v} = {made};", f'    insert_var(&varmap, "{t.name}", &{v});']
         elif t.kind == "buffer":
-            self.body.append(f"    let {v} = Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?;")
+            convert = "" if self.f32 else ".to_dtype(dt)?"
+            self.body.append(f"    let {v} = Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?{convert};")
         else:
             if t.init == "program_rng" and not self.seeded:
                 # As the probe does once per program; the CPU refuses (the probe: unsupported).
@@ -95,7 +108,7 @@ class _Writer(MainWriter):
             init = (f"Init::Const({rust_f32(rust_float(t.fill or 0.0))} as f64)" if t.init == "const"
                     else "Init::Uniform { lo: -1.0, up: 1.0 }")
             dims = "vec![" + ", ".join(str(d) for d in t.shape) + "]"
-            self.body.append(f'    let {v} = lazy_var(&varmap, {dims}, "{t.name}", {init}, &dev)?;')
+            self.body.append(f'    let {v} = lazy_var(&varmap, {dims}, "{t.name}", {init}, dt, &dev)?;')
         self.bind(t.name, "tensor" if t.kind == "buffer" else "var")
         if t.kind != "buffer":
             grad = list(t.grad) if t.grad is not None else [1.0] * t.numel
@@ -107,7 +120,7 @@ class _Writer(MainWriter):
         v = _layer_var(layer.name)
         if layer.kind == "batch_norm":
             self.body.append(f'    let {v} = batch_norm_layer(&varmap, "{layer.name}", {layer.features}, '
-                             f"{rust_float(layer.momentum)}, {rust_float(layer_table.BATCH_NORM_EPS)}, &dev)?;")
+                             f"{rust_float(layer.momentum)}, {rust_float(layer_table.BATCH_NORM_EPS)}, dt, &dev)?;")
             for stat, _, _ in layer.states():
                 self.body.append(f'    let {ident(stat)} = var_of(&varmap, "{stat}").expect("batch_norm puts '
                                  'its stats in the VarMap");')
@@ -149,7 +162,8 @@ class _Writer(MainWriter):
             self.body.append(f"    write_row({self.ten_ref(tgt)}, {op['index']}, &{value})?;")
             return
         t = self.ten(tgt)
-        whole = f"Tensor::from_vec({value}, {t}.shape(), {t}.device())?"
+        convert = "" if self.f32 else f".to_dtype({t}.dtype())?"  # as write_row converts a row
+        whole = f"Tensor::from_vec({value}, {t}.shape(), {t}.device())?{convert}"
         if self.kinds[tgt] == "var":
             self.body.append(f"    {ident(tgt)}.set(&{whole})?;")
         else:
@@ -166,7 +180,9 @@ class _Writer(MainWriter):
         self.body.append(f"    assign_from({self.ten_ref(tgt)}, {index}, {src})?;")
 
     def fill(self, op: dict) -> None:
-        self.body.append(f"    {self.ten(op['target'])}.const_set({rust_f32(rust_float(op['value']))}.into())?;")
+        t, v = self.ten(op["target"]), rust_f32(rust_float(op["value"]))
+        scalar = f"{v}.into()" if self.f32 else f"scalar_in({t}.dtype(), {v})?"  # a Scalar of the tensor's dtype
+        self.body.append(f"    {t}.const_set({scalar})?;")
 
     def scale(self, op: dict) -> None:
         v = ident(op["target"])
@@ -301,6 +317,7 @@ def _layer_var(layer: str) -> str:
 def candle_main(program: Program, repro: dict | None = None) -> str:
     """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops candle ran."""
     # Both runs of a metamorphic case have the program's tensors and layers: one writer kind.
-    body = main_body(program, repro, lambda: _Writer(program), _MAIN[1:])
+    prelude = [line.replace("{dtype}", _CANDLE_DTYPES[program.dtype]) for line in _MAIN[1:]]
+    body = main_body(program, repro, lambda: _Writer(program), prelude)
     head = main_head("candle", "CPU", program.title or "case")
     return "\n".join([*head, *_USES, _MAIN[0], *body, "    Ok(())", "}", ""])

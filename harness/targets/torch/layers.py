@@ -20,7 +20,7 @@ class LayerOps:
             layer = nn.BatchNorm1d(spec["features"], momentum=spec["momentum"], affine=False)
         else:
             layer = nn.Dropout(spec["p"])
-        self.model.add_module(spec["name"], layer.to(self.home))
+        self.model.add_module(spec["name"], layer.to(self.home, self.dtype))
         for stat, _ in RUNNING_STATS if spec["kind"] == "batch_norm" else ():
             name = f"{spec['name']}.{stat}"
             self.layer_stats.append(name)

@@ -44,7 +44,7 @@ def loss():
     total = None
     for n, p in model.named_parameters(remove_duplicate=False):
         g = grads.get(n)
-        g = torch.ones(p.shape) if g is None else torch.tensor(g, dtype=torch.float32).reshape(p.shape)
+        g = torch.ones(p.shape, dtype=p.dtype) if g is None else torch.tensor(g, dtype=p.dtype).reshape(p.shape)
         term = (p * g.to(p.device)).sum()
         total = term if total is None else total + term
     return total
@@ -77,8 +77,13 @@ _METHODS = {
     "expand": "{t}.unsqueeze(0).expand(2, *{t}.shape)", "permute": "{t}.permute(*range(1, {t}.dim()), 0)",
     "flip": "{t}.flip(0)", "narrow": "{t}.narrow(0, 1, {t}.shape[0] - 1)", "unsqueeze": "{t}.unsqueeze(0)",
     "squeeze": "{t}.squeeze(0)", "chunk": "{t}.chunk(2, 0)[0]", "select": "{t}.select(0, 0)",
-    "to_same_dtype": "{t}.to(torch.float32)", "via_bf16": "{t}.to(torch.bfloat16).to(torch.float32)",
+    # DTYPE: the case's, every tensor's (the script's first lines set it)
+    "to_same_dtype": "{t}.to(DTYPE)", "via_bf16": "{t}.to(torch.bfloat16).to(DTYPE)",
+    "via_f32": "{t}.to(torch.float32).to(DTYPE)",
 }
+
+
+_TORCH_DTYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch.float16"}
 
 
 def _name(n: str) -> str:
@@ -89,13 +94,14 @@ def _tensor_lines(t) -> list[str]:
     """The declaration of one tensor: registered on the model as a parameter or a buffer."""
     shape = list(t.shape)
     if t.kind != "lazy":
-        out = [f"_t = torch.tensor({[float(x) for x in t.value]!r}, dtype=torch.float32).reshape({shape})"]
+        out = [f"_t = torch.tensor({[float(x) for x in t.value]!r}, dtype=DTYPE).reshape({shape})"]
     elif t.init == "uniform":
-        out = [f"_t = torch.empty({shape}).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed({t.seed or 0}))"]
+        out = [f"_t = torch.empty({shape}, dtype=DTYPE).uniform_(-1.0, 1.0, "
+               f"generator=torch.Generator().manual_seed({t.seed or 0}))"]
     elif t.init == "program_rng":
-        out = [f"_t = torch.empty({shape}).uniform_(-1.0, 1.0, generator=program_rng)"]
+        out = [f"_t = torch.empty({shape}, dtype=DTYPE).uniform_(-1.0, 1.0, generator=program_rng)"]
     else:
-        out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r})"]
+        out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r}, dtype=DTYPE)"]
     if t.kind == "buffer":
         return out + [f'model.register_buffer("{t.name}", _t)', f'names["{t.name}"] = model._buffers["{t.name}"]']
     return out + [f'model.register_parameter("{t.name}", nn.Parameter(_t))',
@@ -108,7 +114,7 @@ def _layer_lines(layer) -> list[str]:
     if layer.kind == "dropout":
         return [f"model.add_module({layer.name!r}, nn.Dropout({float(layer.p)!r}))"]
     out = [f"model.add_module({layer.name!r}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
-           "affine=False))"]
+           "affine=False, dtype=DTYPE))"]
     for name, _, _ in layer.states():
         out += [f"stats.append({name!r})", f"names[{name!r}] = model.get_buffer({name!r})"]
     return out
@@ -124,7 +130,7 @@ def _snapshot(op: dict) -> list[str]:
 
 def _write(op: dict) -> list[str]:
     t = _name(op["target"])
-    v = f"torch.tensor({[float(x) for x in op['value']]!r}, dtype=torch.float32, device={t}.device)"
+    v = f"torch.tensor({[float(x) for x in op['value']]!r}, dtype={t}.dtype, device={t}.device)"
     if op.get("index") is None:
         return ["with torch.no_grad():", f"    {t}.copy_({v}.reshape({t}.shape))"]
     return ["with torch.no_grad():", f"    {t}[{op['index']}] = {v}.reshape({t}.shape[1:])"]
@@ -309,7 +315,7 @@ _FRESH_STATE = ["model = Model()", "names = {}", "grads = {}", "optimizers = {}"
 
 def _run_lines(program: Program, repro: dict | None, prefix: str, numbers) -> list[str]:
     st = statuses(repro, "torch")
-    out = []
+    out = [f"DTYPE = {_TORCH_DTYPES[program.dtype]}  # the case's dtype: every tensor's"]
     if any(t.init == "program_rng" for t in program.tensors):
         out.append(f"program_rng = torch.Generator().manual_seed({PROGRAM_SEED})  # the program's one generator")
     for t in program.tensors:

@@ -8,8 +8,8 @@ serves them.
 
 Each op's torch call follows ``docs/SEMANTICS.md`` (torch column) and is commented where it is made.
 
-Floats travel as the shortest decimal that round-trips the float32 value (``str(np.float32(x))``,
-the digits serde_json prints for an ``f32``): ``0.1f32`` is ``0.1`` from every target.
+Every tensor is made in the program's dtype (``TORCH_DTYPES``); observations are
+``harness.targets.torch.observe``'s.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from harness.targets.driver import OpError, Unsupported
 from harness.targets.protocol import PROGRAM_SEED, Program, unreadable
 from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
+from harness.targets.torch.observe import TORCH_DTYPES, observation
 from harness.targets.torch.training import TrainingOps
 from harness.targets.torch.views import CONVERSIONS, VIEWS
 
@@ -80,50 +81,6 @@ class Model(nn.Module):
         raise NotImplementedError
 
 
-# float32 value (held exactly as a Python float) -> its shortest round-tripping decimal. Programs
-# reuse few values, and formatting one (``str(np.float32)``) costs 20 times a lookup. Zeros and NaN
-# are not cached: 0.0 == -0.0 would share an entry, and NaN never finds its own.
-_SHORTEST: dict[float, float] = {}
-
-
-def _shortest_f32(values: list[float]) -> list[float]:
-    cache = _SHORTEST
-    if len(cache) > 1 << 16:
-        cache.clear()
-    out = []
-    for x in values:
-        y = cache.get(x)
-        if y is None:
-            # str(np.float32) is the shortest round-tripping decimal: see the module docstring.
-            y = float(str(np.float32(x)))
-            if x == x and x != 0.0:
-                cache[x] = y
-        out.append(y)
-    return out
-
-
-def _obs(t) -> dict:
-    d = t.detach()
-    if not d.is_cpu:
-        d = d.cpu()
-    if d.dtype != torch.float32:
-        d = d.to(torch.float32)
-    # Nested tolist then flattened row-major: cheaper than reshape(-1) on tensors this small.
-    values = d.tolist()
-    if d.dim() == 0:
-        values = [values]
-    for _ in range(d.dim() - 1):
-        values = [x for row in values for x in row]
-    return {
-        "shape": list(t.shape),
-        "value": _shortest_f32(values),
-        "device": str(t.device),
-        "requires_grad": bool(t.requires_grad),
-        "identity": str(id(t)),
-        "initialized": True,
-    }
-
-
 class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     """One program on one torch device: the driver's ``Session``.
 
@@ -132,11 +89,12 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     reused within a program. Tensors change only inside ``__init__`` and ``apply`` (the driver's
     contract), which is what lets ``observe`` reuse a round of change keys until the next op."""
 
-    def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = ()):
+    def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = (), dtype: str = "f32"):
         if device_name not in DEVICES:
             raise OpError(f"unknown device {json.dumps(device_name)} "
                               f"(this probe has {', '.join(DEVICES)})")
         self.home, self.variant, _, self.alt = DEVICES[device_name]
+        self.dtype = TORCH_DTYPES[dtype]  # every tensor's, grads and layer stats included
         self.model = Model()
         self.modules = [self.model]  # the model and its module_clone copies
         self.clone_prefix: dict[int, str] = {}  # id(clone module) -> "<name>."
@@ -175,14 +133,14 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             if spec["init"] in op_table.DRAWN_INITS:
                 gen = (torch.Generator().manual_seed(spec["seed"] or 0) if spec["init"] == "uniform"
                        else self.program_rng)
-                t = torch.empty(shape, dtype=torch.float32).uniform_(-1.0, 1.0, generator=gen)
+                t = torch.empty(shape, dtype=self.dtype).uniform_(-1.0, 1.0, generator=gen)
             else:
                 fill = spec["fill"] if spec["fill"] is not None else 0.0
-                t = torch.full(shape, fill, dtype=torch.float32)
+                t = torch.full(shape, fill, dtype=self.dtype)
         else:
             if spec["value"] is None:
                 raise ValueError(f"tensor {spec['name']!r} has no value")
-            t = torch.tensor(spec["value"], dtype=torch.float32).reshape(shape)
+            t = torch.tensor(spec["value"], dtype=self.dtype).reshape(shape)
         return t.to(self.home)
 
     def _bind(self, name: str, t) -> None:
@@ -232,7 +190,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         if method in VIEWS:
             return VIEWS[method](t)  # views.py: the calls whose arguments come from t's shape
         if method in CONVERSIONS:
-            return CONVERSIONS[method](t)  # views.py: the dtype conversions
+            return CONVERSIONS[method](t, self.dtype)  # views.py: the dtype conversions
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
             if of not in self.model._parameters and of not in self.model._buffers and of not in self.layer_stats:
@@ -255,7 +213,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def _op_write(self, op: dict) -> None:
         t = self.bound[op["target"]]
-        value = torch.tensor(op["value"], dtype=torch.float32, device=t.device)
+        value = torch.tensor(op["value"], dtype=t.dtype, device=t.device)
         with torch.no_grad():
             if op["index"] is None:
                 t.copy_(value.reshape(t.shape))
@@ -400,7 +358,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         if key is not None and seen is not None and seen[0] == key and key[2] not in dirty:
             return seen[1]
         try:
-            obs = _obs(self.bound[name])
+            obs = observation(self.bound[name])
         except Exception as e:  # noqa: BLE001 - an unreadable tensor is data, not a crash
             obs = unreadable(f"{type(e).__name__}: {e}")
         if key is not None:
@@ -448,7 +406,7 @@ class TorchProbe:
         }
 
     def open(self, device: str, program: Program) -> TorchSession:
-        return TorchSession(device, program.tensors, program.layers)
+        return TorchSession(device, program.tensors, program.layers, program.dtype)
 
 
 def _move_param_like_module_apply(module: nn.Module, key: str, dev) -> nn.Parameter:

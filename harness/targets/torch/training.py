@@ -99,8 +99,8 @@ class TrainingOps:
         # gradient); the optimizer holds it once (parameters() removes duplicates).
         for name, p in self.model.named_parameters(remove_duplicate=False):
             g = self.grads.get(name)
-            g = (torch.ones(p.shape, dtype=torch.float32, device=p.device) if g is None
-                 else torch.tensor(g, dtype=torch.float32, device=p.device).reshape(p.shape))
+            g = (torch.ones(p.shape, dtype=p.dtype, device=p.device) if g is None
+                 else torch.tensor(g, dtype=p.dtype, device=p.device).reshape(p.shape))
             term = (p * g).sum()
             loss = term if loss is None else loss + term
         if loss is None:

@@ -1,5 +1,5 @@
 """The torch calls of the snapshot methods whose arguments come from the source's shape, and of
-the dtype conversions (issue #16, ``harness/case/methods.py``): each is the one call a user writes, and
+the dtype conversions (``harness/case/methods.py``): each is the one call a user writes, and
 returns what torch returns. The session (``TorchSession._take``) and the reproducer
 (``reproducer._METHODS``) spell the same calls.
 
@@ -31,10 +31,11 @@ VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-#: The dtype conversions (issue #16; every case tensor is float32).
-CONVERSIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+#: The dtype conversions, given the case's dtype (every tensor of a case has it).
+CONVERSIONS: dict[str, Callable[[torch.Tensor, torch.dtype], torch.Tensor]] = {
     # Tensor.to docs: "If the self Tensor already has the correct torch.dtype and torch.device,
-    # then self is returned".
-    "to_same_dtype": lambda t: t.to(torch.float32),
-    "via_bf16": lambda t: t.to(torch.bfloat16).to(torch.float32),
+    # then self is returned"; so is each step of a round trip through the tensor's own dtype.
+    "to_same_dtype": lambda t, dtype: t.to(dtype),
+    "via_bf16": lambda t, dtype: t.to(torch.bfloat16).to(dtype),
+    "via_f32": lambda t, dtype: t.to(torch.float32).to(dtype),
 }

@@ -19,7 +19,7 @@ pub const BURN_VERSION: &str = env!("BURN_VERSION");
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "mul1", "to_home", "to_cpu", "reshape", "view_row", "transpose",
     "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze", "squeeze",
-    "chunk", "select", "to_same_dtype", "via_bf16",
+    "chunk", "select", "to_same_dtype", "via_bf16", "via_f32",
 ];
 
 pub struct BurnProbe {
@@ -142,6 +142,15 @@ impl Probe for BurnProbe {
                 }
             },
         };
+        // One dtype per program: a backend without it (ndarray has no f16 nor bf16) refuses the
+        // whole program, as burn's device.rs advises asking before choosing a reduced precision.
+        let dtype = session::program_dtype(program);
+        if !home.supports_dtype(dtype) {
+            return Err(Refusal::Unsupported(format!(
+                "{device} has no {} (Device::supports_dtype)",
+                program.dtype.as_str()
+            )));
+        }
         Ok(session::BurnSession::new(home.autodiff(), alt.map(|d| d.autodiff()), program)?)
     }
 }

@@ -2,20 +2,20 @@
 //! the layers, and the optimizers. Every op is the burn call a user writes; the table is in
 //! README.md.
 
-use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model, Stat};
+use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model};
 use crate::vals::{
     add_val, assign_val, cat_val, edit_val, make, map_val, move_val, obs_param, observe_val, read_val, replace_val, KvCache,
     MoveKind, Val,
 };
 use aliasfuzz_protocol::{
-    panic_message, AppendHow, DeviceRole, MoveMethod, Obs, Op, Outcome, Program, ReplaceHow, Session, TensorKind,
+    panic_message, AppendHow, DeviceRole, Dtype, MoveMethod, Obs, Op, Outcome, Program, ReplaceHow, Session, TensorKind,
     PROGRAM_SEED,
 };
 use burn::module::Module;
 use burn::nn::BatchNorm;
 use burn::optim::{GradientsAccumulator, ModuleOptimizer};
 use burn::store::ModuleRecord;
-use burn::tensor::Device;
+use burn::tensor::{Device, FloatDType};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -43,6 +43,8 @@ struct ModelParam {
 
 pub struct BurnSession {
     home: Device,
+    /// The program's dtype: every tensor it declares, every layer, every value an op makes.
+    dtype: FloatDType,
     alt: Option<Device>,
     model: Model,
     params: Vec<ModelParam>,
@@ -69,6 +71,7 @@ pub struct BurnSession {
 mod layers;
 mod snapshots;
 mod training;
+use layers::Stat;
 
 /// What a `save` kept.
 enum Saved {
@@ -82,6 +85,7 @@ impl BurnSession {
     pub fn new(home: Device, alt: Option<Device>, program: &Program) -> Result<Self, String> {
         let mut s = BurnSession {
             home,
+            dtype: program_dtype(program),
             alt,
             model: Model::empty(),
             params: vec![],
@@ -110,9 +114,9 @@ impl BurnSession {
                 return Err(format!("tensor {:?} defined twice", spec.name));
             }
             let v = match spec.shape.len() {
-                1 => make::<1>(spec, &s.home)?,
-                2 => make::<2>(spec, &s.home)?,
-                3 => make::<3>(spec, &s.home)?,
+                1 => make::<1>(spec, s.dtype, &s.home)?,
+                2 => make::<2>(spec, s.dtype, &s.home)?,
+                3 => make::<3>(spec, s.dtype, &s.home)?,
                 r => return Err(format!("{}: rank {r} (burn probe supports 1 to 3)", spec.name)),
             };
             let slot = match spec.kind {
@@ -354,6 +358,15 @@ impl BurnSession {
             self.bind_stats(name, &clone, true);
         }
         Outcome::Ok
+    }
+}
+
+/// The program's dtype as burn names it.
+pub fn program_dtype(program: &Program) -> FloatDType {
+    match program.dtype {
+        Dtype::F32 => FloatDType::F32,
+        Dtype::F16 => FloatDType::F16,
+        Dtype::Bf16 => FloatDType::BF16,
     }
 }
 

@@ -5,13 +5,13 @@
 //! probe ran and this is the one copy of it. Anything the protocol needs (rank-erased values,
 //! observations, error outcomes) stays in `vals.rs` and `session.rs`.
 
-use burn::module::{Module, Param, ParamId, RunningState};
+use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig};
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{AdamConfig, AdamWConfig, ModuleOptimizer, SgdConfig};
 use burn::store::ModuleRecord;
-use burn::tensor::{Device, Distribution, Shape, Tensor, TensorData};
+use burn::tensor::{DType, Device, Distribution, FloatDType, Shape, Tensor, TensorData};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -35,19 +35,19 @@ impl Model {
         Model { p1: vec![], p2: vec![], p3: vec![], bn: vec![], dropout: vec![] }
     }
 
-    /// The same layout with fresh, lazily zero-initialised params (new ParamIds) and freshly
-    /// configured layers on `device`: what a user builds from the model's config before
+    /// The same layout with fresh, lazily zero-initialised params (new ParamIds, in `dtype`) and
+    /// freshly configured layers on `device`: what a user builds from the model's config before
     /// `load_file`.
-    pub fn skeleton(&self, device: &Device) -> Model {
-        fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device) -> Param<Tensor<D>> {
+    pub fn skeleton(&self, device: &Device, dtype: FloatDType) -> Model {
+        fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device, dtype: FloatDType) -> Param<Tensor<D>> {
             let shape = p.lazy_shape();
             let dims = shape.clone();
-            lazy_param(shape, device, move |device| Tensor::<D>::zeros(dims, device))
+            lazy_param(shape, device, move |device| Tensor::<D>::zeros(dims, (device, DType::from(dtype))))
         }
         Model {
-            p1: self.p1.iter().map(|p| fresh(p, device)).collect(),
-            p2: self.p2.iter().map(|p| fresh(p, device)).collect(),
-            p3: self.p3.iter().map(|p| fresh(p, device)).collect(),
+            p1: self.p1.iter().map(|p| fresh(p, device, dtype)).collect(),
+            p2: self.p2.iter().map(|p| fresh(p, device, dtype)).collect(),
+            p3: self.p3.iter().map(|p| fresh(p, device, dtype)).collect(),
             bn: self.bn.iter().map(|bn| fresh_batch_norm(bn, device)).collect(),
             dropout: self.dropout.iter().map(|d| dropout(d.prob)).collect(),
         }
@@ -66,10 +66,28 @@ impl Model {
 }
 
 /// A batch-norm layer: `BatchNormConfig::new(features).with_momentum(momentum)`, epsilon at its
-/// default (1e-5). burn's BatchNorm always has `gamma` (ones) and `beta` (zeros) params
-/// (burn-nn modules/norm/batch.rs): the program gives them no gradient, so steps leave them.
-pub fn batch_norm(features: usize, momentum: f64, device: &Device) -> BatchNorm {
-    BatchNormConfig::new(features).with_momentum(momentum).init(device)
+/// default (1e-5), its floats in `dtype` ([`in_dtype`]). burn's BatchNorm always has `gamma`
+/// (ones) and `beta` (zeros) params (burn-nn modules/norm/batch.rs): the program gives them no
+/// gradient, so steps leave them.
+pub fn batch_norm(features: usize, momentum: f64, dtype: FloatDType, device: &Device) -> BatchNorm {
+    in_dtype(BatchNormConfig::new(features).with_momentum(momentum).init(device), dtype)
+}
+
+/// `module` with every float cast to `dtype`: a config's `init` makes them in the device's default
+/// dtype (f32) and burn-core 0.22.1 has no module cast (store/mod.rs names a `module.cast` it
+/// lacks), so a `ModuleMapper`: params through [`map_values`], running states by their `map`.
+pub fn in_dtype<M: Module>(module: M, dtype: FloatDType) -> M {
+    struct Cast(FloatDType);
+    impl ModuleMapper for Cast {
+        fn map_float<const D: usize>(&mut self, p: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let dtype = self.0;
+            map_values(p, |t| t.cast(dtype))
+        }
+    }
+    if dtype == FloatDType::F32 {
+        return module;
+    }
+    module.map(&mut Cast(dtype))
 }
 
 /// A dropout layer: `DropoutConfig::new(p).init()`, which panics for p outside [0, 1)
@@ -78,47 +96,12 @@ pub fn dropout(p: f64) -> Dropout {
     DropoutConfig::new(p).init()
 }
 
-/// A batch norm configured as `bn` is, with fresh running statistics (zeros and ones), on `device`.
+/// A batch norm configured as `bn` is (its dtype included), with fresh running statistics (zeros
+/// and ones), on `device`.
 fn fresh_batch_norm(bn: &BatchNorm, device: &Device) -> BatchNorm {
     let features = bn.gamma.lazy_shape().as_slice()[0];
-    BatchNormConfig::new(features)
-        .with_momentum(bn.momentum)
-        .with_epsilon(bn.epsilon)
-        .init(device)
-}
-
-/// A batch norm's running statistic, by the case's name for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stat {
-    Mean,
-    Var,
-}
-
-impl Stat {
-    pub const ALL: [Stat; 2] = [Stat::Mean, Stat::Var];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stat::Mean => "running_mean",
-            Stat::Var => "running_var",
-        }
-    }
-
-    /// The layer's `RunningState` of this statistic.
-    pub fn of(self, bn: &BatchNorm) -> &RunningState<Tensor<1>> {
-        match self {
-            Stat::Mean => &bn.running_mean,
-            Stat::Var => &bn.running_var,
-        }
-    }
-
-    /// Its current value: `RunningState::value()`, which "might be outdated by one update"
-    /// (running.rs): an update waits in a per-thread map until the next `value_sync`, `valid`,
-    /// `train` or update on the thread. Read as burn gives it, without syncing (a sync would
-    /// change what a later record holds).
-    pub fn value(self, bn: &BatchNorm) -> Tensor<1> {
-        self.of(bn).value()
-    }
+    let config = BatchNormConfig::new(features).with_momentum(bn.momentum).with_epsilon(bn.epsilon);
+    in_dtype(config.init(device), bn.running_mean.value().dtype().into())
 }
 
 /// A lazy param requiring grad: `Param::uninitialized` with a new ParamId, whose `init` runs on
@@ -156,22 +139,42 @@ pub fn cpu_device() -> Device {
     Device::flex().autodiff()
 }
 
-/// A lazy param uniform in [-1, 1): `Param::uninitialized` with burn's sampler seeded when it
-/// initialises, so the value depends on the seed only, not on what ran before the first read.
-pub fn uniform_param<const D: usize>(dims: [usize; D], seed: u64, device: &Device) -> Param<Tensor<D>> {
+/// A lazy param uniform in [-1, 1), drawn in `dtype`, by burn's sampler seeded when it
+/// initialises: the value depends on the seed only, not on what ran before the first read.
+pub fn uniform_param<const D: usize>(dims: [usize; D], seed: u64, dtype: FloatDType, device: &Device) -> Param<Tensor<D>> {
     lazy_param(Shape::new(dims), device, move |device| {
         device.seed(seed);
-        Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), device)
+        Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), (device, DType::from(dtype)))
     })
 }
 
-/// A lazy param uniform in [-1, 1) from the device's generator as it stands when the param
-/// initialises: `BurnSession::new` seeds it once per program (`PROGRAM_SEED`), so the values
-/// depend on how many draws ran before this param's first read.
-pub fn program_rng_param<const D: usize>(dims: [usize; D], device: &Device) -> Param<Tensor<D>> {
+/// A lazy param uniform in [-1, 1), drawn in `dtype` from the device's generator as it stands when
+/// the param initialises: `BurnSession::new` seeds it once per program (`PROGRAM_SEED`), so the
+/// values depend on how many draws ran before this param's first read.
+pub fn program_rng_param<const D: usize>(dims: [usize; D], dtype: FloatDType, device: &Device) -> Param<Tensor<D>> {
     lazy_param(Shape::new(dims), device, move |device| {
-        Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), device)
+        Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), (device, DType::from(dtype)))
     })
+}
+
+/// A lazy param of `value` in a dtype other than f32: `Initializer::Constant` (the f32 call) takes
+/// no dtype (burn-nn initializer.rs: `Tensor::full` in the device's default), so its `full` here.
+pub fn const_param<const D: usize>(dims: [usize; D], value: f32, dtype: FloatDType, device: &Device) -> Param<Tensor<D>> {
+    lazy_param(Shape::new(dims), device, move |device| Tensor::<D>::full(dims, value, (device, DType::from(dtype))))
+}
+
+/// A param of `data`'s values in `dtype`: `Param::from_data` takes no dtype (the device's default,
+/// burn-core param/tensor.rs), so another is `Param::from_tensor` of `from_data` in `dtype`.
+pub fn param_in<const D: usize>(data: TensorData, dtype: FloatDType, device: &Device) -> Param<Tensor<D>> {
+    if dtype == FloatDType::F32 {
+        return Param::from_data(data, device);
+    }
+    Param::from_tensor(Tensor::from_data(data, (device, DType::from(dtype))))
+}
+
+/// A tensor of `data`'s values in `dtype` (`from_data` converts them).
+pub fn tensor_in<const D: usize>(data: TensorData, dtype: FloatDType, device: &Device) -> Tensor<D> {
+    Tensor::from_data(data, (device, DType::from(dtype)))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -197,10 +200,11 @@ pub fn expand_two<const D: usize, const D2: usize>(t: Tensor<D>) -> Tensor<D2> {
     t.unsqueeze_dim::<D2>(0).expand(shape)
 }
 
-/// `to_host`: `to_data` to host memory and `from_data` back onto the tensor's device.
+/// `to_host`: `to_data` to host memory and `from_data` back onto the tensor's device, in the
+/// data's dtype (`from_data(data, &device)` would convert to the device's default: options.rs).
 pub fn through_host<const D: usize>(t: Tensor<D>) -> Tensor<D> {
-    let device = t.device();
-    Tensor::<D>::from_data(t.to_data(), &device)
+    let (device, dtype) = (t.device(), t.dtype());
+    Tensor::<D>::from_data(t.to_data(), (&device, dtype))
 }
 
 /// `state_dict`: the model's record (`into_record`) applied back onto it with
@@ -219,11 +223,12 @@ pub fn read_record(model: Model, record: ModuleRecord) -> Result<Model, String> 
 }
 
 /// `save_load`: `save_file` to `path`, `load_file` into a fresh model of the same layout on
-/// `device` (new ParamIds, lazy zeros), what a user restoring a checkpoint writes. The loaded
-/// params carry the ParamIds stored in the file, and read the file on access: keep it (see
+/// `device` (new ParamIds, lazy zeros in `dtype`), what a user restoring a checkpoint writes. The
+/// loaded params carry the ParamIds stored in the file, and the file's dtypes (the default
+/// `DTypePolicy::FromRecord`, burn-core store/mod.rs), and read the file on access: keep it (see
 /// [`Checkpoints`]).
-pub fn save_and_load(model: Model, path: &std::path::Path, device: &Device) -> Result<Model, String> {
-    let fresh = model.skeleton(device);
+pub fn save_and_load(model: Model, path: &std::path::Path, device: &Device, dtype: FloatDType) -> Result<Model, String> {
+    let fresh = model.skeleton(device, dtype);
     model.save_file(path).map_err(|e| format!("save_file: {e}"))?;
     fresh.try_load_file(path).map_err(|e| format!("load_file: {e}"))
 }
@@ -269,6 +274,7 @@ impl Drop for Checkpoints {
 // ---------------------------------------------------------------------------------------------
 // In-place ops: a burn tensor is a value, so each edit returns the new value to rebind.
 
+/// A write's f32 values are made in the target's dtype (`from_data(data, (device, t.dtype()))`).
 #[derive(Clone, Debug)]
 pub enum Edit {
     /// `slice_assign` of row `index`, or whole-tensor replacement (`Tensor::from_data`).
@@ -284,14 +290,13 @@ pub fn edit_tensor<const D: usize>(t: Tensor<D>, edit: &Edit) -> Tensor<D> {
         Edit::Write { index: Some(i), value } => {
             let mut row = t.dims();
             row[0] = 1;
-            let v = Tensor::<D>::from_data(TensorData::new(value.clone(), row), &t.device());
+            let v = Tensor::<D>::from_data(TensorData::new(value.clone(), row), (&t.device(), t.dtype()));
             t.slice_assign([*i..*i + 1], v)
         }
         Edit::Write { index: None, value } => {
-            let dims = t.dims();
-            let device = t.device();
+            let (dims, device, dtype) = (t.dims(), t.device(), t.dtype());
             drop(t);
-            Tensor::<D>::from_data(TensorData::new(value.clone(), dims), &device)
+            Tensor::<D>::from_data(TensorData::new(value.clone(), dims), (&device, dtype))
         }
         Edit::Fill(x) => {
             let rows = t.dims()[0];
@@ -382,11 +387,12 @@ pub struct RowCache<const D: usize> {
 }
 
 impl<const D: usize> RowCache<D> {
-    /// An empty cache of `capacity` rows shaped like `like`'s, on its device, in its autodiff mode.
+    /// An empty cache of `capacity` rows shaped like `like`'s, on its device, in its dtype and
+    /// autodiff mode.
     pub fn new(like: &Tensor<D>, capacity: usize) -> RowCache<D> {
         let mut shape = like.dims();
         shape[0] = capacity;
-        let buf = in_mode_of(like, Tensor::<D>::zeros(shape, &like.device()));
+        let buf = in_mode_of(like, Tensor::<D>::zeros(shape, (&like.device(), like.dtype())));
         RowCache { buf: Some(buf), rows: 0 }
     }
 
@@ -411,11 +417,12 @@ pub fn assign_param<const D: usize>(p: Param<Tensor<D>>, index: Option<usize>, s
 // ---------------------------------------------------------------------------------------------
 // Steps.
 
-/// One term of the loss, `(p * g).sum()`, on the home device (after a `move` a param may be
-/// elsewhere; `to_device` is differentiable, burn-tensor base.rs `Tensor::to_device`).
+/// One term of the loss, `(p * g).sum()`, `g` in `p`'s dtype, on the home device (after a `move`
+/// a param may be elsewhere; `to_device` is differentiable, burn-tensor base.rs
+/// `Tensor::to_device`).
 pub fn loss_term<const D: usize>(p: &Param<Tensor<D>>, grad: &[f32], home: &Device) -> Tensor<1> {
     let v = p.val();
-    let g = Tensor::<D>::from_data(TensorData::new(grad.to_vec(), v.dims()), &v.device());
+    let g = Tensor::<D>::from_data(TensorData::new(grad.to_vec(), v.dims()), (&v.device(), v.dtype()));
     let term = (v * g).sum();
     if term.device() != *home {
         term.to_device(home)

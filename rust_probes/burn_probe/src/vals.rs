@@ -8,11 +8,11 @@ use crate::support::{
     add_in_mode, assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
     Model, RowCache,
 };
-use crate::support::{program_rng_param, uniform_param};
+use crate::support::{const_param, param_in, program_rng_param, tensor_in, uniform_param};
 use aliasfuzz_protocol::{LazyInit, MapFn, Obs, TensorKind, TensorSpec, CACHE_ROWS};
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 
 /// A name's value: a burn `Param` (has a `ParamId`, may be lazy) or a plain tensor.
 pub enum Val {
@@ -145,9 +145,9 @@ pub fn describe(v: &Val) -> String {
     }
 }
 
-/// A declared tensor of rank `D` as burn makes it: a `Param` (`param`, `lazy`) or a plain
-/// `Tensor` (`buffer`).
-pub fn make<const D: usize>(spec: &TensorSpec, home: &Device) -> Result<Val, String>
+/// A declared tensor of rank `D` as burn makes it, in the program's `dtype`: a `Param` (`param`,
+/// `lazy`) or a plain `Tensor` (`buffer`).
+pub fn make<const D: usize>(spec: &TensorSpec, dtype: FloatDType, home: &Device) -> Result<Val, String>
 where
     Tensor<D>: IntoVal,
     Param<Tensor<D>>: IntoVal,
@@ -176,20 +176,26 @@ where
         }
     }
     Ok(match spec.kind {
-        // Param::from_data: a leaf requiring grad on an autodiff device (burn-core param/tensor.rs).
-        TensorKind::Param => Param::<Tensor<D>>::from_data(data()?, home).into_val(),
-        TensorKind::Buffer => Tensor::<D>::from_data(data()?, home).into_val(),
+        // Param::from_data: a leaf requiring grad on an autodiff device (burn-core param/tensor.rs);
+        // in another dtype, Param::from_tensor of the tensor made in it (support.rs `param_in`).
+        TensorKind::Param => param_in::<D>(data()?, dtype, home).into_val(),
+        TensorKind::Buffer => tensor_in::<D>(data()?, dtype, home).into_val(),
         TensorKind::Lazy => match spec.init {
             // burn-nn initializer.rs `Initializer::init`: a `Param::uninitialized` whose closure
             // runs on first `val()`.
+            // The initializer takes no dtype: another dtype's is support.rs `const_param`.
             Some(LazyInit::Const) => {
                 let value = spec.fill.ok_or_else(|| format!("{}: const needs fill", spec.name))?;
-                Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
+                if dtype == FloatDType::F32 {
+                    Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
+                } else {
+                    const_param(dims, value, dtype, home).into_val()
+                }
             }
             // Seeded when it initialises (support.rs `uniform_param`).
-            Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), home).into_val(),
+            Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), dtype, home).into_val(),
             // Drawn from the generator `BurnSession::new` seeded (support.rs `program_rng_param`).
-            Some(LazyInit::ProgramRng) => program_rng_param(dims, home).into_val(),
+            Some(LazyInit::ProgramRng) => program_rng_param(dims, dtype, home).into_val(),
             None => return Err(format!("{}: lazy tensor without init", spec.name)),
         },
     })
@@ -239,6 +245,17 @@ pub fn device_name(d: &Device) -> String {
 // Observation. Never forces a lazy parameter: `is_initialized`, `lazy_shape` and `lazy_device`
 // read the shared lazy state without running the initializer (burn-core module/param/base.rs).
 
+/// The protocol's name of a dtype: the case format's for f32, f16 and bf16, burn's own
+/// lowercased for another (`f64`, `flex32`, ...).
+pub fn dtype_name(d: DType) -> String {
+    match d {
+        DType::F32 => "f32".into(),
+        DType::F16 => "f16".into(),
+        DType::BF16 => "bf16".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
 pub fn obs_tensor<const D: usize>(t: &Tensor<D>, identity: Option<String>) -> Obs {
     let (value, note) = match read_values(t) {
         Ok(v) => (Some(v), None),
@@ -251,6 +268,7 @@ pub fn obs_tensor<const D: usize>(t: &Tensor<D>, identity: Option<String>) -> Ob
         requires_grad: Some(t.is_require_grad()),
         identity,
         initialized: true,
+        dtype: Some(dtype_name(t.dtype())),
         note,
     }
 }
@@ -265,6 +283,8 @@ pub fn obs_param<const D: usize>(p: &Param<Tensor<D>>) -> Obs {
             requires_grad: None,
             identity,
             initialized: false,
+            // An uninitialised param has no tensor to ask (reading its dtype would create it).
+            dtype: None,
             note: None,
         };
     }

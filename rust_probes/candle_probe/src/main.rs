@@ -15,7 +15,7 @@ mod session;
 mod support;
 
 use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, Refusal, PROGRAM_SEED, PROTOCOL_VERSION};
-use candle_core::Device;
+use candle_core::{DType, Device, Tensor};
 use std::collections::BTreeMap;
 
 pub use session::{CandleSession, METHODS, OPS};
@@ -111,6 +111,19 @@ impl Probe for CandleProbe {
             // ("cannot seed the CPU rng with set_seed"), so its draws cannot be reproduced.
             if let Err(e) = home.set_seed(PROGRAM_SEED) {
                 return Err(Refusal::Unsupported(format!("init program_rng: Device::set_seed: {}", session::msg(e))));
+            }
+        }
+        let dtype = session::candle_dtype(program.dtype);
+        if dtype != DType::F32 {
+            // candle has no query for the dtypes a device has (`Device::supports_bf16` is false
+            // on the CPU, whose storage and kernels have bf16: it picks a default dtype), so the
+            // device is asked by converting to it.
+            if let Err(e) = Tensor::zeros(1, DType::F32, &home).and_then(|t| t.to_dtype(dtype)) {
+                return Err(Refusal::Unsupported(format!(
+                    "candle {device} has no {} (Tensor::to_dtype: {})",
+                    program.dtype.as_str(),
+                    session::msg(e)
+                )));
             }
         }
         let alt = self.alt_name(device).and_then(|n| self.device(&n).cloned());

@@ -15,7 +15,7 @@
 //! | transpose     | `t.t()?`                                                                  |
 //! | state_dict    | the `Var` under that name in `VarMap::data()` (params, layer stats)       |
 //! | deepcopy      | unsupported: candle has no deep-copy call                                 |
-//! | to_host       | `Tensor::new(t.flatten_all()?.to_vec1::<f32>()?, t.device())?.reshape(shape)` |
+//! | to_host       | `Tensor::new(values(t)?, t.device())?.reshape(shape)?.to_dtype(t.dtype())?` |
 //! | save_load     | `VarMap::save` + `VarMap::load` into a fresh VarMap (params, layer stats) |
 //! | expand        | `t.unsqueeze(0)?.expand((2, dims..))?` (`broadcast_as`: stride 0)         |
 //! | permute       | `t.permute((1, 2, 0))?`                                                   |
@@ -25,16 +25,17 @@
 //! | squeeze       | `t.squeeze(0)?`                                                           |
 //! | chunk         | `t.chunk(2, 0)?[0]`                                                       |
 //! | select        | `t.i(0)?` (`IndexOp`: `narrow(0, 0, 1)?.squeeze(0)?`)                    |
-//! | to_same_dtype | `t.to_dtype(DType::F32)?` (`self.clone()` when the dtype is already F32)  |
-//! | via_bf16      | `t.to_dtype(DType::BF16)?.to_dtype(DType::F32)?`                          |
-//! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]`             |
+//! | to_same_dtype | `t.to_dtype(dt)?`, `dt` the program's dtype (`self.clone()`: the tensor's own) |
+//! | via_bf16      | `t.to_dtype(DType::BF16)?.to_dtype(dt)?`                                  |
+//! | via_f32       | `t.to_dtype(DType::F32)?.to_dtype(dt)?`                                   |
+//! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]` in `t`'s dtype |
 //! | write (whole) | `Var::set(&v)` on a `Var`; `t.slice_set(&v, 0, 0)?` on a plain tensor     |
-//! | fill          | `t.const_set(value.into())?`                                              |
+//! | fill          | `t.const_set(scalar_in(t.dtype(), value)?)?` (a `Scalar` of `t`'s dtype)  |
 //! | scale         | `var.set(&(var.as_tensor() * factor)?)` on a `Var`; plain tensor: unsupported |
 //! | step          | `SGD` / `AdamW` (`adam` = AdamW with weight_decay 0), `backward_step`     |
 //! | move          | rebinds the name to `t.to_device(&dev)?`; `fork`: unsupported             |
 //! | module_clone  | a clone of the `VarMap::data()` map: `<name>.<p>` = the cloned `Var` (params, stats) |
-//! | read          | `t.flatten_all()?.to_vec1::<f32>()?`                                      |
+//! | read          | `t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?`                |
 //! | assign (whole)| `Var::set(&src)` on a `Var`; `t.slice_set(&src, 0, 0)?` on a plain tensor |
 //! | assign (row)  | `t.slice_set(&src.unsqueeze(0)?, 0, index)?`                              |
 //! | source_index  | `src.narrow(0, j, 1)?.squeeze(0)?` (a view of row j), then as above       |
@@ -52,6 +53,12 @@
 //! | forward       | `layer.forward_t(&x, train)?` (`BatchNorm`, `Dropout`; dropout p = 1 in training: unsupported) |
 //! | no_grad, freeze | unsupported (candle has no requires-grad switch)                        |
 //!
+//! Dtype. Every tensor is made in the program's dtype `dt`: a param `Var::from_vec` in f32, else
+//! `Var::from_tensor(&Tensor::from_vec(..)?.to_dtype(dt)?)`, a buffer the converted tensor, lazy
+//! params and batch-norm statistics by the VarMap in `dt`; written values and gradients are
+//! converted to the target's dtype (`slice_set`, `Var::set`, `mul` refuse two). Observations
+//! report `t.dtype()`. `open` refuses a dtype a device cannot convert to (see `main.rs`).
+//!
 //! Layers. A `batch_norm` is `candle_nn::batch_norm(features, BatchNormConfig { affine: false,
 //! .. }, vb.pp(layer))` over the model's VarMap: its running statistics are the VarMap's Vars
 //! `<layer>.running_mean` / `<layer>.running_var`, bound under those names; they have no gradient,
@@ -68,10 +75,11 @@
 //! only a `Var` can do (`Var::set`).
 
 use aliasfuzz_protocol::{
-    DeviceRole, LazyInit, Method, MoveMethod, Obs, Op, Outcome, Program, Session, TensorKind,
+    Dtype, LazyInit, Method, Obs, Op, Outcome, Program, Session, TensorKind,
 };
 use crate::support::{
-    assign_from, insert_var, lazy_var, save_and_load, through_host, values, var_of, write_row, Opt,
+    assign_from, insert_var, lazy_var, save_and_load, scalar_in, tensor_in, through_host, values, var_of,
+    write_row, Opt,
 };
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, DeviceLocation, Tensor, Var};
@@ -92,7 +100,7 @@ pub const OPS: &[&str] = &[
 pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
     "view_row", "transpose", "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow",
-    "unsqueeze", "squeeze", "chunk", "select", "to_same_dtype", "via_bf16",
+    "unsqueeze", "squeeze", "chunk", "select", "to_same_dtype", "via_bf16", "via_f32",
 ];
 
 #[derive(Clone)]
@@ -112,6 +120,8 @@ impl Handle {
 
 pub struct CandleSession {
     home: Device,
+    /// The program's dtype: every tensor it declares, every layer's state.
+    dtype: DType,
     alt: Option<Device>,
     /// The model: params and lazy params, keyed by their program name, and the layers' running
     /// statistics (`<layer>.running_mean`, ...).
@@ -174,14 +184,24 @@ fn device_name(d: &Device) -> String {
 
 type R<T> = Result<T, Outcome>;
 
+pub fn candle_dtype(dtype: Dtype) -> DType {
+    match dtype {
+        Dtype::F32 => DType::F32,
+        Dtype::F16 => DType::F16,
+        Dtype::Bf16 => DType::BF16,
+    }
+}
+
 fn ce<T>(r: candle_core::Result<T>) -> R<T> {
     r.map_err(|e| Outcome::Error(msg(e)))
 }
 
 impl CandleSession {
     pub fn open(home: Device, alt: Option<Device>, program: &Program) -> Result<Self, String> {
+        let dtype = candle_dtype(program.dtype);
         let mut s = CandleSession {
             home,
+            dtype,
             alt,
             varmap: VarMap::new(),
             params: vec![],
@@ -208,14 +228,20 @@ impl CandleSession {
                 TensorKind::Param => {
                     let value =
                         spec.value.clone().ok_or_else(|| format!("param {name:?} has no value"))?;
-                    let var = Var::from_vec(value, shape, &s.home).map_err(ctx)?;
+                    // In another dtype, a Var of the converted tensor (`make_var` copies it).
+                    let var = if dtype == DType::F32 {
+                        Var::from_vec(value, shape, &s.home)
+                    } else {
+                        tensor_in(value, &shape, dtype, &s.home).and_then(|t| Var::from_tensor(&t))
+                    }
+                    .map_err(ctx)?;
                     insert_var(&s.varmap, &name, &var);
                     Handle::Var(var)
                 }
                 TensorKind::Buffer => {
                     let value =
                         spec.value.clone().ok_or_else(|| format!("buffer {name:?} has no value"))?;
-                    Handle::Tensor(Tensor::from_vec(value, shape, &s.home).map_err(ctx)?)
+                    Handle::Tensor(tensor_in(value, &shape, dtype, &s.home).map_err(ctx)?)
                 }
                 TensorKind::Lazy => {
                     // Created now (candle has no lazy parameters) and reported initialised.
@@ -234,7 +260,7 @@ impl CandleSession {
                         // From the generator `CandleProbe::open` seeded once for the program.
                         LazyInit::ProgramRng => Init::Uniform { lo: -1.0, up: 1.0 },
                     };
-                    Handle::Var(lazy_var(&s.varmap, shape, &name, init, &s.home).map_err(ctx)?)
+                    Handle::Var(lazy_var(&s.varmap, shape, &name, init, dtype, &s.home).map_err(ctx)?)
                 }
             };
             if spec.kind != TensorKind::Buffer {
@@ -315,8 +341,9 @@ impl CandleSession {
             }
             Method::ToHost => Handle::Tensor(ce(through_host(t))?),
             // tensor.rs `to_dtype`: `if self.dtype() == dtype { Ok(self.clone()) }`, one storage.
-            Method::ToSameDtype => Handle::Tensor(ce(t.to_dtype(DType::F32))?),
-            Method::ViaBf16 => Handle::Tensor(ce(t.to_dtype(DType::BF16).and_then(|b| b.to_dtype(DType::F32)))?),
+            Method::ToSameDtype => Handle::Tensor(ce(t.to_dtype(self.dtype))?),
+            Method::ViaBf16 => Handle::Tensor(ce(t.to_dtype(DType::BF16).and_then(|b| b.to_dtype(self.dtype)))?),
+            Method::ViaF32 => Handle::Tensor(ce(t.to_dtype(DType::F32).and_then(|b| b.to_dtype(self.dtype)))?),
             Method::SaveLoad => Handle::Var(self.save_load(of)?),
             m @ (Method::Expand
             | Method::Permute
@@ -346,7 +373,7 @@ impl CandleSession {
         match index {
             Some(i) => ce(write_row(t, i, value)),
             None => {
-                let whole = ce(Tensor::from_vec(value.to_vec(), t.shape(), t.device()))?;
+                let whole = ce(tensor_in(value.to_vec(), t.dims(), t.dtype(), t.device()))?;
                 match &h {
                     Handle::Var(v) => ce(v.set(&whole)),
                     Handle::Tensor(t) => ce(t.slice_set(&whole, 0, 0)),
@@ -363,7 +390,10 @@ impl CandleSession {
                 Ok(())
             }
             Op::Write { target, index, value } => self.write(target, *index, value),
-            Op::Fill { target, value } => ce(self.get(target)?.tensor().const_set((*value).into())),
+            Op::Fill { target, value } => {
+                let t = self.get(target)?.tensor().clone();
+                ce(scalar_in(t.dtype(), *value).and_then(|v| t.const_set(v)))
+            }
             Op::Scale { target, factor } => match self.get(target)? {
                 Handle::Var(v) => ce((v.as_tensor() * *factor as f64).and_then(|p| v.set(&p))),
                 Handle::Tensor(_) => Err(Outcome::Unsupported(
@@ -381,29 +411,7 @@ impl CandleSession {
             Op::Append { target, source, how } => self.append(target, source, *how),
             Op::Map { target, func } => self.map(target, *func),
             Op::Add { target, other } => self.add(target, other),
-            Op::Move { target, device, method } => {
-                if *method == MoveMethod::Fork {
-                    return Err(Outcome::Unsupported(
-                        "candle has no fork (burn only); Tensor::to_device is `to`".into(),
-                    ));
-                }
-                let dev = match device {
-                    DeviceRole::Home => self.home.clone(),
-                    DeviceRole::Cpu => Device::Cpu,
-                    DeviceRole::Alt => self.alt.clone().ok_or_else(|| {
-                        Outcome::Unsupported(
-                            "no second candle device here (cpu only: build with --features cuda \
-                             or metal on a machine that has one)"
-                                .into(),
-                        )
-                    })?,
-                };
-                // `let w = w.to_device(&dev)?`: the name is rebound; the VarMap and the
-                // optimizers keep the original Var.
-                let moved = ce(self.get(target)?.tensor().to_device(&dev))?;
-                self.bind(target.clone(), Handle::Tensor(moved));
-                Ok(())
-            }
+            Op::Move { target, device, method } => self.move_to(target, *device, *method),
             // The nearest a candle user has to cloning a whole model: clone what the VarMap holds
             // (`varmap.data().lock().unwrap().clone()`, a HashMap<String, Var>). Cloning a candle
             // model struct (`Linear` etc. derive Clone) or `VarMap::clone` (Arc) or
@@ -484,6 +492,7 @@ impl Session for CandleSession {
             // A Var's id is its inner tensor's id.
             identity: Some(format!("{:?}", t.id())),
             initialized: true,
+            dtype: Some(t.dtype().as_str().to_string()),
             note,
         }
     }

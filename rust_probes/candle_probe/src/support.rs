@@ -7,7 +7,8 @@
 //! outcomes, observations) stays in `session.rs`.
 
 use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Result, Tensor, Var};
+use candle_core::scalar::Scalar;
+use candle_core::{CpuStorage, DType, Device, Result, Storage, Tensor, Var};
 use candle_nn::{AdamW, BatchNorm, BatchNormConfig, Init, Optimizer, ParamsAdamW, VarBuilder, VarMap, SGD};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -22,10 +23,10 @@ pub fn var_of(varmap: &VarMap, name: &str) -> Option<Var> {
     varmap.data().lock().unwrap().get(name).cloned()
 }
 
-/// A lazy param: candle has none, so it is created now through the VarMap, as
+/// A lazy param: candle has none, so it is created now through the VarMap in `dtype`, as
 /// `VarBuilder::get_with_hints` does.
-pub fn lazy_var(varmap: &VarMap, shape: Vec<usize>, name: &str, init: Init, device: &Device) -> Result<Var> {
-    varmap.get(shape, name, init, DType::F32, device)?;
+pub fn lazy_var(varmap: &VarMap, shape: Vec<usize>, name: &str, init: Init, dtype: DType, device: &Device) -> Result<Var> {
+    varmap.get(shape, name, init, dtype, device)?;
     Ok(var_of(varmap, name).expect("VarMap::get inserts the var"))
 }
 
@@ -40,21 +41,48 @@ pub fn model_vars(varmap: &VarMap) -> Vec<(String, Var)> {
 /// `<name>.running_mean` / `<name>.running_var`, and the layer keeps those very Vars
 /// (`Var::from_tensor` of a variable's tensor is that variable: candle#1504, candle#2124).
 /// `forward_t(.., true)` updates them in place with `Var::set` (batch_norm.rs `forward_train`).
-pub fn batch_norm_layer(varmap: &VarMap, name: &str, features: usize, momentum: f64, eps: f64, device: &Device) -> Result<BatchNorm> {
-    let vb = VarBuilder::from_varmap(varmap, DType::F32, device);
+/// The statistics are made in `dtype`, the VarBuilder's.
+pub fn batch_norm_layer(varmap: &VarMap, name: &str, features: usize, momentum: f64, eps: f64, dtype: DType, device: &Device) -> Result<BatchNorm> {
+    let vb = VarBuilder::from_varmap(varmap, dtype, device);
     let config = BatchNormConfig { eps, remove_mean: true, affine: false, momentum };
     candle_nn::batch_norm(features, config, vb.pp(name))
 }
 
-/// The tensor's values, row-major, read to the host.
+/// The tensor's values, row-major, read to the host and widened to f32 (`to_vec1::<f32>` refuses
+/// another dtype; f32 holds every f16 and bf16 value exactly; `to_dtype` to F32 of an f32 tensor
+/// is the tensor itself).
 pub fn values(t: &Tensor) -> Result<Vec<f32>> {
-    t.flatten_all()?.to_vec1::<f32>()
+    t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()
 }
 
 /// `to_host`: the values read to host memory and a new tensor made from them on the tensor's
-/// device, in its shape.
+/// device, in its shape and dtype (read widened to f32, which is exact for f16 and bf16, and
+/// converted back with `to_dtype`).
 pub fn through_host(t: &Tensor) -> Result<Tensor> {
-    Tensor::new(values(t)?, t.device())?.reshape(t.shape())
+    Tensor::new(values(t)?, t.device())?.reshape(t.shape())?.to_dtype(t.dtype())
+}
+
+/// A new tensor of `values` (f32, exact in `dtype`) in `dtype`: made in f32 and converted with
+/// candle's own conversion (`to_dtype`, the tensor itself when `dtype` is F32).
+pub fn tensor_in(values: Vec<f32>, shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+    Tensor::from_vec(values, shape, device)?.to_dtype(dtype)
+}
+
+/// `value` as the `Scalar` of `dtype` that `const_set` takes: it refuses a scalar of another
+/// dtype than the tensor's ("const_set dtype mismatch"). A candle user writes
+/// `half::bf16::from_f32(v).into()`; a reproducer depends on candle only, so the value is
+/// converted by candle (`to_dtype`) and its element, typed by the storage it sits in, made the
+/// scalar.
+pub fn scalar_in(dtype: DType, value: f32) -> Result<Scalar> {
+    let t = Tensor::new(&[value], &Device::Cpu)?.to_dtype(dtype)?;
+    let (storage, _) = t.storage_and_layout();
+    Ok(match &*storage {
+        Storage::Cpu(CpuStorage::BF16(x)) => x[0].into(),
+        Storage::Cpu(CpuStorage::F16(x)) => x[0].into(),
+        Storage::Cpu(CpuStorage::F32(x)) => x[0].into(),
+        Storage::Cpu(CpuStorage::F64(x)) => x[0].into(),
+        _ => candle_core::bail!("no float scalar of {dtype:?}"),
+    })
 }
 
 /// `expand`: a new first dimension of 2 over the same storage, `t.unsqueeze(0)?.expand(..)`
@@ -72,7 +100,8 @@ pub fn write_row(t: &Tensor, index: usize, value: &[f32]) -> Result<()> {
         candle_core::bail!("write: a rank-0 tensor has no rows");
     }
     row_shape[0] = 1;
-    let row = Tensor::from_vec(value.to_vec(), row_shape, t.device())?;
+    // In the tensor's dtype: `slice_set` refuses a source of another dtype.
+    let row = tensor_in(value.to_vec(), &row_shape, t.dtype(), t.device())?;
     t.slice_set(&row, 0, index)
 }
 
@@ -109,7 +138,8 @@ pub fn loss(varmap: &VarMap, grads: &HashMap<String, Vec<f32>>) -> Result<Option
     let mut total: Option<Tensor> = None;
     for (name, var) in &model_vars(varmap) {
         let Some(grad) = grads.get(name) else { continue };
-        let g = Tensor::from_vec(grad.clone(), var.shape(), var.device())?;
+        // In the var's dtype (the program's): `mul` refuses two dtypes.
+        let g = tensor_in(grad.clone(), var.dims(), var.dtype(), var.device())?;
         let term = (var.as_tensor() * &g)?.sum_all()?;
         total = Some(match total {
             None => term,

@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// The seed of a program's one generator ([`LazyInit::ProgramRng`]), set once when the program
 /// opens.
@@ -181,6 +181,7 @@ pub enum Method {
     Select,
     ToSameDtype,
     ViaBf16,
+    ViaF32,
 }
 
 impl Method {
@@ -461,8 +462,31 @@ impl LayerSpec {
     }
 }
 
+/// The float dtype every tensor of a program is made in (its values, gradients, the model's
+/// layers): one per program, because candle and burn refuse an op between two dtypes where
+/// torch promotes, a design difference that would hide everything else a mixed program does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, IntoStaticStr, VariantNames)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum Dtype {
+    #[default]
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Dtype {
+    /// The dtype's case-format name (`f32`, `f16`, `bf16`): what an observation's `dtype` says.
+    pub fn as_str(&self) -> &'static str {
+        self.into()
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Program {
+    /// Absent in a float32 program.
+    #[serde(default)]
+    pub dtype: Dtype,
     pub tensors: Vec<TensorSpec>,
     /// The model's layers; absent in programs without any.
     #[serde(default)]
@@ -488,6 +512,10 @@ pub struct Obs {
     /// names by equal tokens is meaningful, never the token itself.
     pub identity: Option<String>,
     pub initialized: bool,
+    /// The tensor's float dtype as the framework reports it (`f32`, `f16`, `bf16`, or the
+    /// framework's own name for another); `value` holds its elements widened to float32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dtype: Option<String>,
     /// Why `value` is missing, when it is missing for a reason other than lazy init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -510,6 +538,7 @@ impl PartialEq for Obs {
             && self.requires_grad == other.requires_grad
             && self.identity == other.identity
             && self.initialized == other.initialized
+            && self.dtype == other.dtype
             && self.note == other.note
     }
 }
@@ -523,6 +552,7 @@ impl Obs {
             requires_grad: None,
             identity: None,
             initialized: true,
+            dtype: None,
             note: Some(note),
         }
     }
@@ -786,6 +816,7 @@ mod tests {
             requires_grad: Some(true),
             identity: None,
             initialized: true,
+            dtype: Some("f32".into()),
             note: None,
         }
     }
@@ -795,6 +826,21 @@ mod tests {
         assert_eq!(obs(vec![1.0, f32::NAN]), obs(vec![1.0, f32::NAN]));
         assert_ne!(obs(vec![1.0, f32::NAN]), obs(vec![1.0, 2.0]));
         assert_ne!(obs(vec![0.0]), obs(vec![-0.0]));
+    }
+
+    #[test]
+    fn an_observation_of_another_dtype_is_a_change() {
+        let bf16 = Obs { dtype: Some("bf16".into()), ..obs(vec![1.0]) };
+        assert_ne!(obs(vec![1.0]), bf16);
+    }
+
+    #[test]
+    fn a_program_without_dtype_is_float32_and_one_with_it_reads_it() {
+        let p: Program = serde_json::from_str(r#"{"tensors": [], "ops": []}"#).unwrap();
+        assert_eq!(p.dtype, Dtype::F32);
+        let p: Program = serde_json::from_str(r#"{"dtype": "bf16", "tensors": [], "ops": []}"#).unwrap();
+        assert_eq!((p.dtype, p.dtype.as_str()), (Dtype::Bf16, "bf16"));
+        assert!(serde_json::from_str::<Program>(r#"{"dtype": "f64", "tensors": [], "ops": []}"#).is_err());
     }
 
     #[test]

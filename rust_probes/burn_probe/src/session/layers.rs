@@ -7,10 +7,12 @@
 //! the original's forward is burn's to say.
 
 use super::{BurnSession, Slot};
-use crate::support::{batch_norm, dropout, record_round_trip, save_and_load, Model, Stat};
+use crate::support::{batch_norm, dropout, record_round_trip, save_and_load, Model};
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{panic_message, LayerKind, LayerSpec, Method, Outcome};
+use burn::module::RunningState;
 use burn::nn::BatchNorm;
+use burn::tensor::Tensor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// One declared layer, in the case's order, and where the model holds it.
@@ -30,6 +32,40 @@ pub(super) enum LayerAt {
     Refused(String),
 }
 
+/// A batch norm's running statistic, by the case's name for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stat {
+    Mean,
+    Var,
+}
+
+impl Stat {
+    pub const ALL: [Stat; 2] = [Stat::Mean, Stat::Var];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stat::Mean => "running_mean",
+            Stat::Var => "running_var",
+        }
+    }
+
+    /// The layer's `RunningState` of this statistic.
+    pub fn of(self, bn: &BatchNorm) -> &RunningState<Tensor<1>> {
+        match self {
+            Stat::Mean => &bn.running_mean,
+            Stat::Var => &bn.running_var,
+        }
+    }
+
+    /// Its current value: `RunningState::value()`, which "might be outdated by one update"
+    /// (running.rs): an update waits in a per-thread map until the next `value_sync`, `valid`,
+    /// `train` or update on the thread. Read as burn gives it, without syncing (a sync would
+    /// change what a later record holds).
+    pub fn value(self, bn: &BatchNorm) -> Tensor<1> {
+        self.of(bn).value()
+    }
+}
+
 impl BurnSession {
     /// Builds the layer into the model and binds its statistics (`<layer>.running_mean`,
     /// `<layer>.running_var`), after the params.
@@ -41,7 +77,7 @@ impl BurnSession {
             LayerKind::BatchNorm => {
                 let features = spec.features.ok_or_else(|| format!("{}: a batch norm needs features", spec.name))?;
                 let momentum = spec.momentum.ok_or_else(|| format!("{}: a batch norm needs momentum", spec.name))?;
-                let layer = catch_unwind(AssertUnwindSafe(|| batch_norm(features, momentum, &self.home)))
+                let layer = catch_unwind(AssertUnwindSafe(|| batch_norm(features, momentum, self.dtype, &self.home)))
                     .map_err(|p| format!("{}: BatchNormConfig::init: {}", spec.name, panic_message(p)))?;
                 self.model.bn.push(layer);
                 LayerAt::BatchNorm(self.model.bn.len() - 1)
@@ -163,7 +199,7 @@ impl BurnSession {
         };
         let loaded = match method {
             Method::StateDict => record_round_trip(model),
-            _ => self.checkpoints.next().and_then(|path| save_and_load(model, &path, &self.home)),
+            _ => self.checkpoints.next().and_then(|path| save_and_load(model, &path, &self.home, self.dtype)),
         };
         loaded.map(|m| stat.value(&m.bn[i]).into_val()).map_err(Outcome::Error)
     }
@@ -175,7 +211,7 @@ impl BurnSession {
             match l.at {
                 LayerAt::BatchNorm(_) => {
                     let (features, momentum) = (l.spec.features.unwrap_or(1), l.spec.momentum.unwrap_or(0.1));
-                    m.bn.push(batch_norm(features, momentum, &self.home))
+                    m.bn.push(batch_norm(features, momentum, self.dtype, &self.home))
                 }
                 LayerAt::Dropout(_) => m.dropout.push(dropout(l.spec.p.unwrap_or(0.0))),
                 LayerAt::Refused(_) => {}

@@ -10,7 +10,8 @@ use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{Method, Outcome};
 use burn::tensor::{FloatDType, Tensor};
 
-fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method) -> Result<Val, Outcome>
+/// A one-call method on the value; `dtype`: the program's, which the dtype conversions end in.
+fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method, dtype: FloatDType) -> Result<Val, Outcome>
 where
     Tensor<D>: IntoVal,
 {
@@ -26,7 +27,7 @@ where
         Method::Transpose => t.transpose().into_val(),
         Method::ToHost => through_host(t).into_val(),
         // cast.rs: a cast to the tensor's own float dtype returns the tensor.
-        Method::ToSameDtype => t.cast(FloatDType::F32).into_val(),
+        Method::ToSameDtype => t.cast(dtype).into_val(),
         // Asked first, as burn's device.rs advises before choosing a reduced precision: a backend
         // without bf16 (ndarray) panics in the cast ("Unsupported dtype: BF16").
         Method::ViaBf16 if !t.device().supports_dtype(FloatDType::BF16) => {
@@ -34,7 +35,9 @@ where
                 "via_bf16: this backend does not support bf16 (Device::supports_dtype)".into(),
             ))
         }
-        Method::ViaBf16 => t.cast(FloatDType::BF16).cast(FloatDType::F32).into_val(),
+        Method::ViaBf16 => t.cast(FloatDType::BF16).cast(dtype).into_val(),
+        // Every backend has f32 (flex and ndarray: Device::supports_dtype).
+        Method::ViaF32 => t.cast(FloatDType::F32).cast(dtype).into_val(),
         Method::Flip => t.flip([0]).into_val(),
         Method::Narrow => {
             let rows = t.dims()[0];
@@ -145,13 +148,13 @@ impl BurnSession {
             // `save_and_load`); the loaded param carries the ParamId stored in the file.
             Method::SaveLoad => self.module_of(of, src).and_then(|(model, r, i)| {
                 let path = self.checkpoints.next().map_err(Outcome::Error)?;
-                Ok(save_and_load(model, &path, &self.home).map_err(Outcome::Error)?.get(r, i))
+                Ok(save_and_load(model, &path, &self.home, self.dtype).map_err(Outcome::Error)?.get(r, i))
             }),
             // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
             m @ (Method::Expand | Method::Permute | Method::Unsqueeze | Method::Squeeze | Method::Select) => {
                 snap_rank(on_val!(src, param p => p.val().into_val(), tensor t => t.into_val()), m)
             }
-            m => on_val!(src, param p => snap_tensor(p.val(), m), tensor t => snap_tensor(t, m)),
+            m => on_val!(src, param p => snap_tensor(p.val(), m, self.dtype), tensor t => snap_tensor(t, m, self.dtype)),
         };
         match result {
             Ok(v) => {

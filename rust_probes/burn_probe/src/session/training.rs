@@ -115,7 +115,7 @@ impl BurnSession {
                 }
                 CheckpointStore::File => {
                     let path = self.checkpoints.next()?;
-                    let read = save_and_load(self.model.clone(), &path, &self.home)?;
+                    let read = save_and_load(self.model.clone(), &path, &self.home, self.dtype)?;
                     Ok((Saved::File(path), read))
                 }
             }

@@ -31,7 +31,7 @@ impl CandleSession {
             LayerKind::BatchNorm => {
                 let features = spec.features.ok_or_else(|| format!("batch norm {name:?} has no features"))?;
                 let momentum = spec.momentum.ok_or_else(|| format!("batch norm {name:?} has no momentum"))?;
-                let bn = batch_norm_layer(&self.varmap, name, features, momentum, BATCH_NORM_EPS, &self.home)
+                let bn = batch_norm_layer(&self.varmap, name, features, momentum, BATCH_NORM_EPS, self.dtype, &self.home)
                     .map_err(|e| format!("creating layer {name:?}: {}", msg(e)))?;
                 for stat in spec.state_names() {
                     let var = var_of(&self.varmap, &stat).expect("candle_nn::batch_norm puts its stats in the VarMap");

@@ -1,11 +1,11 @@
 //! The ops of a [`CandleSession`] that rebind a model or program name to another tensor:
 //! `replace` (a new or tied `Var` in the VarMap), `append` (`Tensor::cat`, candle-nn's KV cache),
-//! and the element-wise `map` and `add` (a new tensor computed from the name's).
+//! the element-wise `map` and `add` (a new tensor computed from the name's), and `move`.
 
 use super::{ce, CandleSession, Handle, R};
 use crate::support::insert_var;
-use aliasfuzz_protocol::{AppendHow, MapFn, Outcome, ReplaceHow, CACHE_ROWS};
-use candle_core::{Tensor, Var};
+use aliasfuzz_protocol::{AppendHow, DeviceRole, MapFn, MoveMethod, Outcome, ReplaceHow, CACHE_ROWS};
+use candle_core::{Device, Tensor, Var};
 use candle_nn::kv_cache::Cache;
 
 impl CandleSession {
@@ -90,6 +90,28 @@ impl CandleSession {
         let out = if t.dims() == o.dims() { t.add(&o) } else { t.broadcast_add(&o) };
         self.caches.remove(target);
         self.bind(target.to_string(), Handle::Tensor(ce(out)?));
+        Ok(())
+    }
+
+    /// `move`: `let w = w.to_device(&dev)?`, the name rebound; the VarMap and the optimizers
+    /// keep the original Var.
+    pub(super) fn move_to(&mut self, target: &str, device: DeviceRole, method: MoveMethod) -> R<()> {
+        if method == MoveMethod::Fork {
+            return Err(Outcome::Unsupported("candle has no fork (burn only); Tensor::to_device is `to`".into()));
+        }
+        let dev = match device {
+            DeviceRole::Home => self.home.clone(),
+            DeviceRole::Cpu => Device::Cpu,
+            DeviceRole::Alt => self.alt.clone().ok_or_else(|| {
+                Outcome::Unsupported(
+                    "no second candle device here (cpu only: build with --features cuda \
+                     or metal on a machine that has one)"
+                        .into(),
+                )
+            })?,
+        };
+        let moved = ce(self.get(target)?.tensor().to_device(&dev))?;
+        self.bind(target.to_string(), Handle::Tensor(moved));
         Ok(())
     }
 }

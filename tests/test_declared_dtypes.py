@@ -1,0 +1,141 @@
+"""A case's dtype (``dtype = "bf16"`` or ``"f16"``): the case format, the minimizer,
+and the torch target. The candle and burn probes have their own files
+(``test_declared_dtypes_candle.py``, ``test_declared_dtypes_burn.py``).
+
+What torch does is its documentation's: ``Tensor.to`` "If the self Tensor already has the correct
+torch.dtype and torch.device, then self is returned", so in a bf16 case ``to_same_dtype`` and
+``via_bf16`` (two conversions to bf16) are the parameter itself, and ``via_f32`` (through a float32
+copy) is a new tensor; torch's SGD updates a bf16 parameter in bf16 (``p.add_(g, alpha=-lr)``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_case, parse_case
+from harness.judging.trace import verdicts
+from harness.shrinking.minimize import simplifications
+from tests.conftest import run_cli
+
+W = TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0))
+
+
+def _case(dtype: str, value: list, ops: list | None = None) -> dict:
+    return {"format": "aliasfuzz-case/1", "dtype": dtype, "tensors": {"w": {"kind": "param", "value": value}},
+            "ops": ops or []}
+
+
+def _program(dtype: str, *ops: dict) -> Program:
+    return Program((W,), check_program((W,), list(ops), dtype=dtype), dtype=dtype)
+
+
+# ---- the case format ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
+def test_a_dtype_round_trips_through_a_case_file(dtype):
+    program = parse_case(_case(dtype, [1.5, -2.0]))
+    assert program.dtype == dtype
+    import tomllib
+
+    assert parse_case(tomllib.loads(dump_case(program))) == program
+    # the wire form of a float32 program is unchanged; another dtype travels with the program
+    assert program.to_wire().get("dtype") == (None if dtype == "f32" else dtype)
+
+
+@pytest.mark.parametrize("dtype, value, index, rounds_to", [
+    ("bf16", [1.0, 1.00390625], 1, "1.0"),  # a tie, to even
+    ("bf16", [0.1], 0, "0.10009765625"),
+    ("f16", [1.0, 2.0, 0.1], 2, "0.0999755859375"),
+    ("f16", [70000.0], 0, "inf"),  # beyond f16's range
+])
+def test_a_value_the_dtype_does_not_hold_is_refused_with_its_place(dtype, value, index, rounds_to):
+    with pytest.raises(CaseError) as e:
+        parse_case(_case(dtype, value), "c.toml")
+    msg = str(e.value)
+    assert msg.startswith(f"c.toml: tensors.w.value[{index}]: ") and f"not exact in {dtype}" in msg
+    assert rounds_to in msg and "\n" not in msg
+
+
+def test_a_written_value_is_checked_too_and_float32_takes_it():
+    ops = [{"op": "write", "target": "w", "index": 0, "value": 0.1}]
+    with pytest.raises(CaseError, match=r"ops\[0\]\.value\[0\]: 0\.1.* not exact in bf16"):
+        parse_case(_case("bf16", [1.0, 2.0], ops))
+    assert parse_case(_case("f32", [1.0, 2.0], ops)).dtype == "f32"
+
+
+def test_an_unknown_dtype_is_refused():
+    with pytest.raises(CaseError, match="dtype: must be one of f32, bf16, f16, got 'f64'"):
+        parse_case(_case("f64", [1.0]))
+    with pytest.raises(CaseError, match="dtype: must be one of"):
+        check_program((W,), [], dtype="float16")
+
+
+# ---- the minimizer ------------------------------------------------------------
+
+
+def test_the_minimizer_tries_float32_first():
+    program = _program("bf16", {"op": "snapshot", "name": "s", "of": "w", "method": "to_same_dtype"})
+    first = next(simplifications(program))
+    assert first.dtype == "f32" and first.ops == program.ops
+    assert all(p.dtype == "f32" for p in simplifications(replace(program, dtype="f32")))
+
+
+# ---- the torch target ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def torch_bf16(runner):
+    """A bf16 parameter, three conversions to its own dtype, a row write and an SGD step."""
+    program = _program("bf16",
+                       {"op": "snapshot", "name": "same", "of": "w", "method": "to_same_dtype"},
+                       {"op": "snapshot", "name": "rt", "of": "w", "method": "via_bf16"},
+                       {"op": "snapshot", "name": "wide", "of": "w", "method": "via_f32"},
+                       {"op": "write", "target": "w", "index": 1, "value": [10.0, 10.0]},
+                       {"op": "step", "optimizer": "sgd", "lr": 0.5})
+    traces = runner.run_one(program, every_target=True)
+    return program, traces["torch:cpu"]
+
+
+def test_torch_makes_and_keeps_every_tensor_in_the_cases_dtype(torch_bf16):
+    _, trace = torch_bf16
+    assert trace.status == "ok"
+    assert trace.initial["w"].dtype == "bf16"
+    final = trace.state_after(4)
+    assert {n: o.dtype for n, o in final.items()} == {"w": "bf16", "same": "bf16", "rt": "bf16", "wide": "bf16"}
+    # SGD in bf16: every element moves by -0.5, exactly (all of them bf16 values)
+    assert final["w"].value.ravel().tolist() == [0.5, 1.5, 9.5, 9.5]
+
+
+def test_torch_conversions_to_the_own_dtype_are_the_tensor_itself(torch_bf16):
+    program, trace = torch_bf16
+    after = trace.state_after(2)
+    assert after["same"].identity == after["rt"].identity == after["w"].identity
+    assert after["wide"].identity != after["w"].identity
+    got = {name: v.summary for name, v in verdicts(program, trace).items()}
+    assert got == {"same": "follows", "rt": "follows", "wide": "keeps"}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_torch_adam_runs_in_the_cases_dtype(runner, dtype):
+    program = _program(dtype, {"op": "step", "optimizer": "adam", "lr": 0.25})
+    trace = runner.run_one(program, every_target=True)["torch:cpu"]
+    w = trace.state_after(0)["w"]
+    assert trace.steps[0].status == "ok" and w.dtype == dtype
+    # Adam's first step moves every element by about lr: 1 - 0.25, 2 - 0.25, ... rounded in the dtype
+    assert w.value.ravel().tolist() == pytest.approx([0.75, 1.75, 2.75, 3.75], rel=2 ** -7)
+
+
+def test_the_torch_reproducer_makes_the_cases_dtype(tmp_path):
+    from harness.reporting.reproducers import torch_script
+
+    script = torch_script(_program("f16", {"op": "snapshot", "name": "s", "of": "w", "method": "via_f32"}))
+    assert "DTYPE = torch.float16" in script and "dtype=DTYPE" in script
+    assert "names['s'] = names['w'].to(torch.float32).to(DTYPE)" in script
+
+
+def test_repro_of_the_bundled_bf16_case_on_torch_names_no_divergence_of_its_own():
+    r = run_cli("repro", "--targets", "torch:cpu", "tests/cases/bf16_conversions_to_its_own_dtype.toml")
+    assert r.returncode == 0, r.stderr
