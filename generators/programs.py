@@ -42,6 +42,8 @@ class Profile:
     #: How often a program gets a batch-norm layer (over a declared [batch, features] tensor),
     #: and how often a dropout layer.
     layer_probability: float = 0.3
+    #: In how many programs of ten the case's dtype is not float32 (one bf16, one f16 at 2).
+    dtype_share: int = 2
     weights: tuple[tuple[str, int], ...] = (
         ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
         ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
@@ -68,6 +70,8 @@ PROFILES = {
         ("module_clone", 3), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 2),
         ("assign", 1), ("save", 2), ("load", 1), ("set_lr", 1), ("replace", 1), ("backward", 2),
         ("append", 1), ("forward", 1), ("map", 1), ("add", 1))),
+    # Every program in bf16 or f16 (half each): the kernels and conversions of the narrow dtypes.
+    "dtypes": Profile("dtypes", max_ops=16, dtype_share=10),
 }
 
 
@@ -98,6 +102,14 @@ append_hows = st.sampled_from(ops.APPEND_HOWS)
 map_fns = st.sampled_from(ops.MAP_FNS)
 assign_flags = st.sampled_from((False, True))
 weight_decays = st.sampled_from((0.0, 0.5, 0.01))
+
+
+@lru_cache(maxsize=None)
+def dtypes(share: int) -> st.SearchStrategy[str]:
+    """A case's dtype: float32 but in ``share`` programs of ten, split between bf16 and f16.
+    One integer draw that shrinks to 0, float32 (``ops.DTYPES``' simplest)."""
+    others = tuple(ops.DTYPES[1 + i % (len(ops.DTYPES) - 1)] for i in range(share))
+    return st.integers(0, 9).map(lambda i: others[i - 10 + share] if i >= 10 - share else "f32")
 
 
 # Strategies are built once and reused: building one inside the draw loop costs more than
@@ -451,4 +463,6 @@ def programs(draw, profile: str | Profile = "default", max_ops: int | None = Non
     menu = _menu(prof)
     for _ in range(n_ops):
         draw_op(draw, draw(menu), drawn)
-    return Program(decls, check_program(decls, drawn.ops, layers=declared_layers), layers=declared_layers)
+    dtype = draw(dtypes(prof.dtype_share))
+    return Program(decls, check_program(decls, drawn.ops, layers=declared_layers, dtype=dtype), layers=declared_layers,
+                   dtype=dtype)

@@ -1,4 +1,4 @@
-"""A case's dtype (``dtype = "bf16"`` or ``"f16"``): the case format, the minimizer,
+"""A case's dtype (``dtype = "bf16"`` or ``"f16"``): the case format, the generator, the minimizer,
 and the torch target. The candle and burn probes have their own files
 (``test_declared_dtypes_candle.py``, ``test_declared_dtypes_burn.py``).
 
@@ -10,10 +10,13 @@ copy) is a new tensor; torch's SGD updates a bf16 parameter in bf16 (``p.add_(g,
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from generators.programs import programs
 from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_case, parse_case
 from harness.judging.trace import verdicts
 from harness.shrinking.minimize import simplifications
@@ -73,7 +76,22 @@ def test_an_unknown_dtype_is_refused():
         check_program((W,), [], dtype="float16")
 
 
-# ---- the minimizer ------------------------------------------------------------
+# ---- the generator and the minimizer ------------------------------------------------------------
+
+
+def test_the_generator_draws_every_dtype_and_mostly_float32():
+    seen: Counter = Counter()
+
+    @settings(max_examples=300, database=None, suppress_health_check=list(HealthCheck), deadline=None)
+    @given(programs("quick"))
+    def draw(program):
+        seen[program.dtype] += 1
+        # what the generator draws passes the case checks in its dtype
+        check_program(program.tensors, list(program.ops), layers=program.layers, dtype=program.dtype)
+
+    draw()
+    assert set(seen) == {"f32", "bf16", "f16"}
+    assert seen["f32"] > seen["bf16"] + seen["f16"]
 
 
 def test_the_minimizer_tries_float32_first():

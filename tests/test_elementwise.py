@@ -173,10 +173,10 @@ def test_the_generator_draws_map_and_add_on_names_they_apply_to():
     seen = {"map": set(), "add": 0, "add_row": 0}
 
     # Derandomized: the same programs every run, so the test cannot pass or fail by chance.
-    @settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=500, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(programs("default"))
     def draw(program):
-        check_program(program.tensors, list(program.ops), layers=program.layers)
+        check_program(program.tensors, list(program.ops), layers=program.layers, dtype=program.dtype)
         for _, op, shapes in ops.walk(program.tensors, program.ops, program.layers):
             if op["op"] == "map":
                 seen["map"].add(op["fn"])

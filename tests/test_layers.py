@@ -79,8 +79,8 @@ def test_drawn_forwards_read_what_their_layer_takes(program):
 def test_the_generator_draws_both_layers_and_forwards():
     seen: set[str] = set()
 
-    # Derandomized: the same 400 programs every run, so the test cannot pass or fail by chance.
-    @settings(max_examples=400, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    # Derandomized: the same 800 programs every run, so the test cannot pass or fail by chance.
+    @settings(max_examples=800, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(programs("quick"))
     def draw(program):
         seen.update(layer.kind for layer in program.layers)

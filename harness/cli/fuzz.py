@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help="campaign seed (printed at start; default: random)")
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     p.add_argument("--profile", choices=tuple(PROFILES), help="program sizes and op weights (default: default; "
-                   "lazy: every program around a lazy tensor's first read)")
+                   "lazy: every program around a lazy tensor's first read; dtypes: every program in bf16 or f16)")
     p.add_argument("--workers", type=int, default=1, help="worker processes, each with its own probes")
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
     p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder (or, from any "
