@@ -420,6 +420,16 @@ impl Session for BurnSession {
                         }
                     },
                 };
+                // Asked first, as for `via_bf16`: a device without the program's dtype (ndarray has
+                // no bf16 or f16) cannot hold the tensor. Its `from_data_owned` panics on an
+                // initialised param; a lazy one moved there panics at its first read, after which
+                // the process hangs at the next read of it.
+                if !dev.supports_dtype(self.dtype) {
+                    return Outcome::Unsupported(format!(
+                        "move: the {device:?} device has no {:?} (Device::supports_dtype)",
+                        self.dtype
+                    ));
+                }
                 let kind = match method {
                     MoveMethod::To => MoveKind::To,
                     MoveMethod::Fork => MoveKind::Fork,
