@@ -9,7 +9,9 @@ the number of workers or on a kill and resume in between.
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,21 @@ def test_a_campaign_runs_the_same_programs_in_any_number_of_workers_and_after_a_
     first = campaign("resumed", "--max-programs", "48")
     assert first < one
     assert first | campaign("resumed", "--resume", str(tmp_path / "resumed" / "run"), "--max-programs", "48") == one
+
+
+def test_a_shape_is_one_draw_over_every_shape_simplest_first():
+    from generators.programs import _shape_menu, shapes
+    menu = _shape_menu()
+    every = {s for r in (1, 2, 3) for s in itertools.product((1, 2, 3), repeat=r)}
+    assert set(menu) == every
+    # the shrinker lowers the index: the lower, the simpler (rank, then size)
+    order = [(len(s), math.prod(s)) for s in menu]
+    assert order == sorted(order) and menu[0] == (1,)
+    # each rank about as often as the list of sides gave it (two, one and two in five)
+    share = {r: sum(len(s) == r for s in menu) / len(menu) for r in (1, 2, 3)}
+    assert share == pytest.approx({1: 0.4, 2: 0.2, 3: 0.4}, abs=0.01)
+    # one choice per shape in a drawn program's choice sequence
+    data = ConjectureData.for_choices((len(menu) - 1,))
+    with BuildContext(data, wrapped_test=lambda: None):
+        assert data.draw(shapes) == (3, 3, 3)
+    assert len(data.choices) == 1
