@@ -165,7 +165,7 @@ def test_pipeline_stopped_early_leaves_no_batch_running(fake_runner):
     assert signatures(fake_runner, PLANTED)
 
 
-def test_runner_collect_is_idempotent_and_submit_waits_for_the_batch_in_flight(fake_runner):
+def test_runner_collect_is_idempotent_and_a_second_batch_queues_behind_the_first(fake_runner):
     a, b = generate(5, seed=21, profile="quick"), generate(5, seed=22, profile="quick")
     wait_a = fake_runner.submit(a)
     wait_b = fake_runner.subset(fake_runner.ids).submit(b)  # a subset shares the processes

@@ -398,10 +398,12 @@ class Engine:
 def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
     """``Engine.check`` over a lazy stream of chunks, less the programs the engine has run before
     (``Engine.unseen``: a chunk may come out shorter, or empty), keeping the targets busy: chunk
-    k+1 is drawn (the iterator's work: Hypothesis) while the targets run chunk k, and the targets
-    start on chunk k+1 before the oracle compares chunk k. Yields ``(programs, check results)``
-    per chunk (fewer results than programs when some were cancelled). The consumer may use the targets while it holds a chunk (to shrink a finding): the
-    runner first lets the chunk in flight finish and keeps its traces for this pipeline."""
+    k+1 is drawn (the iterator's work: Hypothesis) while the targets run chunk k, and is queued
+    on every target before the oracle compares chunk k, so each target goes on to it as soon as
+    it is done with chunk k. Yields ``(programs, check results)`` per chunk (fewer results than
+    programs when some were cancelled). The consumer may use the targets while it holds a chunk
+    (to shrink a finding): its programs run after the chunk queued, whose traces stay with this
+    pipeline."""
     it = ((chunk, *engine.plan(chunk)) for chunk in (engine.unseen(c) for c in chunks))
     current = next(it, None)
     wait = engine.runner.submit(current[1]) if current is not None else None
@@ -409,12 +411,18 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
     try:
         while current is not None:
             following = next(it, None)  # drawn while the targets run ``current``
-            results = wait()
+            # Queued behind ``current`` on each target, which starts on it as soon as it is done
+            # with ``current``: no target waits for the slowest one, or for the oracle.
             following_wait = engine.runner.submit(following[1]) if following is not None else None
+            results = wait()
             programs, _batch, pairs = current
             yield programs, engine.judge(programs, pairs, results)
             current, wait, following_wait = following, following_wait, None
-    finally:
-        if following_wait is not None:  # a consumer that stops early leaves no batch running
-            with contextlib.suppress(Exception):  # its traces are dropped; do not mask an error
+    except GeneratorExit:
+        # The consumer stopped early (a campaign's budget ran out): it leaves no batch running.
+        # Not on an interrupt or an error, where the caller cancels or closes the runner: a hung
+        # target would hold this wait until its timeout.
+        if following_wait is not None:
+            with contextlib.suppress(Exception):  # its traces are dropped
                 following_wait()
+        raise

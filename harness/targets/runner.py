@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Callable, Sequence
 
 from harness.case.ir import Program
-from harness.targets.base import CANCELLED, Cancellation, Target
+from harness.targets.base import CANCELLED, Cancellation, EncodedProgram, Target
 from harness.judging.trace import Trace
 
 #: How long ``close`` waits for the batches in flight to see its cancellation.
@@ -38,9 +38,8 @@ except (AttributeError, RuntimeError):
 
 
 class _InFlight:
-    """The batch the targets are running, if any. A runner and its subsets share one: the
-    processes take one batch at a time, so submitting another first waits for this one (its
-    results stay with its ``collect``). ``futures`` are those not yet done."""
+    """The batches the targets are running or have queued. A runner and its subsets share one.
+    ``collect`` is the last submitted batch's; ``futures`` are those not yet done."""
 
     def __init__(self) -> None:
         self.collect: Callable[[], list[dict[str, Trace]]] | None = None
@@ -48,9 +47,12 @@ class _InFlight:
         self.lock = threading.Lock()
 
     def drain(self) -> None:
+        """Waits until every batch submitted so far is done (their results stay with their
+        ``collect``)."""
         if self.collect is not None:
             collect, self.collect = self.collect, None
             collect()
+        wait(self.pending())
 
     def add(self, future: Future) -> None:
         with self.lock:
@@ -72,11 +74,14 @@ def _cancelled(target_id: str, n: int) -> list[Trace]:
 
 class Runner:
     """One thread per target: each thread only waits on its own process's pipe, so the targets
-    compute concurrently while the GIL is free."""
+    compute concurrently while the GIL is free. A target's batches run in the order they were
+    submitted (its thread is its queue), so a batch can be submitted while another is in flight:
+    each target starts on it as soon as it is done with the one before, without waiting for the
+    slowest target or for the caller."""
 
     def __init__(self, targets: Sequence[Target]):
         self.targets = list(targets)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.targets)), thread_name_prefix="target")
+        self._pools = {t.id: ThreadPoolExecutor(max_workers=1, thread_name_prefix="target") for t in self.targets}
         self._owner = True
         self._flight = _InFlight()
         self._cancel = Cancellation()
@@ -119,9 +124,9 @@ class Runner:
     def submit(self, programs: Sequence[Program], *,
                every_target: bool = False) -> Callable[[], list[dict[str, Trace]]]:
         """Starts ``programs`` on every target and returns at once; calling the result waits for
-        the traces (as ``run`` returns them; calling it again returns the same lists). A batch
-        still in flight on these processes (from this runner or a subset) is waited for first,
-        so a consumer may run programs while a pipeline has submitted the next chunk.
+        the traces (as ``run`` returns them; calling it again returns the same lists). On each
+        target they run after the batches submitted before (from this runner or a subset), so a
+        consumer may run programs while a pipeline has submitted the next chunks.
 
         A variant target whose plain device runs here too is only sent the programs it is
         ``needed`` for (those with an op it declares it ``differs_on``); the others have no trace
@@ -131,8 +136,7 @@ class Runner:
         Once cancelled (``cancel``, the deadline, ``close``), every trace is ``CANCELLED``."""
         if not programs:
             return lambda: []
-        self._flight.drain()
-        wires = [p.to_wire() for p in programs]
+        wires = [EncodedProgram(p.to_wire()) for p in programs]
         plan: list[tuple[Target, Sequence[int]]] = []
         ids = {t.id for t in self.targets}
         for t in self.targets:
@@ -148,7 +152,7 @@ class Runner:
             future = None
             if not self._cancel.cancelled:
                 try:
-                    future = self._pool.submit(t.run_wire, [wires[i] for i in picked], self._cancel)
+                    future = self._pools[t.id].submit(t.run_wire, [wires[i] for i in picked], self._cancel)
                 except RuntimeError:  # the pool is shut down: the runner is closed
                     future = None
             if future is not None:
@@ -176,14 +180,14 @@ class Runner:
         and their cancellation; closing it closes nothing)."""
         sub = Runner.__new__(Runner)
         sub.targets = [t for t in self.targets if t.id in ids]
-        sub._pool = self._pool
+        sub._pools = self._pools
         sub._owner = False
         sub._flight = self._flight
         sub._cancel = self._cancel
         return sub
 
     def restart(self) -> None:
-        """Starts every target's process afresh, once the batch in flight (if any) is done: what
+        """Starts every target's process afresh, once the batches in flight (if any) are done: what
         a finding is confirmed on, so that nothing a process kept from earlier programs (an
         allocator's reuse, a cache, a leaked handle) enters the run."""
         self._flight.drain()
@@ -201,6 +205,7 @@ class Runner:
             return
         self._cancel.cancel()
         wait(self._flight.pending(), timeout=CLOSE_WAIT_S)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
         for t in self.targets:
             t.close()
