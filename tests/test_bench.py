@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -32,9 +34,19 @@ def test_bench_json_has_every_figure_and_they_agree():
     if targets_ms > 0:
         assert fig["target_bound_pps"] == fig["cpus"] / (targets_ms / 1e3)
         assert fig["ratio_target_bound"] == fig["engine_pps"] / fig["target_bound_pps"]
+        # the machine-bound limit counts the worker too, so it is below the target-bound one
+        all_ms = sum(fig["cpu_ms_per_program"].values())
+        assert fig["machine_bound_pps"] == pytest.approx(fig["cpus"] / (all_ms / 1e3))
+        assert fig["machine_bound_pps"] <= fig["target_bound_pps"]
+        assert fig["max_ratio_target_bound"] == fig["machine_bound_pps"] / fig["target_bound_pps"] <= 1
+        assert fig["max_ratio_ceiling"] == fig["machine_bound_pps"] / fig["ceiling_pps"]
+        assert fig["ratio_machine_bound"] == fig["engine_pps"] / fig["machine_bound_pps"]
+        assert "(g) machine-bound" in proc.stderr
     else:  # 16 programs may cost the targets less than one CPU clock tick
         assert fig["target_bound_pps"] is None and fig["ratio_target_bound"] is None
+        assert fig["machine_bound_pps"] is None and fig["max_ratio_ceiling"] is None
     assert "(d) direct draw" in proc.stderr and "(e) target-bound" in proc.stderr
+    assert "(target >= 1.0)" in proc.stderr  # each judged ratio printed with its target
     # what the metamorphic variants cost: the same programs, with share 0, in each round
     assert fig["engine_no_variants_pps"] > 0 and "(f) metamorphic variants" in proc.stderr
     assert fig["variant_cost"] == per_round("engine_no_variants_pps", "engine_pps") - 1
