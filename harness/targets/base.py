@@ -437,8 +437,7 @@ class _Cancelled(Exception):
 
 
 class EncodedProgram(dict):
-    """A wire-form program and its JSON text, encoded once for all the targets a batch goes to
-    (each encoding it again cost the worker about a tenth of a millisecond a program)."""
+    """A wire-form program and its JSON text, encoded once for every target a batch goes to."""
 
     __slots__ = ("text",)
 
@@ -448,8 +447,7 @@ class EncodedProgram(dict):
 
 
 def _run_request(id: int, device: str, program: dict[str, Any]) -> str:
-    """The ``run`` request line: ``{"type": "run", "id": id, "device": device, "program": program}``
-    as ``json.dumps`` writes it, the program's text reused where it was encoded already."""
+    """The ``run`` request line as ``json.dumps`` writes it, reusing an encoded program's text."""
     text = program.text if isinstance(program, EncodedProgram) else json.dumps(program, separators=(",", ":"))
     return f'{{"type":"run","id":{int(id)},"device":{json.dumps(device)},"program":{text}}}'
 
