@@ -66,6 +66,19 @@ def targets_runner(ids: tuple[str, ...], env: dict[str, str] | None = None):
         found.close()
 
 
+@contextmanager
+def clean_runs(target: str):
+    """A function running one program on ``target`` alone (every op sent, as a replayed case) and
+    returning its trace, which must be ``ok``: what a module's ``run`` fixture yields."""
+    with targets_runner((target,)) as runner:
+        def run_program(program):
+            trace = runner.run_one(program, every_target=True)[target]
+            assert trace.status == "ok", trace.message
+            return trace
+
+        yield run_program
+
+
 @pytest.fixture(scope="session")
 def runner(all_targets):
     from harness.targets.runner import Runner

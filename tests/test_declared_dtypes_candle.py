@@ -34,7 +34,7 @@ import pytest
 from harness.case.ir import parse_case, write_case
 from harness.case.methods import bf16_rounded
 from harness.judging.trace import verdicts
-from tests.conftest import targets_runner
+from tests.conftest import clean_runs
 from tests.probe_client import Probe as ProbeClient
 from tests.test_reports import _cargo_reproducer
 
@@ -44,12 +44,7 @@ SGD = {"op": "step", "optimizer": "sgd", "lr": 0.5}
 
 @pytest.fixture(scope="module")
 def run():
-    with targets_runner((TARGET,)) as runner:
-        def run_program(program):
-            trace = runner.run_one(program, every_target=True)[TARGET]
-            assert trace.status == "ok", trace.message
-            return trace
-
+    with clean_runs(TARGET) as run_program:
         yield run_program
 
 

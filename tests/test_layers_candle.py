@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from harness.case.ir import load_case, parse_case
-from tests.conftest import CASES, targets_runner
+from tests.conftest import CASES, clean_runs
 
 TARGET = "candle:cpu"
 BN_CASE = CASES / "batch_norm_running_stats_across_clone_save_and_eval.toml"
@@ -27,12 +27,7 @@ STATS = ("bn.running_mean", "bn.running_var")
 
 @pytest.fixture(scope="module")
 def run():
-    with targets_runner((TARGET,)) as runner:
-        def run_program(program):
-            trace = runner.run_one(program, every_target=True)[TARGET]
-            assert trace.status == "ok", trace.message
-            return trace
-
+    with clean_runs(TARGET) as run_program:
         yield run_program
 
 
