@@ -9,19 +9,23 @@ more reliably than a ``RuleBasedStateMachine`` (see shared notes, "the field").
 Values come from a small set of dyadic numbers that stay exact in float32 through SGD steps with
 the learning rates drawn here, so most comparisons between frameworks can be exact.
 
-The strategies are plain Hypothesis strategies: ``@given(programs("quick"))`` works in any test.
+The strategies are Hypothesis strategies: ``@given(programs("quick"))`` works in any test. Their
+leaves are one primitive draw each (``generators.choices``), the choice ``sampled_from``,
+``booleans``, ``integers`` or ``binary`` would make, at a fraction of the cost.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from hypothesis import strategies as st
+from hypothesis.internal.conjecture.utils import calc_label_from_name
+from hypothesis.strategies import SearchStrategy
 
+from generators.choices import Bytes, Count, FastDraw, Flag, Menu
+from generators.profiles import PROFILES, Profile, get_profile  # noqa: F401 - re-exported
 from harness.case import ops
 from harness.case.ir import Program, TensorDecl, check_program
 from harness.case.layers import DROPOUT_PS, LayerDecl, input_problem
@@ -29,61 +33,6 @@ from harness.case.layers import DROPOUT_PS, LayerDecl, input_problem
 EXACT_VALUES = (0.0, 1.0, -1.0, 0.5, 2.0, -0.5, 0.25, 3.0, -2.0, 4.0)
 LEARNING_RATES = (0.5, 0.25, 1.0, 0.125)
 SCALE_FACTORS = (2.0, -1.0, 0.5, 0.0)
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Program length and op weights. Weights are relative; 0 disables an op."""
-
-    name: str
-    max_ops: int
-    max_params: int = 3
-    max_buffers: int = 2
-    lazy_probability: float = 0.25
-    #: How often a program gets a batch-norm layer (over a declared [batch, features] tensor),
-    #: and how often a dropout layer.
-    layer_probability: float = 0.3
-    #: In how many programs of ten the case's dtype is not float32 (one bf16, one f16 at 2).
-    dtype_share: int = 2
-    weights: tuple[tuple[str, int], ...] = (
-        ("snapshot", 8), ("write", 4), ("fill", 2), ("scale", 2), ("step", 5), ("move", 2),
-        ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 3), ("save", 2), ("load", 2), ("set_lr", 2), ("replace", 2), ("backward", 2),
-        ("append", 2), ("forward", 3), ("map", 2), ("add", 2),
-    )
-
-    def op_menu(self) -> tuple[str, ...]:
-        return tuple(kind for kind, w in self.weights for _ in range(w))
-
-
-PROFILES = {
-    "quick": Profile("quick", max_ops=8),
-    "default": Profile("default", max_ops=16),
-    "deep": Profile("deep", max_ops=40, weights=(
-        ("snapshot", 8), ("write", 5), ("fill", 2), ("scale", 2), ("step", 6), ("move", 3),
-        ("module_clone", 1), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 1),
-        ("assign", 4), ("save", 2), ("load", 3), ("set_lr", 2), ("replace", 2), ("backward", 2),
-        ("append", 3), ("forward", 3), ("map", 3), ("add", 3))),
-    # Around lazy initialisation: a lazy tensor in every program, and the ops whose effect on it
-    # depends on when it is first read (moves, module clones, reads, steps).
-    "lazy": Profile("lazy", max_ops=10, lazy_probability=1.0, weights=(
-        ("snapshot", 4), ("write", 2), ("fill", 1), ("scale", 1), ("step", 5), ("move", 5),
-        ("module_clone", 3), ("valid", 1), ("train", 1), ("no_grad", 1), ("freeze", 1), ("read", 2),
-        ("assign", 1), ("save", 2), ("load", 1), ("set_lr", 1), ("replace", 1), ("backward", 2),
-        ("append", 1), ("forward", 1), ("map", 1), ("add", 1))),
-    # Every program in bf16 or f16 (half each): the kernels and conversions of the narrow dtypes.
-    "dtypes": Profile("dtypes", max_ops=16, dtype_share=10),
-}
-
-
-def get_profile(name: str | Profile) -> Profile:
-    if isinstance(name, Profile):
-        return name
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown profile {name!r} (known: {', '.join(PROFILES)})") from None
-
 
 
 def _shape_menu() -> tuple[tuple[int, ...], ...]:
@@ -99,45 +48,46 @@ def _shape_menu() -> tuple[tuple[int, ...], ...]:
 # One draw for a shape: drawn as a list of sides it took about seven (the list's own draws, a
 # "more" flag and a side per dimension), a fifth of a program's draws. The shrinker lowers the
 # index, which reaches the simpler shapes first.
-shapes = st.sampled_from(_shape_menu())
-exact_values = st.sampled_from(EXACT_VALUES)
-learning_rates = st.sampled_from(LEARNING_RATES)
-scale_factors = st.sampled_from(SCALE_FACTORS)
-# sampled_from leans towards its first element: put the method that most often reveals something
+shapes = Menu(_shape_menu(), "shape")
+exact_values = Menu(EXACT_VALUES, "exact value")
+learning_rates = Menu(LEARNING_RATES, "learning rate")
+scale_factors = Menu(SCALE_FACTORS, "scale factor")
+FLAG = Flag()
+# A menu leans towards its first item (as sampled_from does): put the method that most often reveals something
 # there rather than ``alias``, which is the same in every framework.
-methods = st.sampled_from(("clone",) + tuple(m for m in ops.METHODS if m != "clone"))
-optimizers = st.sampled_from(ops.OPTIMIZERS)
-device_roles = st.sampled_from(ops.DEVICE_ROLES)
-move_methods = st.sampled_from(ops.MOVE_METHODS)
-momenta = st.sampled_from((0.5, 0.9))
-dampenings = st.sampled_from((0.0, 0.5))
-checkpoint_stores = st.sampled_from(ops.CHECKPOINT_STORES)
-replace_hows = st.sampled_from(ops.REPLACE_HOWS)
-append_hows = st.sampled_from(ops.APPEND_HOWS)
-map_fns = st.sampled_from(ops.MAP_FNS)
-assign_flags = st.sampled_from((False, True))
-weight_decays = st.sampled_from((0.0, 0.5, 0.01))
+methods = Menu(("clone",) + tuple(m for m in ops.METHODS if m != "clone"), "method")
+optimizers = Menu(ops.OPTIMIZERS, "optimizer")
+device_roles = Menu(ops.DEVICE_ROLES, "device role")
+move_methods = Menu(ops.MOVE_METHODS, "move method")
+momenta = Menu((0.5, 0.9), "momentum")
+dampenings = Menu((0.0, 0.5), "dampening")
+checkpoint_stores = Menu(ops.CHECKPOINT_STORES, "checkpoint store")
+replace_hows = Menu(ops.REPLACE_HOWS, "replace how")
+append_hows = Menu(ops.APPEND_HOWS, "append how")
+map_fns = Menu(ops.MAP_FNS, "map fn")
+assign_flags = Menu((False, True), "assign flag")
+weight_decays = Menu((0.0, 0.5, 0.01), "weight decay")
 
 
 @lru_cache(maxsize=None)
-def dtypes(share: int) -> st.SearchStrategy[str]:
+def dtypes(share: int) -> Menu:
     """A case's dtype: float32 but in ``share`` programs of ten, split between bf16 and f16.
     One integer draw that shrinks to 0, float32 (``ops.DTYPES``' simplest)."""
     others = tuple(ops.DTYPES[1 + i % (len(ops.DTYPES) - 1)] for i in range(share))
-    return st.integers(0, 9).map(lambda i: others[i - 10 + share] if i >= 10 - share else "f32")
+    return Menu(tuple(others[i - 10 + share] if i >= 10 - share else "f32" for i in range(10)), f"dtype {share}")
 
 
 # Strategies are built once and reused: building one inside the draw loop costs more than
 # drawing from it (Hypothesis validates every new strategy).
 @lru_cache(maxsize=None)
-def values(shape: tuple[int, ...]) -> st.SearchStrategy[tuple[float, ...]]:
+def values(shape: tuple[int, ...]) -> Bytes:
     return _values(math.prod(shape))
 
 
-def _values(n: int) -> st.SearchStrategy[tuple[float, ...]]:
+def _values(n: int) -> Bytes:
     # One draw for the whole tensor, n bytes: an index draw per element cost a Hypothesis draw
     # each (about a third of a program's draws; a fixed-size ``st.lists`` twice that again).
-    return st.binary(min_size=n, max_size=n).map(_exact_values)
+    return Bytes(n, _exact_values, "exact values")
 
 
 def _exact_values(raw: bytes) -> tuple[float, ...]:
@@ -150,40 +100,39 @@ def _exact_values(raw: bytes) -> tuple[float, ...]:
 
 
 @lru_cache(maxsize=None)
-def _index(n: int) -> st.SearchStrategy[int]:
-    return st.sampled_from(range(n))
+def _index(n: int) -> Menu:
+    return Menu(range(n), f"index {n}")
 
 
 @lru_cache(maxsize=None)
-def _maybe_index(n: int) -> st.SearchStrategy[int | None]:
+def _maybe_index(n: int) -> Menu:
     # None half the time, else an index: one draw (``none() | integers()`` took two), which
     # shrinks to None, the whole tensor.
-    return st.sampled_from((None,) * n + tuple(range(n)))
+    return Menu((None,) * n + tuple(range(n)), f"maybe index {n}")
 
 
 @lru_cache(maxsize=None)
-def _menu(profile: "Profile") -> st.SearchStrategy[str]:
-    return st.sampled_from(profile.op_menu())
+def _menu(profile: "Profile") -> Menu:
+    return Menu(profile.op_menu(), f"op {profile.name}")
 
 
 @lru_cache(maxsize=None)
-def _lengths(lo: int, hi: int) -> st.SearchStrategy[int]:
-    # Longest first: sampled_from leans towards its first element, and a fuzzer wants long
+def _lengths(lo: int, hi: int) -> Menu:
+    # Longest first: a menu leans towards its first item, and a fuzzer wants long
     # programs (the minimizer makes findings short again).
-    return st.sampled_from(range(hi, lo - 1, -1))
+    return Menu(range(hi, lo - 1, -1), f"length {lo} {hi}")
 
 
 @lru_cache(maxsize=None)
-def _count(lo: int, hi: int) -> st.SearchStrategy[int]:
-    return st.integers(lo, hi)
+def _count(lo: int, hi: int) -> Count:
+    return Count(lo, hi)
 
 
-@st.composite
-def tensors(draw, profile: Profile) -> tuple[TensorDecl, ...]:
+def tensors(draw: FastDraw, profile: Profile) -> tuple[TensorDecl, ...]:
     out = []
     for i in range(draw(_count(1, profile.max_params))):
         shape = draw(shapes)
-        grad = draw(values(shape)) if draw(st.booleans()) else None
+        grad = draw(values(shape)) if draw(FLAG) else None
         out.append(TensorDecl(f"p{i}", "param", shape, draw(values(shape)), grad))
     for i in range(draw(_count(0, profile.max_buffers))):
         shape = draw(shapes)
@@ -196,10 +145,10 @@ def tensors(draw, profile: Profile) -> tuple[TensorDecl, ...]:
         drawn = None
         for i in range(draw(_count(1, 2))):
             shape = draw(shapes)
-            if draw(st.booleans()):
+            if draw(FLAG):
                 out.append(TensorDecl(f"l{i}", "lazy", shape, init="const", fill=draw(exact_values)))
                 continue
-            drawn = drawn or ("uniform" if draw(st.booleans()) else "program_rng")
+            drawn = drawn or ("uniform" if draw(FLAG) else "program_rng")
             if drawn == "uniform":
                 out.append(TensorDecl(f"l{i}", "lazy", shape, init=drawn, seed=draw(_count(0, 99))))
             else:
@@ -208,12 +157,11 @@ def tensors(draw, profile: Profile) -> tuple[TensorDecl, ...]:
 
 
 BATCH_NORM_MOMENTA = (0.5, 1.0, 0.25)
-batch_norm_momenta = st.sampled_from(BATCH_NORM_MOMENTA)
-dropout_ps = st.sampled_from(DROPOUT_PS)
+batch_norm_momenta = Menu(BATCH_NORM_MOMENTA, "batch norm momentum")
+dropout_ps = Menu(DROPOUT_PS, "dropout p")
 
 
-@st.composite
-def layers(draw, profile: Profile, decls: tuple[TensorDecl, ...]) -> tuple[LayerDecl, ...]:
+def layers(draw: FastDraw, profile: Profile, decls: tuple[TensorDecl, ...]) -> tuple[LayerDecl, ...]:
     """A batch norm over the features of a declared ``[batch >= 2, features]`` tensor (so a
     ``forward`` has an input from the start), and a dropout, each with ``layer_probability``.
     Momenta are dyadic, so that the running mean stays exact."""
@@ -279,7 +227,7 @@ def _draw_write(draw, p: _Drawn) -> None:
 
 def _draw_optimizer(draw, p: _Drawn) -> dict[str, Any]:
     """The hyper-parameters of a live optimizer (half the time, when there is one) or new ones."""
-    if p.optimizers and draw(st.booleans()):
+    if p.optimizers and draw(FLAG):
         return dict(_pick_item(draw, p.optimizers))
     optimizer = draw(optimizers)
     spec: dict[str, Any] = {"optimizer": optimizer, "lr": draw(learning_rates)}
@@ -361,7 +309,7 @@ def _draw_assign(draw, p: _Drawn) -> None:
     sources = [n for n in p.names if p.shape_of[n] == want]  # the target itself, views of it, ...
     # Or a row of a name (dst[i] = src[j], the KV-cache write from a transposed snapshot).
     row_sources = [n for n in p.names if p.shape_of[n] and p.shape_of[n][1:] == want]
-    if row_sources and (not sources or draw(st.booleans())):
+    if row_sources and (not sources or draw(FLAG)):
         source = _pick(draw, row_sources)
         row = draw(_count(0, p.shape_of[source][0] - 1))
         p.ops.append({"op": "assign", "target": target, "source": source, "index": index, "source_index": row})
@@ -470,19 +418,48 @@ def draw_op(draw, kind: str, p: _Drawn) -> None:
         drawer(draw, p)
 
 
-@st.composite
-def programs(draw, profile: str | Profile = "default", max_ops: int | None = None) -> Program:
-    """A valid program. ``max_ops`` overrides the profile's length (benchmarks use it)."""
-    prof = get_profile(profile)
-    decls = draw(tensors(prof))
-    declared_layers = draw(layers(prof, decls))
-    # sampled_from, not integers: integers() leans hard towards its lower bound, and half the
-    # programs would have one op.
-    n_ops = draw(_lengths(1 if max_ops is None else max_ops, max_ops or prof.max_ops))
-    drawn = _Drawn(decls, declared_layers)
-    menu = _menu(prof)
-    for _ in range(n_ops):
-        draw_op(draw, draw(menu), drawn)
-    dtype = draw(dtypes(prof.dtype_share))
-    return Program(decls, check_program(decls, drawn.ops, layers=declared_layers, dtype=dtype), layers=declared_layers,
-                   dtype=dtype)
+class ProgramStrategy(SearchStrategy):
+    """A valid program of ``profile``, ``max_ops`` long if given. Its leaves are drawn with
+    ``FastDraw`` (``generators.choices``). The declarations, the layers and every op are a span
+    each: Hypothesis's mutator copies a span over another of its label, so a whole op can be
+    repeated (a step after a step), not only one of its fields."""
+
+    def __init__(self, profile: Profile, max_ops: int | None):
+        super().__init__()
+        self.profile, self.max_ops = profile, max_ops
+
+    def __repr__(self) -> str:
+        return f"programs({self.profile.name!r}, max_ops={self.max_ops})"
+
+    def do_draw(self, data) -> Program:
+        prof, max_ops, draw = self.profile, self.max_ops, FastDraw(data)
+        draw.span(_TENSORS_LABEL)
+        decls = tensors(draw, prof)
+        draw.end()
+        draw.span(_LAYERS_LABEL)
+        declared_layers = layers(draw, prof, decls)
+        draw.end()
+        # A menu of lengths, not integers: integers() leans hard towards its lower bound, and
+        # half the programs would have one op.
+        n_ops = draw(_lengths(1 if max_ops is None else max_ops, max_ops or prof.max_ops))
+        drawn = _Drawn(decls, declared_layers)
+        menu = _menu(prof)
+        for _ in range(n_ops):
+            draw.span(_OP_LABEL)
+            draw_op(draw, draw(menu), drawn)
+            draw.end()
+        dtype = draw(dtypes(prof.dtype_share))
+        return Program(decls, check_program(decls, drawn.ops, layers=declared_layers, dtype=dtype),
+                       layers=declared_layers, dtype=dtype)
+
+
+_TENSORS_LABEL = calc_label_from_name("aliasfuzz tensors")
+_LAYERS_LABEL = calc_label_from_name("aliasfuzz layers")
+_OP_LABEL = calc_label_from_name("aliasfuzz op")
+
+
+@lru_cache(maxsize=None)
+def programs(profile: str | Profile = "default", max_ops: int | None = None) -> ProgramStrategy:
+    """The strategy of valid programs. ``max_ops`` overrides the profile's length (benchmarks
+    use it)."""
+    return ProgramStrategy(get_profile(profile), max_ops)
