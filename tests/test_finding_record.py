@@ -74,3 +74,13 @@ def test_worker_messages_survive_a_process_boundary():
                 messages.LogLine("a line"), messages.WorkerError("worker 1: boom", harness=True),
                 messages.WorkerDone(1)):
         assert pickle.loads(pickle.dumps(msg)) == msg
+
+
+def test_every_verdict_a_snapshot_can_get_reads_as_words():
+    # A verdict is one event kind, or the same kind for a write into the snapshot (``rev``:
+    # ``trace.Verdict.summary``); a sentence that shows the bare token reads as a defect.
+    for verdict in ("follows", "keeps", "other"):
+        for token in (verdict, f"rev {verdict}"):
+            finding = Finding(kind="framework", aspect="verdict", targets=("burn:flex", "torch:cpu"),
+                              op_label="write", method="flip", sides=("keeps", token), op_index=2, subject="s0")
+            assert f"but {token} on" not in finding.sentence(), token

@@ -104,6 +104,7 @@ def _say(verdict: str) -> str:
     return {"follows": "follows its source", "keeps": "keeps its value",
             "rev follows": "carries a write back into its source",
             "rev keeps": "takes a write without changing its source",
+            "rev other": "carries a write into its source, which then holds neither value",
             "none": "sees no change", "other": "holds neither value"}.get(verdict, verdict)
 
 
