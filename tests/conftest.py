@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from typing import NoReturn
 from pathlib import Path
 
 import pytest
@@ -106,13 +107,19 @@ def module_redis_server(tmp_path_factory):
     yield from _redis_server(tmp_path_factory.mktemp("redis"))
 
 
+def need(what: str, how: str) -> NoReturn:
+    """Stops a test whose tool is missing: a skip, or on CI (``CI`` set) a failure, where a skip
+    would pass as a success."""
+    msg = f"{what} is not available ({how})"
+    if os.environ.get("CI"):
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
 def _redis_server(tmp_path):
     exe = shutil.which("redis-server")
     if exe is None:
-        msg = "redis-server is not installed (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis)"
-        if os.environ.get("CI"):
-            pytest.fail(msg)
-        pytest.skip(msg)
+        need("redis-server", "Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis")
     import redis
 
     port = free_port()

@@ -42,7 +42,7 @@ from harness.case.layers import LayerDecl
 from harness.paths import cargo_target_dir, probe_binary
 from harness.reporting.reproducers import parse_output, prepare_cargo_build, trace_states, write_project
 from harness.targets.burn.reproducer import burn_main
-from tests.conftest import run_cli, targets_runner
+from tests.conftest import need, run_cli, targets_runner
 
 W = TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0))
 X = TensorDecl("x", "buffer", (2, 2), (1.0, 2.0, 3.0, 6.0))
@@ -286,11 +286,10 @@ def test_the_reproducer_declares_the_dtype():
 
 
 def test_the_bf16_reproducer_prints_what_the_probe_observed(tmp_path):
-    for what, ok in (("the burn probe", probe_binary("burn_probe").exists()), ("cargo", shutil.which("cargo"))):
-        if not ok:
-            if os.environ.get("CI"):
-                pytest.fail(f"{what} is not available")
-            pytest.skip(f"{what} is not available")
+    if not probe_binary("burn_probe").exists():
+        need("the burn probe", "build the probes with `make probes`")
+    if shutil.which("cargo") is None:
+        need("cargo", "install Rust from https://rustup.rs")
     case = tmp_path / "bf16.toml"
     case.write_text(CASE)
     r = run_cli("repro", "--json", "--targets", "burn:flex", str(case))

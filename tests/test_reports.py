@@ -16,15 +16,8 @@ import pytest
 from harness.case.ir import load_case
 from harness.paths import cargo_target_dir, probe_binary
 from harness.reporting.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
-from tests.conftest import CASES, run_cli
+from tests.conftest import CASES, need, run_cli
 from tests.test_campaign import fake_probe_dir
-
-
-def _need(what: str, how: str):
-    msg = f"{what} is not available ({how})"
-    if os.environ.get("CI"):
-        pytest.fail(msg)
-    pytest.skip(msg)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +86,7 @@ def test_report_command_and_history(fake_run, tmp_path):
 def test_report_html_renders_in_headless_chromium(fake_run, tmp_path):
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
-        _need("chromium", "Debian/Ubuntu: apt-get install -y chromium")
+        need("chromium", "Debian/Ubuntu: apt-get install -y chromium")
     r = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                         "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
                         "--dump-dom", (fake_run / "report.html").resolve().as_uri()],
@@ -156,9 +149,9 @@ def test_torch_script_prints_what_the_worker_observed(case, tmp_path, torch_repr
 
 def _cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
     if not probe_binary(f"{framework}_probe").exists():
-        _need(f"the {framework} probe", "build the probes with `make probes`")
+        need(f"the {framework} probe", "build the probes with `make probes`")
     if shutil.which("cargo") is None:
-        _need("cargo", "install Rust from https://rustup.rs")
+        need("cargo", "install Rust from https://rustup.rs")
     doc = _repro_json(case, target)
     tj = doc["targets"][target]
     assert tj["status"] == "ok", tj
