@@ -12,7 +12,7 @@ from hypothesis.control import BuildContext
 from hypothesis.internal.conjecture.data import ConjectureData
 
 from generators.choices import Bytes, Count, FastDraw, Flag, Menu
-from generators.programs import _OP_LABEL, programs
+from generators.programs import _menu, get_profile, programs
 
 
 def _draw(data: ConjectureData, draw):
@@ -49,15 +49,48 @@ def test_a_menu_shrinks_to_its_first_item_and_refuses_to_be_empty():
         Count(0, 200)  # integers() weights its bounds there: not the same choice
 
 
-def test_fast_draw_keeps_a_span_per_leaf_and_per_op():
+def test_fast_draw_keeps_a_span_per_leaf():
     data = ConjectureData(random=Random(3))
     program = _draw(data, lambda: data.draw(programs("default")))
     data.freeze()
-    ops = [s for s in data.spans if s.label == _OP_LABEL]
-    assert len(ops) >= len(program.ops) > 1  # a drawn op that binds nothing adds no op
-    # every op span is one group of the mutator, so that one op can be copied over another
-    groups = data.spans.mutator_groups
-    assert {(s.start, s.end) for s in ops} in groups
-    # and every choice lies inside some leaf's span: no draw escapes the spans
+    # every choice lies inside a leaf's span of its own: no draw escapes the spans
     leaves = [s for s in data.spans if s.choice_count == 1 and not s.children]
     assert len(leaves) == len(data.choices)
+    # the op kinds share a label, one group of the mutator: an op's kind can be copied over another's
+    kinds = {(s.start, s.end) for s in data.spans if s.label == _menu(get_profile("default")).leaf_label}
+    assert len(kinds) >= len(program.ops) > 1
+    assert kinds in data.spans.mutator_groups
+
+
+def test_recorded_mutator_groups_are_hypothesiss_own_in_the_same_order():
+    # generation.generate mutates from FastDraw's record instead of walking the spans; the
+    # mutator picks a group at random, so the order matters as much as the groups.
+    from generators.choices import _GROUPS, mutator_groups
+
+    compared = 0
+    for seed in range(150):
+        for profile in ("default", "deep"):
+            data = ConjectureData(random=Random(seed))
+            _draw(data, lambda: data.draw(programs(profile)))
+            data.freeze()
+            assert data in _GROUPS
+            assert mutator_groups(data) == data.spans.mutator_groups, (seed, profile)
+            compared += 1
+    assert compared == 300
+
+
+def test_a_draw_outside_fast_draw_leaves_the_groups_to_hypothesis():
+    from generators.choices import _GROUPS, mutator_groups
+
+    data = ConjectureData(random=Random(1))
+
+    def mixed():
+        draw = FastDraw(data)
+        draw(Flag())
+        draw(st.integers(0, 3))  # not a leaf: its choices are not counted
+        draw.finish()
+
+    _draw(data, mixed)
+    data.freeze()
+    assert data not in _GROUPS
+    assert mutator_groups(data) == data.spans.mutator_groups
