@@ -27,6 +27,7 @@ from hypothesis.control import BuildContext, _current_build_context
 from hypothesis.errors import StopTest
 from hypothesis.internal.conjecture.data import ConjectureData
 
+from generators.choices import mutator_groups
 from generators.programs import Profile, get_profile, programs as program_strategy
 from harness.case.ir import Program
 
@@ -72,7 +73,7 @@ def generate(n: int, seed: int, profile: str | Profile = "default", max_ops: int
         for _ in range(MUTATION_TRIES):
             if len(out) >= n:
                 break
-            attempt = _mutant(data.choices, data.spans.mutator_groups, rng)
+            attempt = _mutant(data.choices, mutator_groups(data), rng)
             if attempt is None or attempt == data.choices:
                 continue  # a part copied over an equal one: the same program, not drawn again
             # A mutant that needs more choices than the attempt holds (a longer op list copied
