@@ -32,7 +32,7 @@ from hypothesis.strategies import SearchStrategy
 
 
 class Leaf(SearchStrategy):
-    """A strategy that is one primitive draw (``pick``), labelled by ``name``."""
+    """A strategy whose ``do_draw`` is one primitive draw, labelled by ``name``."""
 
     def __init__(self, name: str):
         super().__init__()
@@ -40,12 +40,6 @@ class Leaf(SearchStrategy):
 
     def calc_label(self) -> int:
         return self.leaf_label
-
-    def pick(self, data: ConjectureData) -> Any:
-        raise NotImplementedError
-
-    def do_draw(self, data: ConjectureData) -> Any:
-        return self.pick(data)
 
 
 class Menu(Leaf):
@@ -56,7 +50,7 @@ class Menu(Leaf):
             raise ValueError(f"menu {name!r} has no items")
         self.last = len(self.items) - 1
 
-    def pick(self, data: ConjectureData) -> Any:
+    def do_draw(self, data: ConjectureData) -> Any:
         return self.items[data.draw_integer(0, self.last)]
 
     def __repr__(self) -> str:
@@ -67,7 +61,7 @@ class Flag(Leaf):
     def __init__(self):
         super().__init__("flag")
 
-    def pick(self, data: ConjectureData) -> bool:
+    def do_draw(self, data: ConjectureData) -> bool:
         return data.draw_boolean()
 
     def __repr__(self) -> str:
@@ -81,7 +75,7 @@ class Count(Leaf):
         super().__init__(f"count {lo} {hi}")
         self.lo, self.hi = lo, hi
 
-    def pick(self, data: ConjectureData) -> int:
+    def do_draw(self, data: ConjectureData) -> int:
         return data.draw_integer(self.lo, self.hi)
 
     def __repr__(self) -> str:
@@ -93,7 +87,7 @@ class Bytes(Leaf):
         super().__init__(f"bytes {n} {name}")
         self.n, self.fn = n, fn
 
-    def pick(self, data: ConjectureData) -> Any:
+    def do_draw(self, data: ConjectureData) -> Any:
         return self.fn(data.draw_bytes(self.n, self.n))
 
     def __repr__(self) -> str:
@@ -124,7 +118,7 @@ class FastDraw:
             data, start = self.data, self.count
             data.start_span(strategy.leaf_label)
             try:
-                value = strategy.pick(data)
+                value = strategy.do_draw(data)
             finally:
                 data.stop_span()
             self.count = start + 1
