@@ -53,8 +53,8 @@ exact_values = Menu(EXACT_VALUES, "exact value")
 learning_rates = Menu(LEARNING_RATES, "learning rate")
 scale_factors = Menu(SCALE_FACTORS, "scale factor")
 FLAG = Flag()
-# A menu leans towards its first item (as sampled_from does): put the method that most often reveals something
-# there rather than ``alias``, which is the same in every framework.
+# A menu leans towards its first item (as sampled_from does): put the method that most often
+# reveals something there rather than ``alias``, which is the same in every framework.
 methods = Menu(("clone",) + tuple(m for m in ops.METHODS if m != "clone"), "method")
 optimizers = Menu(ops.OPTIMIZERS, "optimizer")
 device_roles = Menu(ops.DEVICE_ROLES, "device role")
@@ -74,7 +74,8 @@ def dtypes(share: int) -> Menu:
     """A case's dtype: float32 but in ``share`` programs of ten, split between bf16 and f16.
     One integer draw that shrinks to 0, float32 (``ops.DTYPES``' simplest)."""
     others = tuple(ops.DTYPES[1 + i % (len(ops.DTYPES) - 1)] for i in range(share))
-    return Menu(tuple(others[i - 10 + share] if i >= 10 - share else "f32" for i in range(10)), f"dtype {share}")
+    return Menu(tuple(others[i - 10 + share] if i >= 10 - share else "f32" for i in range(10)),
+                f"dtype {share}")
 
 
 # Strategies are built once and reused: building one inside the draw loop costs more than
