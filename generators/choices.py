@@ -97,7 +97,7 @@ class Bytes(Leaf):
 class FastDraw:
     """``draw(strategy)`` on one ``ConjectureData``: a ``Leaf`` as its primitive in a span of its
     label, any other strategy through ``data.draw``. ``span(label)`` and ``end()`` open and
-    close a span around a group of draws (an op, the declarations).
+    close a span around a group of draws (the declarations, the layers).
 
     It also keeps the spans it opened, by label, in choice indices: a leaf is exactly one choice,
     so counting leaves is counting choices, and ``finish()`` records for ``mutator_groups`` the
