@@ -28,6 +28,9 @@ Each expectation is candle-core / candle-nn 0.11.1 behaviour, read from the crat
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -274,7 +277,10 @@ def test_the_reproducer_makes_the_programs_dtype_and_prints_what_the_probe_obser
                            "b": {"kind": "buffer", "value": W}, "l": {"kind": "lazy", "shape": [2], "init": "const", "fill": 0.75}},
                    REPRO_OPS, layers={"bn": {"kind": "batch_norm", "features": 2, "momentum": 0.5}})
     path = write_case(program, tmp_path / f"{dtype}_program.toml")
+    checkpoint_files = set(Path(tempfile.gettempdir()).glob("aliasfuzz-repro-*.safetensors"))
     out, doc = _cargo_reproducer("candle", path, TARGET, tmp_path)
+    # The file checkpoint is read back, then removed: a replayed case leaves nothing behind.
+    assert set(Path(tempfile.gettempdir()).glob("aliasfuzz-repro-*.safetensors")) <= checkpoint_files
     assert [s["status"] for s in doc["targets"][TARGET]["ops"]] == ["ok"] * len(REPRO_OPS)
     main_rs = (tmp_path / "repro-candle" / "src" / "main.rs").read_text()
     assert f"let dt = DType::{dtype.upper()};" in main_rs and "lazy_var(&varmap, vec![2], \"l\", " in main_rs

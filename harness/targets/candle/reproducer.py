@@ -218,7 +218,8 @@ class _Writer(MainWriter):
             self.body += [f'    let {c}_path = std::env::temp_dir().join(format!("aliasfuzz-repro-{{}}-{c}.safetensors", '
                           'std::process::id()));',
                           f"    varmap.save(&{c}_path)?;",
-                          f"    let {c}_read = candle_core::safetensors::load(&{c}_path, &dev)?;"]
+                          f"    let {c}_read = candle_core::safetensors::load(&{c}_path, &dev)?;",
+                          f"    let _ = std::fs::remove_file(&{c}_path);"]
             entries, kind = f"{c}_read", "tensor"
         for p in self.params:
             n = f"{op['name']}.{p}"
