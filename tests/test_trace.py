@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
-from harness.judging.trace import MalformedTrace, Observation, Trace, same_values
+from harness.judging.trace import MalformedTrace, Observation, Trace, alike, same_values
 
 
 def f32(*xs) -> np.ndarray:
@@ -138,3 +138,31 @@ def test_facts_of_a_program_are_worked_out_once_per_program_object(monkeypatch):
     snap = snapshots(a)[0]
     assert relation_end(a, snap, 2) == 1 and relation_end(b, snapshots(b)[0], 1) == 1
     assert relation_end(a, snap, 1) == 1 and relation_end(b, snapshots(b)[0], 5) == 5
+
+
+def _wire(identities=("i1", "i1", "i2"), values=((1.0, 2.0), (1.0, 2.0), (0.0,)), dtype="f32", status="ok",
+          names=("w", "a", "c")):
+    def obs(k):
+        return {"shape": [len(values[k])], "value": list(values[k]), "device": "cpu", "requires_grad": False,
+                "identity": identities[k], "initialized": True, "dtype": dtype}
+    return {"status": "ok", "initial": {names[0]: obs(0)},
+            "steps": [{"status": "ok", "changed": {names[1]: obs(1)}},
+                      {"status": status, "changed": {names[2]: obs(2)}}]}
+
+
+@pytest.mark.parametrize("other, is_alike", [
+    (_wire(), True),
+    (_wire(identities=("x9", "x9", "x3")), True),  # the same grouping under other tokens
+    (_wire(identities=("i1", "i2", "i2")), False),  # a snapshot that shares on one side only
+    (_wire(identities=("i1", "i1", None)), False),
+    (_wire(values=((1.0, 2.0), (1.0, 2.0), (-0.0,))), False),  # bitwise: -0.0 is not 0.0 here
+    (_wire(values=((1.0, 2.0), (1.0,), (0.0,))), False),
+    (_wire(dtype="bf16"), False),
+    (_wire(status="error"), False),
+    (_wire(names=("w", "a", "d")), False),
+])
+def test_alike_tells_apart_every_aspect_the_oracle_compares(other, is_alike):
+    # ``alike`` is the oracle's per-pair fast path: a pair it calls alike is not compared at all,
+    # so it must see statuses, names, shapes, dtypes, value bits and the identity grouping.
+    a, b = Trace.from_wire("a:cpu", _wire()), Trace.from_wire("b:cpu", other)
+    assert alike(a, b) == alike(b, a) == is_alike

@@ -31,6 +31,8 @@ def unreproducible_names(program: Program) -> frozenset[str]:
 
 def _derived_from(program: Program, inits: tuple[str, ...]) -> frozenset[str]:
     roots = {t.name for t in program.tensors if t.kind == "lazy" and t.init in inits}
+    if not roots:
+        return frozenset()  # nothing to derive from (most programs): no fixpoint to walk
     out = set(roots)
     params = program.model_names
     source = {s.name: s.source for s in snapshots(program)}

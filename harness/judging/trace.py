@@ -169,6 +169,36 @@ class Trace:
         }
 
 
+def alike(a: Trace, b: Trace) -> bool:
+    """Whether two traces look the same to the oracle: statuses, names, shapes, dtypes, value bits
+    and identity tokens renamed by first appearance (devices, ``requires_grad`` and messages left
+    out), so that no aspect can diverge between them. Walked side by side, the first step that
+    differs stops it (traces of two frameworks mostly differ somewhere; two backends' mostly do
+    not)."""
+    if a.status != b.status or len(a.steps) != len(b.steps):
+        return False
+    tokens_a: dict[str, int] = {}
+    tokens_b: dict[str, int] = {}
+
+    def same(xa: Mapping[str, Observation], xb: Mapping[str, Observation]) -> bool:
+        if xa.keys() != xb.keys():
+            return False
+        for name in sorted(xa):  # one order on both sides: it numbers the tokens
+            oa, ob = xa[name], xb[name]
+            if oa.shape != ob.shape or oa.dtype != ob.dtype or (oa.value is None) != (ob.value is None) \
+                    or (oa.identity is None) != (ob.identity is None):
+                return False
+            if oa.value is not None and oa.value.tobytes() != ob.value.tobytes():
+                return False
+            if oa.identity is not None and \
+                    tokens_a.setdefault(oa.identity, len(tokens_a)) != tokens_b.setdefault(ob.identity, len(tokens_b)):
+                return False
+        return True
+
+    return same(a.initial, b.initial) and all(
+        x.status == y.status and same(x.changed, y.changed) for x, y in zip(a.steps, b.steps))
+
+
 # ------------------------------------------------------------------------------------------------
 # Verdicts.
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.case.ir import Program
+from harness.case.ir import Program, per_program
 
 ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
 #: The relative tolerance of a case's dtype: four units in the last place (2^-7 for bf16, 2^-10
@@ -27,6 +27,7 @@ class Tolerance:
     floor: float
 
 
+@per_program
 def tolerance(program: Program) -> Tolerance | None:
     """The tolerance values of ``program`` are compared with; None: exactly.
 
