@@ -166,3 +166,15 @@ def test_alike_tells_apart_every_aspect_the_oracle_compares(other, is_alike):
     # so it must see statuses, names, shapes, dtypes, value bits and the identity grouping.
     a, b = Trace.from_wire("a:cpu", _wire()), Trace.from_wire("b:cpu", other)
     assert alike(a, b) == alike(b, a) == is_alike
+
+
+def test_an_observation_read_from_the_wire_is_the_one_the_constructor_makes():
+    raw = {"shape": [2, 1], "value": [1.0, "NaN"], "device": "cpu", "requires_grad": True, "identity": "t1",
+           "initialized": True, "dtype": "bf16", "note": "n"}
+    obs = Observation.from_wire(raw)
+    made = Observation((2, 1), np.array([[1.0], [np.nan]], dtype=np.float32), "cpu", True, "t1", True, "n", "bf16")
+    assert repr(obs) == repr(made) and obs.value.shape == (2, 1)
+    with pytest.raises(AttributeError):  # still frozen
+        obs.identity = "t2"
+    flat = Observation.from_wire({"shape": [3], "value": [1.0, 2.0, 3.0], "identity": None, "initialized": False})
+    assert flat.value.shape == (3,) and flat.device == "" and flat.initialized is False and flat.dtype is None
