@@ -148,8 +148,8 @@ class _Writer(MainWriter):
             self.body += [f"    let {name} = {{",
                           '        let path = std::env::temp_dir().join(format!("aliasfuzz-repro-{}.safetensors", '
                           "std::process::id()));",
+                          "        let _removed = RemoveOnDrop(path.clone());",
                           "        let fresh = save_and_load(&varmap, &path)?;",
-                          "        let _ = std::fs::remove_file(&path);",
                           f'        var_of(&fresh, "{of}").expect("the fresh VarMap has the model\'s structure")',
                           "    };"]
             self.bind(op["name"], "var")
@@ -217,9 +217,9 @@ class _Writer(MainWriter):
         else:
             self.body += [f'    let {c}_path = std::env::temp_dir().join(format!("aliasfuzz-repro-{{}}-{c}.safetensors", '
                           'std::process::id()));',
+                          f"    let _{c}_removed = RemoveOnDrop({c}_path.clone());  // a later load reads it again",
                           f"    varmap.save(&{c}_path)?;",
-                          f"    let {c}_read = candle_core::safetensors::load(&{c}_path, &dev)?;",
-                          f"    let _ = std::fs::remove_file(&{c}_path);"]
+                          f"    let {c}_read = candle_core::safetensors::load(&{c}_path, &dev)?;"]
             entries, kind = f"{c}_read", "tensor"
         for p in self.params:
             n = f"{op['name']}.{p}"
@@ -321,4 +321,12 @@ def candle_main(program: Program, repro: dict | None = None) -> str:
     prelude = [line.replace("{dtype}", _CANDLE_DTYPES[program.dtype]) for line in _MAIN[1:]]
     body = main_body(program, repro, lambda: _Writer(program), prelude)
     head = main_head("candle", "CPU", program.title or "case")
-    return "\n".join([*head, *_USES, _MAIN[0], *body, "    Ok(())", "}", ""])
+    tail = _REMOVE_ON_DROP if any("RemoveOnDrop(" in line for line in body) else []
+    return "\n".join([*head, *_USES, _MAIN[0], *body, "    Ok(())", "}", *tail, ""])
+
+
+#: The checkpoint files a replay writes are removed when ``main`` returns, by ``Ok`` or by an
+#: error: a replayed case leaves nothing in the temporary directory.
+_REMOVE_ON_DROP = ["", "/// Removes a checkpoint file when it goes out of scope.", "struct RemoveOnDrop(std::path::PathBuf);", "",
+                   "impl Drop for RemoveOnDrop {", "    fn drop(&mut self) {", "        let _ = std::fs::remove_file(&self.0);",
+                   "    }", "}"]
