@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from harness.paths import SCHEMA as SCHEMA_PATH, probe_binary
-from harness.targets.protocol import PROTOCOL_VERSION
+from harness.targets.protocol import OBS_FIELDS, PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -54,7 +54,7 @@ class Probe:
         assert out is not None, f"probe exited (rc={self.proc.poll()}) on {line[:200]}"
         reply = json.loads(out)
         VALIDATOR.validate(reply)
-        return reply
+        return named_observations(reply)
 
     def request(self, obj: dict) -> dict:
         VALIDATOR.validate(obj)  # the test's own requests are valid wire form
@@ -86,6 +86,20 @@ class Probe:
                 self.proc.wait(timeout=10)
             except Exception:
                 self.proc.kill()
+
+
+def named_observations(reply: dict) -> dict:
+    """A reply (already schema-checked) with each observation of a trace, a list of
+    ``OBS_FIELDS`` on the wire, as a table of those fields, so that tests name what they assert
+    (``obs["value"]``); other replies as they came."""
+    if reply.get("type") != "trace":
+        return reply
+
+    def named(group: dict) -> dict:
+        return {name: dict(zip(OBS_FIELDS, obs)) for name, obs in group.items()}
+
+    return {**reply, "initial": named(reply["initial"]),
+            "steps": [{**s, "changed": named(s["changed"])} for s in reply["steps"]]}
 
 
 def states(trace: dict) -> list[dict]:

@@ -21,7 +21,8 @@ from harness.case import ops as op_table
 from harness.paths import SCHEMA
 from harness.targets import driver
 from harness.targets.driver import Unsupported
-from harness.targets.protocol import PROTOCOL_VERSION, Malformed, parse_op
+from harness.targets.protocol import PROTOCOL_VERSION, Malformed, observation, parse_op
+from tests.probe_client import named_observations
 
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
 
@@ -60,8 +61,7 @@ class ListSession:
         if name.startswith("bad"):
             raise KeyError(name)
         v = self.bound[name]
-        return {"shape": [len(v)], "value": list(v), "device": "list", "requires_grad": None,
-                "identity": None, "initialized": True}
+        return observation([len(v)], list(v), None, "list", None)
 
 
 class ListProbe:
@@ -83,7 +83,7 @@ def _serve_lines(*requests) -> list[dict]:
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     for r in replies:
         VALIDATOR.validate(r)
-    return replies
+    return [named_observations(r) for r in replies]
 
 
 def test_driver_serves_a_session_only_probe():

@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from harness.targets.protocol import PROTOCOL_VERSION
+from tests.probe_client import named_observations
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -76,7 +77,7 @@ class Worker:
         line, self.buf = self.buf.split(b"\n", 1)
         msg = json.loads(line)
         validate(msg)
-        return msg
+        return named_observations(msg)
 
     def hello(self) -> dict:
         self.send({"type": "hello", "protocol": PROTOCOL_VERSION})

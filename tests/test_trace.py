@@ -9,6 +9,7 @@ import pytest
 
 from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
 from harness.judging.trace import MalformedTrace, Observation, Trace, alike, same_values
+from harness.targets.protocol import OBS_FIELDS, observation
 
 
 def f32(*xs) -> np.ndarray:
@@ -178,3 +179,14 @@ def test_an_observation_read_from_the_wire_is_the_one_the_constructor_makes():
         obs.identity = "t2"
     flat = Observation.from_wire({"shape": [3], "value": [1.0, 2.0, 3.0], "identity": None, "initialized": False})
     assert flat.value.shape == (3,) and flat.device == "" and flat.initialized is False and flat.dtype is None
+
+
+def test_a_wire_observation_is_read_field_by_field_in_the_protocols_order():
+    # The probes send an observation as a list of OBS_FIELDS; from_wire unpacks it by position.
+    fields = {"shape": [2], "value": [0.5, "Infinity"], "identity": "t3", "device": "flex", "requires_grad": False,
+              "initialized": False, "dtype": "f16", "note": "why"}
+    wire = observation(*(fields[f] for f in OBS_FIELDS))
+    assert wire == [fields[f] for f in OBS_FIELDS]
+    assert repr(Observation.from_wire(wire)) == repr(Observation.from_wire(fields))
+    with pytest.raises(MalformedTrace):  # a list of another length is a malformed trace
+        Trace.from_wire("a:cpu", {"initial": {"w": wire[:7]}, "steps": []})

@@ -22,6 +22,7 @@ from typing import Any
 from harness.case import ops
 from harness.case.layers import LAYER_KINDS
 from harness.paths import ROOT, SCHEMA as SCHEMA_PATH
+from harness.targets.protocol import OBS_FIELDS
 
 #: The ``$defs`` entry naming each enumeration of the table, in the order the Rust protocol
 #: crate's test reads them.
@@ -118,12 +119,13 @@ def _program_defs() -> dict[str, Any]:
 
 def _envelope_defs() -> dict[str, Any]:
     obj = {"type": "object", "additionalProperties": False}
-    obs = {**obj, "required": ["shape", "value", "device", "requires_grad", "identity", "initialized"],
-           "properties": {"shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-                          "value": _nullable(_ref("floats")), "device": {"type": "string"},
-                          "requires_grad": {"type": ["boolean", "null"]}, "identity": {"type": ["string", "null"]},
-                          "initialized": {"type": "boolean"}, "note": {"type": ["string", "null"]},
-                          "dtype": {"type": "string"}}}
+    # An observation is an array of its fields in ``protocol.OBS_FIELDS`` order.
+    fields = {"shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+              "value": _nullable(_ref("floats")), "identity": {"type": ["string", "null"]}, "device": {"type": "string"},
+              "requires_grad": {"type": ["boolean", "null"]}, "initialized": {"type": "boolean"},
+              "dtype": {"type": ["string", "null"]}, "note": {"type": ["string", "null"]}}
+    obs = {"type": "array", "prefixItems": [{"title": name, **fields[name]} for name in OBS_FIELDS],
+           "items": False, "minItems": len(OBS_FIELDS)}
     device = {**obj, "required": ["name", "alt", "kind"],
               "properties": {"name": {"type": "string"}, "alt": {"type": ["string", "null"]},
                              "kind": {"enum": ["cpu", "gpu"]},

@@ -70,9 +70,17 @@ class Observation:
     dtype: str | None = None
 
     @classmethod
-    def from_wire(cls, raw: Mapping[str, Any]) -> "Observation":
-        shape = tuple(raw["shape"])
-        value = _floats(raw.get("value"))
+    def from_wire(cls, raw: list | Mapping[str, Any]) -> "Observation":
+        """An observation as a probe sends it (a list of ``protocol.OBS_FIELDS``, in order), or
+        as ``to_json`` writes it (a table: a finding's stored traces, hand-written ones)."""
+        if type(raw) is list:
+            shape, value, identity, device, requires_grad, initialized, dtype, note = raw
+        else:
+            shape, value, identity = raw["shape"], raw.get("value"), raw.get("identity")
+            device, requires_grad, initialized = raw.get("device", ""), raw.get("requires_grad"), raw.get("initialized", True)
+            dtype, note = raw.get("dtype"), raw.get("note")
+        shape = tuple(shape)
+        value = _floats(value)
         if value is not None and len(shape) != 1:  # a flat list is already one-dimensional
             try:
                 value = value.reshape(shape)
@@ -83,9 +91,8 @@ class Observation:
         # dozens of them, and every target sends one per program).
         obs = _new(cls)
         _setattr(obs, "__dict__", {
-            "shape": shape, "value": value, "device": raw.get("device", ""),
-            "requires_grad": raw.get("requires_grad"), "identity": raw.get("identity"),
-            "initialized": bool(raw.get("initialized", True)), "note": raw.get("note"), "dtype": raw.get("dtype")})
+            "shape": shape, "value": value, "device": device, "requires_grad": requires_grad, "identity": identity,
+            "initialized": bool(initialized), "note": note, "dtype": dtype})
         return obs
 
     def to_json(self) -> dict[str, Any]:

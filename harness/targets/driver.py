@@ -38,8 +38,7 @@ What a framework implements, and nothing else (``Probe`` and ``Session`` below):
 - a session, one program on one device: ``apply(op)`` runs one parsed op (every field present,
   every name it uses bound) and raises ``Unsupported`` where the framework has no such call;
   ``names()`` lists the names bound now, in binding order; ``observe(name)`` reads one name to
-  the host as an observation dict (shape, value, device, requires_grad, identity, initialized,
-  note?) and must not force a lazy parameter's initialisation. The session's tensors change only
+  the host as a wire observation (``protocol.observation``) and must not force a lazy parameter's initialisation. The session's tensors change only
   inside ``open`` and ``apply``: between two ``apply`` calls the driver may observe any number of
   times and must see the same thing.
 

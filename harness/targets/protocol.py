@@ -38,7 +38,7 @@ from harness.case import ops as op_table
 from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 
 #: The seed of a program's one generator (lazy init ``program_rng``), set once when it opens.
 PROGRAM_SEED = 0
@@ -320,27 +320,39 @@ def uses(op: dict) -> tuple[str, ...]:
 # Observations.
 
 
-def unreadable(note: str) -> dict:
+#: An observation on the wire is a list of these fields, in this order (PROTOCOL.md, OBS; the
+#: Rust ``Obs``): a trace holds dozens of observations, and field names were most of their bytes.
+OBS_FIELDS = ("shape", "value", "identity", "device", "requires_grad", "initialized", "dtype", "note")
+#: Where ``value`` is in a wire observation.
+VALUE = OBS_FIELDS.index("value")
+
+
+def observation(shape: list[int], value: list[float] | None, identity: str | None, device: str,
+                requires_grad: bool | None, initialized: bool = True, dtype: str | None = None,
+                note: str | None = None) -> list:
+    """A wire observation (``OBS_FIELDS``)."""
+    return [shape, value, identity, device, requires_grad, initialized, dtype, note]
+
+
+def unreadable(note: str) -> list:
     """``Obs::unreadable``: the observation of a name that could not be read, and why."""
-    return {"shape": [], "value": None, "device": "", "requires_grad": None, "identity": None,
-            "initialized": True, "note": note}
+    return observation([], None, None, "", None, note=note)
 
 
-def same_obs(a: dict | None, b: dict) -> bool:
+def same_obs(a: list | None, b: list) -> bool:
     """``Obs: PartialEq`` of the Rust crate: values compare by float32 bit pattern, so a tensor
     holding a NaN is not reported as changed after every op, and -0.0 differs from 0.0."""
-    if a is b:  # a session may hand back the same dict for a tensor it did not re-read
+    if a is b:  # a session may hand back the same list for a tensor it did not re-read
         return True
-    if a is None or a.keys() != b.keys():
+    if a is None or len(a) != len(b):
         return False
-    for k in a:
-        if k == "value":
-            va, vb = a[k], b[k]
-            if (va is None) != (vb is None):
+    for k, (x, y) in enumerate(zip(a, b)):
+        if k == VALUE:
+            if (x is None) != (y is None):
                 return False
-            if va is not None and (len(va) != len(vb) or _bits(va) != _bits(vb)):
+            if x is not None and (len(x) != len(y) or _bits(x) != _bits(y)):
                 return False
-        elif a[k] != b[k]:
+        elif x != y:
             return False
     return True
 
@@ -359,6 +371,6 @@ def encode_floats(trace: dict) -> None:
     """``ser_f32s``: non-finite floats travel as strings (in place, over the trace's observations)."""
     for group in [trace["initial"]] + [s["changed"] for s in trace["steps"]]:
         for obs in group.values():
-            v = obs["value"]
+            v = obs[VALUE]
             if v is not None and not all(math.isfinite(x) for x in v):
-                obs["value"] = [_non_finite(x) for x in v]
+                obs[VALUE] = [_non_finite(x) for x in v]

@@ -51,8 +51,8 @@ SHAPED = {
 
 def obs(t, device):
     arr, ident = t
-    return {"shape": list(arr.shape), "value": [float(x) for x in arr.reshape(-1)], "device": device,
-            "requires_grad": None, "identity": ident, "initialized": True}
+    # PROTOCOL.md's OBS: shape, value, identity, device, requires_grad, initialized, dtype, note
+    return [list(arr.shape), [float(x) for x in arr.reshape(-1)], ident, device, None, True, None, None]
 
 
 def run(program, device, flags):
@@ -139,7 +139,7 @@ def hang_until_orphaned() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--protocol", type=int, default=9)  # harness.targets.protocol.PROTOCOL_VERSION
+    ap.add_argument("--protocol", type=int, default=10)  # harness.targets.protocol.PROTOCOL_VERSION
     ap.add_argument("--exit-at-start", action="store_true")
     ap.add_argument("--garbage", action="store_true")
     ap.add_argument("--hang-on-fill", action="store_true")
@@ -193,7 +193,7 @@ def main() -> None:
                 reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "error",
                          "message": "fails every program (--fail-always)", "initial": {}, "steps": []}
             if flags.bad_trace and any(op.get("op") == "fill" for op in req["program"]["ops"]):
-                reply["initial"] = {n: {**o, "value": [None], "shape": 7} for n, o in reply["initial"].items()}
+                reply["initial"] = {n: [7, [None], *o[2:]] for n, o in reply["initial"].items()}
         elif req.get("type") == "exit":
             break
         else:

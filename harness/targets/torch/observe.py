@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from harness.targets.protocol import observation as wire_observation
+
 #: The case's dtypes (``harness.case.ops.DTYPES``) as torch dtypes.
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
@@ -41,7 +43,7 @@ def shortest_f32(values: list[float]) -> list[float]:
     return out
 
 
-def observation(t) -> dict:
+def observation(t) -> list:
     d = t.detach()
     if not d.is_cpu:
         d = d.cpu()
@@ -53,12 +55,5 @@ def observation(t) -> dict:
         values = [values]
     for _ in range(d.dim() - 1):
         values = [x for row in values for x in row]
-    return {
-        "shape": list(t.shape),
-        "value": shortest_f32(values),
-        "device": str(t.device),
-        "requires_grad": bool(t.requires_grad),
-        "identity": str(id(t)),
-        "initialized": True,
-        "dtype": dtype_name(t.dtype),
-    }
+    return wire_observation(list(t.shape), shortest_f32(values), str(id(t)), str(t.device), bool(t.requires_grad),
+                            dtype=dtype_name(t.dtype))

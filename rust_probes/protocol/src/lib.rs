@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 9;
+pub const PROTOCOL_VERSION: u32 = 10;
 
 /// The seed of a program's one generator ([`LazyInit::ProgramRng`]), set once when the program
 /// opens.
@@ -499,26 +499,71 @@ pub struct Program {
 // ---------------------------------------------------------------------------------------------
 // Observations and traces.
 
-/// What one named tensor holds after an op, read to the host.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// What one named tensor holds after an op, read to the host. On the wire it is an array of
+/// its eight fields in this order (PROTOCOL.md, OBS): a trace holds dozens of observations, and
+/// field names were most of their bytes and of the harness's decoding.
+#[derive(Clone, Debug)]
 pub struct Obs {
     pub shape: Vec<usize>,
     /// Row-major values; `None` when the tensor is not initialised (lazy) or could not be read.
-    #[serde(default, deserialize_with = "de_opt_f32s", serialize_with = "ser_f32s")]
     pub value: Option<Vec<f32>>,
-    pub device: String,
-    pub requires_grad: Option<bool>,
     /// Framework identity: candle tensor id, burn ParamId, torch object id. Only the partition of
     /// names by equal tokens is meaningful, never the token itself.
     pub identity: Option<String>,
+    pub device: String,
+    pub requires_grad: Option<bool>,
     pub initialized: bool,
     /// The tensor's float dtype as the framework reports it (`f32`, `f16`, `bf16`, or the
     /// framework's own name for another); `value` holds its elements widened to float32.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dtype: Option<String>,
     /// Why `value` is missing, when it is missing for a reason other than lazy init.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// `Obs::value` in its wire form (`ser_f32s`).
+struct WireValues<'a>(&'a Option<Vec<f32>>);
+
+impl Serialize for WireValues<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ser_f32s(self.0, s)
+    }
+}
+
+impl Serialize for Obs {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(8)?;
+        t.serialize_element(&self.shape)?;
+        t.serialize_element(&WireValues(&self.value))?;
+        t.serialize_element(&self.identity)?;
+        t.serialize_element(&self.device)?;
+        t.serialize_element(&self.requires_grad)?;
+        t.serialize_element(&self.initialized)?;
+        t.serialize_element(&self.dtype)?;
+        t.serialize_element(&self.note)?;
+        t.end()
+    }
+}
+
+/// `Obs` read back from its wire array.
+#[derive(Deserialize)]
+struct WireObs(
+    Vec<usize>,
+    #[serde(deserialize_with = "de_opt_f32s")] Option<Vec<f32>>,
+    Option<String>,
+    String,
+    Option<bool>,
+    bool,
+    Option<String>,
+    Option<String>,
+);
+
+impl<'de> Deserialize<'de> for Obs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Obs, D::Error> {
+        let WireObs(shape, value, identity, device, requires_grad, initialized, dtype, note) =
+            WireObs::deserialize(d)?;
+        Ok(Obs { shape, value, identity, device, requires_grad, initialized, dtype, note })
+    }
 }
 
 /// Equality for the delta encoding: values compare by bit pattern, so a tensor holding a NaN
@@ -849,6 +894,16 @@ mod tests {
         assert!(text.contains(r#"["Infinity","NaN",-1.5]"#), "{text}");
         let back: Obs = serde_json::from_str(&text).unwrap();
         assert_eq!(back, obs(vec![f32::INFINITY, f32::NAN, -1.5]));
+    }
+
+    #[test]
+    fn an_observation_travels_as_its_eight_fields_in_order() {
+        let o = Obs { identity: Some("t7".into()), note: Some("why".into()), ..obs(vec![0.5]) };
+        let text = serde_json::to_string(&o).unwrap();
+        assert_eq!(text, r#"[[1],[0.5],"t7","cpu",true,true,"f32","why"]"#);
+        assert_eq!(serde_json::from_str::<Obs>(&text).unwrap(), o);
+        let unread = serde_json::to_string(&Obs::unreadable("gone".into())).unwrap();
+        assert_eq!(unread, r#"[[],null,null,"",null,true,null,"gone"]"#);
     }
 
     #[test]
