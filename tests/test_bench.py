@@ -61,6 +61,13 @@ def test_bench_json_has_every_figure_and_they_agree():
     assert all(v >= 0 for v in fig["cpu_ms_per_program"].values())
     assert fig["cpu_ms_per_program"]["worker"] > 0  # Hypothesis and the oracle run here
     assert fig["cores_used_1worker"] > 0
+    # the worker's CPU by stage: the three timed stages and the rest add up to the whole, each
+    # stage measured (drawing and judging run every chunk; every target sends traces)
+    stages = fig["worker_stages_ms"]
+    assert set(stages) == {"drawing", "traces", "oracle", "rest", "total"}
+    assert stages["drawing"] > 0 and stages["traces"] > 0 and stages["oracle"] > 0 and stages["rest"] >= 0
+    assert stages["total"] >= stages["drawing"] + stages["traces"] + stages["oracle"] - 1e-9
+    assert "worker CPU per program by stage" in proc.stderr
 
     # throughput figures are the middle of --repeat runs, each run kept
     for key in ("ceiling_pps", "draw_pps", "engine_pps", "engine_no_variants_pps", "engine_2workers_pps"):

@@ -3,29 +3,27 @@
 Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
 
 - ``ceiling``: Hypothesis's ``@given`` loop drawing the programs, nothing executed
-  (``generation.generate_given``); every throughput figure counts distinct programs: the engine
-  does not run a program again (``Engine.unseen``), and every ``@given`` run opens with the same
-  simplest examples;
+  (``generation.generate_given``); every throughput figure counts distinct programs (the engine
+  runs a program once, ``Engine.unseen``; every ``@given`` run opens with the same examples);
 - ``draw``: the strategy drawn as the engine draws it (``generation.generate``, a
   ``ConjectureData`` per program), nothing executed: the generation ceiling of the engine;
 - ``target_bound``: the most the targets could run on this machine's cores (``bench_limits``);
   the engine is given as a fraction of each;
 - ``engine``: the full engine, generate + run on every CPU target + oracle, its metamorphic
   variants included (``engine_no_variants``: without them; ``bench_limits.VariantCost``), as a
-  campaign worker does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk k, and runs
-  while the oracle compares chunk k);
-  ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
+  campaign worker does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk
+  k); ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
 - ``spawn``: the naive baseline, a fresh probe process per program and target (start, handshake,
   one program, exit), the targets run concurrently, then the oracle;
 - ``engine_2workers``: two worker processes, each with its own probes, claiming the chunks from
   a shared counter as campaign workers do;
 - ``cpu_ms_per_program``, ``cores_used_1worker``: CPU seconds of the worker and of each target
-  over the engine run, and how many cores one worker keeps busy;
-- ``per_target``: each target alone, wall seconds per program (pipe and decoding included) and
-  the probe's own ``elapsed_us``;
+  over the engine run, and how many cores one worker keeps busy; ``worker_stages_ms``: the
+  worker's by stage (``bench_stages``);
+- ``per_target``: each target alone, wall seconds per program (pipe, decoding) and its ``elapsed_us``;
 - ``per_length``: engine seconds per program (run + oracle) for programs of exactly 8/16/32/64 ops;
-- ``rss``: resident memory of the worker (this process) and of every probe, sampled during a
-  long run (``--rss-programs``; the issue's figure is ``--rss-programs 100000``).
+- ``rss``: resident memory of the worker (this process) and of every probe, sampled along a
+  long run (``--rss-programs``).
 
 Figures are wall-clock on a shared machine: the load average is printed with them. The ceiling,
 the engine and the two workers are timed back to back in each of ``repeat`` rounds; each figure
@@ -45,6 +43,7 @@ from typing import Any, Sequence
 
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.bench_limits import CEILING_TARGET, VariantCost, limit_figures
+from harness.fuzzing.bench_stages import stage_figures
 from harness.fuzzing.engine import Engine, chunk_seed, pipeline
 from harness.fuzzing.generation import Drawer, generate, generate_given
 from harness.case.ir import Program
@@ -400,6 +399,7 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         variant_cost = VariantCost(engine)
         rounds, engine_runs = _throughput_rounds(engine, config, variant_cost, log)
         _throughput_figures(fig, rounds, engine_runs, log)
+        stage_figures(fig, engine, lambda drawer: _chunks(config, drawer=drawer), log)
         limit_figures(fig, log)
         variant_cost.figures(fig, log)
         _baseline_figures(fig, engine, config, log)
