@@ -59,6 +59,21 @@ def test_a_valid_train_round_trip_halves_the_step_of_a_tied_param_on_burn(runner
         assert result.known[f.signature] is None, "a candidate report, not a documented difference"
 
 
+def test_a_valid_train_round_trip_separates_params_param_map_joined_on_burn(runner):
+    # A candidate upstream report, of the family above: after `replace p1 = p0` (Param::map) the
+    # two params are one autodiff node, so p1's accumulated gradient reaches p0 at the step; after
+    # an inert valid() / train() each is a leaf of its own and p0 is stepped with its own gradient.
+    program = load_case(CASES / "burn_valid_train_separates_params_param_map_joined.toml")
+    result = run_case(program, runner, runner.infos, load_baseline(None))
+    meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
+    assert sorted(meta) == ["burn:flex", "burn:ndarray"]
+    for target, f in meta.items():
+        assert f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:adam|changed~changed"
+        assert (f.op_index, f.subject) == (3, "p0")
+        assert f.values == ("[-1., -1., -1.]", "[-1., -1.,  0.]")
+        assert result.known[f.signature] is None, "a candidate report, not a documented difference"
+
+
 def test_every_target_agrees_with_itself_on_every_inert_group_without_lazies(runner):
     # Each kind of inert group, inserted into one training program without lazy params: every
     # target runs both programs alike (the oracle does not invent divergences).

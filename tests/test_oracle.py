@@ -328,13 +328,14 @@ def test_a_second_replace_of_a_parameter_is_judged_as_its_own_relation():
 def test_a_step_that_trains_a_replaced_parameter_on_one_side_only_is_the_steps_effect():
     # w = nn.Parameter(b) after the optimizer was made: alpha's optimizer trains w (and b moves
     # with it), beta's holds the old object and trains nothing. The finding is the step's effect
-    # on w, not the replace relation seeing no change on beta.
+    # on w (a value finding, named by the relation that made w what the step met), not the
+    # replace relation's verdict seeing no change on beta.
     prog = program({"w": {"kind": "param", "value": [0.0]}, "b": {"kind": "buffer", "value": [1.0]}},
                    [STEP, {"op": "replace", "target": "w", "value": "b"}, STEP])
     a = trace(A, {"w": [0.0], "b": [1.0]}, [{"w": [-1.0]}, {"w": [1.0]}, {"w": [0.0], "b": [0.0]}])
     b = trace(B, {"w": [0.0], "b": [1.0]}, [{"w": [-1.0]}, {"w": [1.0]}, {}])
     [f] = compare(prog, {A: a, B: b})
-    assert f.signature == "value|alpha:cpu~beta:cpu|value|-|step:sgd|changed~unchanged"
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|replace:new|step:sgd|changed~unchanged"
     assert f.subject == "w" and f.role == "param"
 
 
@@ -431,3 +432,19 @@ def test_a_tensor_one_framework_holds_in_another_dtype_is_a_dtype_finding():
     # the same dtype on both sides: nothing
     assert compare(prog, {A: a, B: typed(trace(B, {"p0": [0.0]}, [{"p0": [-1.0]}, {"p0": [-2.0]}]),
                                              ["bf16", "bf16", "bf16"])}) == []
+
+
+def test_a_step_value_finding_on_a_tied_param_names_the_tie_from_either_end():
+    # p0 = p1 tied: alpha steps the one parameter once; beta steps it twice (candle's optimizer
+    # lists the Var under both names), then in one slot only (burn's takes the gradient out by
+    # id). The tie is what the step treats differently, so it is the findings' method, on the
+    # tied name and on its source.
+    P = {"p0": {"kind": "param", "value": [0.0]}, "p1": {"kind": "param", "value": [0.0]}}
+    prog = program(P, [{"op": "replace", "target": "p0", "value": "p1", "how": "tie"}, STEP])
+    a = trace(A, {"p0": [0.0], "p1": [0.0]}, [{"p0": [0.0]}, {"p0": [-1.0], "p1": [-1.0]}], same={"p0": "p1"})
+    b = trace(B, {"p0": [0.0], "p1": [0.0]}, [{"p0": [0.0]}, {"p0": [-2.0], "p1": [-2.0]}], same={"p0": "p1"})
+    [f] = [f for f in compare(prog, {A: a, B: b}) if f.aspect == "value"]
+    assert (f.subject, f.method, f.sides) == ("p0", "replace:tie", ("changed", "changed"))
+    c = trace(B, {"p0": [0.0], "p1": [0.0]}, [{"p0": [0.0]}, {"p0": [-1.0]}], same={"p0": "p1"})
+    [g] = [f for f in compare(prog, {A: a, B: c}) if f.aspect == "value"]
+    assert (g.subject, g.method, g.sides) == ("p1", "replace:tie", ("changed", "unchanged"))

@@ -9,8 +9,9 @@ aspect becomes one finding:
 - ``identity``: the partition of names by identity token differs (which names are the same
   object), never the tokens themselves;
 - ``value``: verdicts agree but a value differs beyond tolerance (optimizer arithmetic, say).
-  Its sides say whether the op changed the tensor on each side (``changed`` / ``unchanged``), not
-  the values, which the sentence shows.
+  Its sides say whether the op changed the tensor on each side (``changed`` / ``unchanged``; the
+  sentence shows the values); its method, the link that carried it (``links.ended_link``), or
+  for a step or a load the ``replace`` that linked the param (``_own_relation``).
 
 A snapshot that ``sees no change`` on one side (its source did not move there) while it follows
 or keeps on the other is not blamed on its snapshot method: its source moved on one side only.
@@ -19,20 +20,16 @@ it, that difference moved the source and is the finding; otherwise, when the op 
 itself, the finding is the op's different effect on it, a ``value`` finding (``changed~unchanged``):
 a step that does not train a parameter on one side, say (``_one_sided``).
 
-Which pairs: two devices of one framework (kind ``device``: a framework should not change its
-semantics with the device), a device and its variant (kind ``variant``: ``torch:cpu`` against
-``torch:cpu+foreach``), and the primary targets of two frameworks (kind ``framework``: porting
-hazards). A failure of the program as a whole (crash, timeout) is its own kind.
-
+Which pairs: two devices of one framework (kind ``device``), a device and its variant (kind
+``variant``: ``torch:cpu`` against ``torch:cpu+foreach``), and the primary targets of two
+frameworks (kind ``framework``: porting hazards); a crash or timeout of a program is its own kind.
 Only what both sides support is compared: an ``unsupported`` or ``skipped`` op on either side hides
-that op and every snapshot it would have made; ``unsupported`` is never a divergence. A target
-that refuses a whole program (its trace's status is ``unsupported``: candle's CPU cannot seed the
-generator of a ``program_rng`` init) is left out of that program's comparisons.
+that op and every snapshot it would have made; ``unsupported`` is never a divergence, and a target
+that refuses a whole program (candle's CPU cannot seed a ``program_rng`` init) is left out of it.
 
 A finding's signature names its root cause, not its surface: the kind, the targets, the aspect,
 the snapshot method and the first divergent op's kind (with its salient attribute), and what each
-side did. Tensor names, op positions and values are left out, so renaming tensors, padding with
-irrelevant ops or changing values gives the same signature.
+side did; tensor names, op positions and values are left out.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ from harness.judging.finding import Finding
 from harness.judging.links import ended_link, nondeterministic_names, write_path
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, identity_partition,
-                                   same_values, snapshots, subject_role, verdicts, writes_into)
+                                   relation_end, same_values, snapshots, subject_role, verdicts, writes_into)
 from harness.judging.value_compare import elements_differ, tolerance, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
@@ -267,6 +264,18 @@ def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
     return name in (op.get("target"), op.get("of"))
 
 
+def _own_relation(program: Program, i: int, name: str) -> str | None:
+    """For an op on every param (a step, a load), the method of a live ``replace`` that made the
+    param ``name``, else of one made from it (``replace:tie``: a tied param is stepped once in
+    torch, once per name in candle). None for another op, or a param no replace links."""
+    if not ops.spec(program.ops[i]).acts_on_params:
+        return None
+    live = [s for s in snapshots(program) if s.op < i and s.method.startswith("replace")
+            and relation_end(program, s, len(program.ops)) > i]
+    made = [s.method for s in live if s.name == name] or [s.method for s in live if s.source == name]
+    return made[-1] if made else None
+
+
 def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                    values: tuple[np.ndarray, np.ndarray]) -> Finding:
     """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
@@ -277,7 +286,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
     common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
-                  method=ended_link(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
+                  method=ended_link(ctx.program, i, name) or _own_relation(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = elements_differ(x, y, tolerance(ctx.program))
