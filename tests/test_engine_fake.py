@@ -180,6 +180,37 @@ def test_runner_collect_is_idempotent_and_a_second_batch_queues_behind_the_first
     assert observed(got_b) == observed(fake_runner.run(b))
 
 
+def test_a_batchs_traces_are_freed_without_the_cyclic_collector(fake_runner):
+    import gc
+    import weakref
+
+    gc.collect()
+    gc.disable()
+    try:
+        wait = fake_runner.submit(generate(4, seed=23, profile="quick"))
+        results = wait()
+        trace = weakref.ref(next(iter(results[0].values())))
+        del wait, results
+        fake_runner.run_one(PLANTED)  # the runner's last batch is another one now
+        assert trace() is None  # freed by reference counting: no cycle held it
+    finally:
+        gc.enable()
+
+
+def test_the_pipeline_sets_the_collector_for_its_run_and_restores_it(fake_runner):
+    import gc
+
+    from harness.fuzzing.engine import YOUNG_GC_THRESHOLD, pipeline
+
+    before = gc.get_threshold()
+    engine = Engine(fake_runner, Baseline([]))
+    inside = []
+    for _ in pipeline(engine, [generate(4, seed=s, profile="quick") for s in (24, 25)]):
+        inside.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
+    assert inside == [(max(YOUNG_GC_THRESHOLD, before[0]), True)] * 2
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
 def test_a_variant_runs_only_the_programs_with_an_op_it_differs_on():
     # The planted device declared as a variant differing only on `step`: the runner sends it the
     # programs with a step, the oracle compares it only there, and `every_target` sends it all.

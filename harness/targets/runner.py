@@ -68,6 +68,31 @@ class _InFlight:
             return list(self.futures)
 
 
+class _Batch:
+    """``Runner.submit``'s result: calling it waits for the batch's traces, once. A class rather
+    than a closure: a closure that names itself is a reference cycle, and a cycle holding a
+    chunk's traces (thousands of objects) is freed only by the cyclic garbage collector, whose
+    passes over them then cost the worker more than judging them."""
+
+    __slots__ = ("_flight", "_n", "_futures", "_done")
+
+    def __init__(self, flight: _InFlight, n: int, futures: list[tuple[str, Sequence[int], Future | None]]):
+        self._flight, self._n, self._futures = flight, n, futures
+        self._done: list[dict[str, Trace]] | None = None
+
+    def __call__(self) -> list[dict[str, Trace]]:
+        if self._done is None:
+            per_program: list[dict[str, Trace]] = [{} for _ in range(self._n)]
+            for tid, picked, f in self._futures:
+                traces = _cancelled(tid, len(picked)) if f is None or f.cancelled() else f.result()
+                for i, trace in zip(picked, traces):
+                    per_program[i][tid] = trace
+            self._done, self._futures = per_program, []
+        if self._flight.collect is self:
+            self._flight.collect = None
+        return self._done
+
+
 def _cancelled(target_id: str, n: int) -> list[Trace]:
     return [Trace.failed(target_id, CANCELLED, f"{target_id}: cancelled before it gave a trace") for _ in range(n)]
 
@@ -158,22 +183,9 @@ class Runner:
             if future is not None:
                 self._flight.add(future)
             futures.append((t.id, picked, future))
-        done: list[list[dict[str, Trace]]] = []
-
-        def collect() -> list[dict[str, Trace]]:
-            if not done:
-                per_program: list[dict[str, Trace]] = [{} for _ in programs]
-                for tid, picked, f in futures:
-                    traces = _cancelled(tid, len(picked)) if f is None or f.cancelled() else f.result()
-                    for i, trace in zip(picked, traces):
-                        per_program[i][tid] = trace
-                done.append(per_program)
-            if self._flight.collect is collect:
-                self._flight.collect = None
-            return done[0]
-
-        self._flight.collect = collect
-        return collect
+        batch = _Batch(self._flight, len(programs), futures)
+        self._flight.collect = batch
+        return batch
 
     def subset(self, ids: Sequence[str]) -> "Runner":
         """A runner over some of these targets (sharing their processes, their batch in flight
