@@ -151,16 +151,17 @@ def test_the_engine_runs_a_program_once(fake_runner, monkeypatch):
 
 
 def test_pipeline_stopped_early_leaves_no_batch_running(fake_runner):
-    from harness.fuzzing.engine import pipeline
+    from harness.fuzzing.engine import PIPELINE_AHEAD, pipeline
 
     engine = Engine(fake_runner, Baseline([]))
-    chunks = iter([generate(6, seed=s, profile="quick") for s in (1, 2, 3)])
+    chunks = iter([generate(6, seed=s, profile="quick") for s in range(1, 3 + PIPELINE_AHEAD)])
     stream = pipeline(engine, chunks)
-    next(stream)  # chunk 1 held; chunk 2 is running on the targets
+    next(stream)  # chunk 1 held; the next PIPELINE_AHEAD chunks are queued on the targets
     assert fake_runner._flight.collect is not None
     stream.close()  # the consumer stops (a campaign's budget ran out)
     assert fake_runner._flight.collect is None
-    assert next(chunks, None) is not None  # chunk 3 was never drawn
+    assert next(chunks, None) is not None  # the chunk after those was never drawn
+    assert next(chunks, None) is None
     # the probes answer the next batch with its own traces
     assert signatures(fake_runner, PLANTED)
 

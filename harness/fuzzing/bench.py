@@ -11,8 +11,8 @@ Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
   the engine is given as a fraction of each;
 - ``engine``: the full engine, generate + run on every CPU target + oracle, its metamorphic
   variants included (``engine_no_variants``: without them; ``bench_limits.VariantCost``), as a
-  campaign worker does it (``engine.pipeline``: chunk k+1 is drawn while the targets run chunk
-  k); ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
+  campaign worker does it (``engine.pipeline``: the next chunks are drawn while the targets run
+  chunk k); ``engine_serial`` is the same without the overlap (generate, then ``Engine.check``);
 - ``spawn``: the naive baseline, a fresh probe process per program and target (start, handshake,
   one program, exit), the targets run concurrently, then the oracle;
 - ``engine_2workers``: two worker processes, each with its own probes, claiming the chunks from

@@ -177,8 +177,8 @@ def _process_chunks(config: CampaignConfig, engine: Engine, claim: Callable[[], 
             claimed.append((chunk, len(drawn)))
             yield drawn
 
-    # Chunk k+1 is drawn while the targets run chunk k, and runs while chunk k is compared;
-    # shrinking a finding of chunk k first lets it finish (see engine.pipeline).
+    # The next chunks are drawn while the targets run chunk k, and run while chunk k is compared;
+    # shrinking a finding of chunk k first lets them finish (see engine.pipeline).
     for programs, results in pipeline(engine, chunks()):
         chunk, drawn = claimed.pop(0)
         engine.record(results, on_new, known)
