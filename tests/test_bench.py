@@ -11,10 +11,12 @@ import pytest
 from tests.conftest import run_cli
 
 
-def test_bench_json_has_every_figure_and_they_agree():
+def test_bench_json_has_every_figure_and_they_agree(tmp_path):
+    page = tmp_path / "bench.md"
     proc = run_cli("bench", "--json", "--targets", "candle:cpu,burn:flex", "--programs", "16",
                    "--chunk-size", "8", "--spawn-programs", "1", "--length-programs", "2",
-                   "--rss-programs", "16", "--repeat", "3", timeout=900)
+                   "--rss-programs", "16", "--repeat", "3", "--profile-top", "5", "--markdown", str(page),
+                   timeout=900)
     assert proc.returncode == 0, proc.stderr
     fig = json.loads(proc.stdout)  # stdout is the JSON object alone; progress went to stderr
     assert "(a) ceiling" in proc.stderr and "two workers" in proc.stderr
@@ -68,6 +70,18 @@ def test_bench_json_has_every_figure_and_they_agree():
     assert stages["drawing"] > 0 and stages["traces"] > 0 and stages["oracle"] > 0 and stages["rest"] >= 0
     assert stages["total"] >= stages["drawing"] + stages["traces"] + stages["oracle"] - 1e-9
     assert "worker CPU per program by stage" in proc.stderr
+    # the worker's profile: its top functions by own time, the drawing and the oracle among the
+    # functions it ranks (the main thread's), and the runner threads' reading of traces
+    profile = fig["worker_profile"]
+    assert len(profile) == 5 and [r["own_ms"] for r in profile] == sorted((r["own_ms"] for r in profile), reverse=True)
+    assert all(r["cumulative_ms"] >= r["own_ms"] > 0 and r["calls"] > 0 for r in profile)
+    assert "worker profile, top 5 by own time" in proc.stderr
+    assert all(r["function"] in proc.stderr for r in profile)
+    # the page: what it printed, under the command that made it
+    text = page.read_text()
+    assert f"`aliasfuzz bench --json --targets candle:cpu,burn:flex" in text and f"--markdown {page}`" in text
+    assert "worker CPU per program by stage" in text and profile[0]["function"] in text
+    assert text.count("```") == 2
 
     # throughput figures are the middle of --repeat runs, each run kept
     for key in ("ceiling_pps", "draw_pps", "engine_pps", "engine_no_variants_pps", "engine_2workers_pps"):
@@ -82,6 +96,32 @@ def test_bench_json_has_every_figure_and_they_agree():
         assert all(point[t] > 0 for t in fig["targets"])
     assert set(fig["rss_growth_kib"]) == {"worker_kib", *fig["targets"]}
     assert fig["restarts"] == {t: 0 for t in fig["targets"]}
+
+
+def test_the_profile_covers_the_main_and_the_runner_threads():
+    from harness.fuzzing.baseline import Baseline
+    from harness.fuzzing.bench import BenchConfig, _chunks, open_cpu_targets
+    from harness.fuzzing.bench_stages import measure_worker_profile
+    from harness.fuzzing.engine import Engine
+    from harness.targets.runner import Runner
+
+    found = open_cpu_targets(["candle:cpu"])
+    runner = Runner(found.targets)
+    try:
+        config = BenchConfig(programs=16, chunk_size=8, profile="quick")
+        rows = measure_worker_profile(Engine(runner, Baseline([])), lambda d: _chunks(config, drawer=d), 10_000)
+    finally:
+        runner.close()
+    functions = {r["function"] for r in rows}
+    assert any(f.startswith("harness/judging/trace.py") and f.endswith("(from_wire)") for f in functions)  # runner threads
+    assert any(f.startswith("harness/judging/oracle.py") for f in functions)  # the main thread
+    assert any(f.startswith("hypothesis/") for f in functions)  # drawing, on the main thread
+
+
+def test_a_markdown_page_that_cannot_be_written_is_refused_before_the_run(tmp_path):
+    proc = run_cli("bench", "--markdown", str(tmp_path / "missing" / "bench.md"), timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"aliasfuzz: --markdown {tmp_path / 'missing' / 'bench.md'}: no such directory {tmp_path / 'missing'}"
 
 
 def test_workers_claiming_chunks_draw_every_chunk_once():

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import shlex
 import sys
+from pathlib import Path
+
+from harness.files import atomic_write
 
 
 def register(sub) -> None:
@@ -24,7 +30,11 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=int, default=5,
                    help="runs per throughput figure; the middle one is reported (default 5)")
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker figure")
+    p.add_argument("--profile-top", type=int, default=12,
+                   help="functions in the worker's profile, by own time (0 skips the profile; default 12)")
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
+    p.add_argument("--markdown", metavar="FILE",
+                   help="also write what it prints to FILE as a Markdown page, with the command that made it")
     p.set_defaults(handler=cmd_bench)
 
 
@@ -36,13 +46,46 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             print(f"aliasfuzz: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
+    if args.markdown and (problem := _unwritable(Path(args.markdown))):
+        print(f"aliasfuzz: --markdown {args.markdown}: {problem}", file=sys.stderr)  # before a run of minutes
+        return 2
     config = BenchConfig(seed=args.seed, programs=args.programs, chunk_size=args.chunk_size, profile=args.profile,
                          targets=parse_target_list(args.targets), spawn_programs=args.spawn_programs,
                          length_programs=args.length_programs, rss_programs=max(0, args.rss_programs),
-                         workers=not args.no_workers, repeat=args.repeat)
-    log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.json else \
-        (lambda line: print(line, flush=True))
+                         workers=not args.no_workers, repeat=args.repeat, profile_top=max(0, args.profile_top))
+    lines: list[str] = []
+
+    def log(line: str) -> None:
+        lines.append(line)
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
     result = run_bench(config, log=log)
+    if args.markdown:
+        atomic_write(args.markdown, markdown_page(lines, sys.argv[1:]))
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     return 0
+
+
+def markdown_page(lines: list[str], argv: list[str]) -> str:
+    """What a bench run printed, as a page that says which command on which machine made it."""
+    command = " ".join(["aliasfuzz", *(shlex.quote(a) for a in argv)])
+    return "\n".join([
+        "# Figures from `aliasfuzz bench`", "",
+        f"Written by `{command}` on a machine with {os.cpu_count()} CPUs ({platform.machine()}, "
+        f"{platform.system()}, Python {platform.python_version()}). Run the command again to replace this page; "
+        "docs/PERFORMANCE.md says what each line measures and how to read it. The machine's speed drifts "
+        "between minutes: compare figures taken in one run.", "",
+        "```text", *lines, "```", ""])
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, or None."""
+    if path.is_dir():
+        return "is a directory"
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        return f"no such directory {parent}"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "not writable"
+    return None

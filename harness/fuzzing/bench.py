@@ -18,17 +18,16 @@ Measured in one run, on the same chunks of programs (``chunk_seed(seed, k)``):
 - ``engine_2workers``: two worker processes, each with its own probes, claiming the chunks from
   a shared counter as campaign workers do;
 - ``cpu_ms_per_program``, ``cores_used_1worker``: CPU seconds of the worker and of each target
-  over the engine run, and how many cores one worker keeps busy; ``worker_stages_ms``: the
-  worker's by stage (``bench_stages``);
+  over the engine run, and how many cores one worker keeps busy; ``worker_stages_ms``,
+  ``worker_profile``: the worker's by stage and its top functions (``bench_stages``);
 - ``per_target``: each target alone, wall seconds per program (pipe, decoding) and its ``elapsed_us``;
-- ``per_length``: engine seconds per program (run + oracle) for programs of exactly 8/16/32/64 ops;
+  ``per_length``: engine seconds per program (run + oracle) for programs of exactly 8/16/32/64 ops;
 - ``rss``: resident memory of the worker (this process) and of every probe, sampled along a
   long run (``--rss-programs``).
 
-Figures are wall-clock on a shared machine: the load average is printed with them. The ceiling,
-the engine and the two workers are timed back to back in each of ``repeat`` rounds; each figure
-is the middle round's (every round's under ``<name>_runs``) and each ratio between them is the
-middle of the per-round ratios, so a drift in machine speed between rounds cancels out.
+Figures are wall-clock on a shared machine (the load average is printed with them). The ceiling,
+the engine and the two workers are timed back to back in each of ``repeat`` rounds; a figure is
+the middle round's (all under ``<name>_runs``), a ratio the middle per-round ratio: drift cancels.
 """
 
 from __future__ import annotations
@@ -68,6 +67,7 @@ class BenchConfig:
     rss_points: int = 10
     workers: bool = True
     repeat: int = 5
+    profile_top: int = 12  # functions in the worker's profile (0 skips it)
 
 
 @dataclass
@@ -399,7 +399,7 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         variant_cost = VariantCost(engine)
         rounds, engine_runs = _throughput_rounds(engine, config, variant_cost, log)
         _throughput_figures(fig, rounds, engine_runs, log)
-        stage_figures(fig, engine, lambda drawer: _chunks(config, drawer=drawer), log)
+        stage_figures(fig, engine, lambda drawer: _chunks(config, drawer=drawer), log, config.profile_top)
         limit_figures(fig, log)
         variant_cost.figures(fig, log)
         _baseline_figures(fig, engine, config, log)
