@@ -201,14 +201,15 @@ def test_a_batchs_traces_are_freed_without_the_cyclic_collector(fake_runner):
 def test_the_pipeline_sets_the_collector_for_its_run_and_restores_it(fake_runner):
     import gc
 
-    from harness.fuzzing.engine import YOUNG_GC_THRESHOLD, pipeline
+    from harness.collector import YOUNG_THRESHOLD
+    from harness.fuzzing.engine import pipeline
 
     before = gc.get_threshold()
     engine = Engine(fake_runner, Baseline([]))
     inside = []
     for _ in pipeline(engine, [generate(4, seed=s, profile="quick") for s in (24, 25)]):
         inside.append((gc.get_threshold()[0], gc.get_freeze_count() > 0))
-    assert inside == [(max(YOUNG_GC_THRESHOLD, before[0]), True)] * 2
+    assert inside == [(max(YOUNG_THRESHOLD, before[0]), True)] * 2
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import gc
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
@@ -23,6 +22,7 @@ from hypothesis.errors import HypothesisException
 
 from generators.programs import Profile, get_profile, programs as program_strategy
 
+from harness.collector import long_lived_heap
 from harness.fuzzing import variants
 from harness.fuzzing.generation import Drawer, generate
 from harness.fuzzing.baseline import Baseline, KnownDivergence
@@ -406,7 +406,7 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
     results)`` per chunk, in order (fewer results than programs when some were cancelled). The
     consumer may use the targets while it holds a chunk (to shrink a finding): its programs run
     after the chunks queued, whose traces stay with this pipeline."""
-    with _collector_for_chunks():
+    with long_lived_heap():  # a chunk's traces are thousands of short-lived objects
         yield from _pipeline(engine, chunks, PIPELINE_AHEAD)
 
 
@@ -414,29 +414,6 @@ def pipeline(engine: Engine, chunks: Iterable[Sequence[Program]]):
 #: chunk before the worker has drawn the next (a slow draw, a slow judgement) waits; with two,
 #: ``aliasfuzz bench``'s engine keeps 1.79-1.80 of the two cores busy where one kept 1.71-1.79.
 PIPELINE_AHEAD = 2
-
-
-#: Allocations (less deallocations) between two collections of the youngest generation, while a
-#: pipeline runs: CPython's 700 has the collector scan each chunk's traces (tens of thousands of
-#: short-lived objects) several times over before they are freed, a sixth of the worker's CPU in
-#: ``aliasfuzz bench``.
-YOUNG_GC_THRESHOLD = 50_000
-
-
-@contextlib.contextmanager
-def _collector_for_chunks():
-    """The cyclic garbage collector set for the pipeline's heap: what is alive when it starts
-    (modules, Hypothesis's caches, the targets) is frozen out of its passes (``gc.freeze``) and
-    the youngest generation is collected every ``YOUNG_GC_THRESHOLD`` allocations; both undone
-    on exit. Only the collector's cost changes: reference counting frees what it did before."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(max(YOUNG_GC_THRESHOLD, threshold[0]), *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def _pipeline(engine: Engine, chunks: Iterable[Sequence[Program]], ahead: int):
