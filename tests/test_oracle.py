@@ -448,3 +448,23 @@ def test_a_step_value_finding_on_a_tied_param_names_the_tie_from_either_end():
     c = trace(B, {"p0": [0.0], "p1": [0.0]}, [{"p0": [0.0]}, {"p0": [-1.0]}], same={"p0": "p1"})
     [g] = [f for f in compare(prog, {A: a, B: c}) if f.aspect == "value"]
     assert (g.subject, g.method, g.sides) == ("p1", "replace:tie", ("changed", "unchanged"))
+
+
+def test_a_step_value_finding_names_a_replace_of_the_param_from_itself_until_it_is_rebound():
+    # p0 = p0 between a backward pass and the step: candle's is the same Var (its accumulated
+    # gradient applies), torch's a new Parameter (it does not). No relation links p0 to itself,
+    # yet the replace is what the step treats differently: the finding's method. Once another
+    # replace rebinds p0 from p1, that relation is what a later step's finding is about.
+    P = {"p0": {"kind": "param", "value": [0.0]}, "p1": {"kind": "param", "value": [0.0]}}
+    prog = program(P, [{"op": "backward"}, {"op": "replace", "target": "p0", "value": "p0"}, STEP])
+    a = trace(A, {"p0": [0.0], "p1": [0.0]}, [{}, {}, {"p0": [-1.0], "p1": [-0.5]}])
+    b = trace(B, {"p0": [0.0], "p1": [0.0]}, [{}, {}, {"p0": [-0.5], "p1": [-0.5]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert (f.subject, f.method, f.sides) == ("p0", "replace:new", ("changed", "changed"))
+    rebound = program(P, [{"op": "replace", "target": "p0", "value": "p0", "how": "data"},
+                          {"op": "replace", "target": "p0", "value": "p1", "how": "set"}, STEP])
+    assert [f.method for f in compare(rebound, {A: a, B: b})] == ["replace:set"]
+    # a step with no replace before it is named by nothing
+    plain = program(P, [{"op": "backward"}, {"op": "backward"}, STEP])
+    [h] = compare(plain, {A: a, B: b})
+    assert h.method is None

@@ -1,6 +1,7 @@
 """What a program's ops link, read from the program alone (no trace): the names a write reaches
-through snapshot relations, the relations an ``append`` or ``replace`` ended on the way, and the
-names whose values come from a framework's RNG. The oracle (``harness.judging.oracle``) asks
+through snapshot relations, the relations an ``append`` or ``replace`` ended on the way, the
+``replace`` that linked a param a step trains, and the names whose values come from a
+framework's RNG. The oracle (``harness.judging.oracle``) asks
 these questions of every divergence it attributes; the report table asks the last one.
 """
 
@@ -123,3 +124,24 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
                 return f"{rel.method}@{ops.label(program.ops[end])}" if old_source else first
     return None
 
+
+def own_relation(program: Program, i: int, name: str) -> str | None:
+    """For an op on every param (a step, a load), the method of a live ``replace`` that made the
+    param ``name``, else of one made from it (``replace:tie``: a tied param is stepped once in
+    torch, once per name in candle), else of one that made it from itself since it was last
+    rebound (candle's Var again, torch's new Parameter, without the gradient accumulated on the
+    old one). None for another op, or a param no replace links."""
+    if not ops.spec(program.ops[i]).acts_on_params:
+        return None
+    live = [s for s in snapshots(program) if s.op < i and s.method.startswith("replace")
+            and relation_end(program, s, len(program.ops)) > i]
+    made = [s.method for s in live if s.name == name] or [s.method for s in live if s.source == name]
+    if made:
+        return made[-1]
+    for op in reversed(program.ops[:i]):  # a replace from itself is no relation (``snapshots``)
+        if ops.rebinds(op, name):
+            return None
+        own = [b.method for b in ops.rebindings(op) if b.name == name == b.source]
+        if own:
+            return own[0]
+    return None

@@ -11,7 +11,7 @@ aspect becomes one finding:
 - ``value``: verdicts agree but a value differs beyond tolerance (optimizer arithmetic, say).
   Its sides say whether the op changed the tensor on each side (``changed`` / ``unchanged``; the
   sentence shows the values); its method, the link that carried it (``links.ended_link``), or
-  for a step or a load the ``replace`` that linked the param (``_own_relation``).
+  for a step or a load the ``replace`` that linked the param (``links.own_relation``).
 
 A snapshot that ``sees no change`` on one side (its source did not move there) while it follows
 or keeps on the other is not blamed on its snapshot method: its source moved on one side only.
@@ -44,10 +44,10 @@ import numpy as np
 from harness.case import ops
 from harness.case.ir import Program, names_bound, per_program
 from harness.judging.finding import Finding
-from harness.judging.links import ended_link, nondeterministic_names, write_path
+from harness.judging.links import ended_link, nondeterministic_names, own_relation, write_path
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, identity_partition,
-                                   relation_end, same_values, snapshots, subject_role, verdicts, writes_into)
+                                   same_values, snapshots, subject_role, verdicts, writes_into)
 from harness.judging.value_compare import elements_differ, tolerance, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
@@ -264,18 +264,6 @@ def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
     return name in (op.get("target"), op.get("of"))
 
 
-def _own_relation(program: Program, i: int, name: str) -> str | None:
-    """For an op on every param (a step, a load), the method of a live ``replace`` that made the
-    param ``name``, else of one made from it (``replace:tie``: a tied param is stepped once in
-    torch, once per name in candle). None for another op, or a param no replace links."""
-    if not ops.spec(program.ops[i]).acts_on_params:
-        return None
-    live = [s for s in snapshots(program) if s.op < i and s.method.startswith("replace")
-            and relation_end(program, s, len(program.ops)) > i]
-    made = [s.method for s in live if s.name == name] or [s.method for s in live if s.source == name]
-    return made[-1] if made else None
-
-
 def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                    values: tuple[np.ndarray, np.ndarray]) -> Finding:
     """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
@@ -286,7 +274,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
     common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
-                  method=ended_link(ctx.program, i, name) or _own_relation(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
+                  method=ended_link(ctx.program, i, name) or own_relation(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = elements_differ(x, y, tolerance(ctx.program))
