@@ -261,3 +261,14 @@ def test_reproducer_translates_assign(framework, target, case, tmp_path):
 ])
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)
+
+
+def test_a_message_of_several_lines_is_commented_line_by_line():
+    from harness.targets.reproducer_base import comment_lines
+
+    message = 'RuntimeError: Error(s) in loading state_dict for Model:\n\tWhile copying the parameter named "w"'
+    for prefix in ("#", "//"):
+        lines = comment_lines(prefix, 3, {"op": "load", "from": "c0"}, "error", message)
+        assert all(line.startswith(prefix) for line in lines)
+        assert lines[1].endswith("`error`: RuntimeError: Error(s) in loading state_dict for Model:")
+        assert lines[2] == f'{prefix}     While copying the parameter named "w"'

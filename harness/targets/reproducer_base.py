@@ -32,9 +32,12 @@ def op_text(op: dict) -> str:
 
 
 def comment_lines(prefix: str, i: int, op: dict, status: str, message: str | None) -> list[str]:
-    """The comment that stands for op ``i`` where the framework did not run it."""
-    msg = f": {message}" if message else ""
-    return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{status}`{msg}"]
+    """The comment that stands for op ``i`` where the framework did not run it. Every line of a
+    message of several lines is commented (torch's load_state_dict errors are)."""
+    first, *rest = (message or "").splitlines() or [""]
+    msg = f": {first}" if first else ""
+    return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{status}`{msg}",
+            *(f"{prefix}     {line.strip()}" for line in rest if line.strip())]
 
 
 def step_fields(op: dict) -> dict:
