@@ -17,9 +17,9 @@ One engine run on the same programs as the throughput rounds, after them, so it 
 what they measure; the wrappers cost microseconds a call, against milliseconds a chunk.
 
 The profile is one more such run under ``cProfile``, on the main thread (drawing, judging, the
-pipeline) and on each target's runner thread (``Target.run_wire``), in thread CPU time, merged: its entries rank
-where the time goes, but profiling makes every Python call dearer (about twice the time in all),
-so its milliseconds are the profiled run's, not the engine's.
+pipeline) and on each target's runner thread (``Target.run_wire``), in thread CPU time, merged:
+its entries rank where the time goes, but profiling makes every Python call dearer (the run
+takes several times as long), so its milliseconds are the profiled run's, not the engine's.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from harness.fuzzing.engine import Engine, pipeline
 from harness.fuzzing.generation import generate
+from harness.paths import ROOT
 
 STAGES = ("drawing", "traces", "oracle")
 
@@ -55,18 +56,12 @@ def measure_worker_stages(engine: Engine, chunks: Callable[..., Any]) -> dict[st
                     clocks[stage] += spent
         return run
 
-    engine.ran.clear()  # the throughput rounds ran these programs: run them again
-    engine.judge = timed("oracle", engine.judge)  # instance attributes, removed below
-    for t in engine.runner.targets:
-        t.run_wire = timed("traces", t.run_wire)
-    start, n = time.process_time(), 0
+    engine.judge = timed("oracle", engine.judge)  # an instance attribute, removed below
+    start = time.process_time()
     try:
-        for programs, _ in pipeline(engine, chunks(timed("drawing", generate))):
-            n += len(programs)
+        n = _run_wrapped(engine, chunks(timed("drawing", generate)), lambda fn: timed("traces", fn))
     finally:
         del engine.judge
-        for t in engine.runner.targets:
-            del t.run_wire
     total = (time.process_time() - start) / max(n, 1) * 1e3
     out = {stage: clocks[stage] / max(n, 1) * 1e3 for stage in STAGES}
     out["rest"] = max(total - sum(out.values()), 0.0)
@@ -93,18 +88,12 @@ def measure_worker_profile(engine: Engine, chunks: Callable[..., Any], top: int)
                 profile.disable()
         return run
 
-    engine.ran.clear()
-    for t in engine.runner.targets:
-        t.run_wire = profiled(t.run_wire)
-    main, n = _cpu_profile(), 0
+    main = _cpu_profile()
     main.enable()
     try:
-        for programs, _ in pipeline(engine, chunks(generate)):
-            n += len(programs)
+        n = _run_wrapped(engine, chunks(generate), profiled)
     finally:
         main.disable()
-        for t in engine.runner.targets:
-            del t.run_wire
     stats = pstats.Stats(main)
     for profile in profiles:
         stats.add(profile)
@@ -112,6 +101,22 @@ def measure_worker_profile(engine: Engine, chunks: Callable[..., Any], top: int)
     rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # type: ignore[attr-defined]
     return [{"function": _where(key), "own_ms": tt * per, "cumulative_ms": ct * per, "calls": nc / max(n, 1)}
             for key, (_cc, nc, tt, ct, _callers) in rows]
+
+
+def _run_wrapped(engine: Engine, chunks: Any, wrap: Callable[[Callable], Callable]) -> int:
+    """Programs run by one pipelined run of ``chunks``, each target's ``run_wire`` wrapped by
+    ``wrap`` meanwhile (an instance attribute, removed after)."""
+    engine.ran.clear()  # the throughput rounds ran these programs: run them again
+    for t in engine.runner.targets:
+        t.run_wire = wrap(t.run_wire)
+    n = 0
+    try:
+        for programs, _ in pipeline(engine, chunks):
+            n += len(programs)
+    finally:
+        for t in engine.runner.targets:
+            del t.run_wire
+    return n
 
 
 def _cpu_profile() -> cProfile.Profile:
@@ -134,7 +139,7 @@ def _where(key: tuple[str, int, str]) -> str:
             parts = parts[len(parts) - parts[::-1].index(root):]
             break
     else:
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).split(os.sep)
+        here = str(ROOT).split(os.sep)
         if parts[:len(here)] == here:
             parts = parts[len(here):]
     return f"{'/'.join(parts)}:{line}({name})"
