@@ -335,6 +335,22 @@ def test_reverse_fill_through_snapshot(worker, method):
     assert st["w"]["value"] == want, method
 
 
+@pytest.mark.parametrize("method", ["view_row", "narrow"])
+def test_a_write_through_a_host_round_trip_of_a_row_shows_in_the_param_at_once(worker, method):
+    """``torch.from_numpy`` of a row's ``numpy()`` is a tensor with its own version counter and an
+    untyped storage that starts at the row (``narrow``: rows 1.., inside the param's storage, not
+    at its start). A fill through it changes the param at that op, so the trace must say so
+    there, not at the next op that happens to change the param's own change key."""
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
+                       [snap("r", "w", method), snap("h", "r", "to_host"),
+                        {"op": "fill", "target": "h", "value": 9.0}, {"op": "read", "target": "w"}])
+    assert statuses(trace) == ["ok"] * 4, trace["steps"]
+    want = [9.0, 9.0, 3.0, 4.0] if method == "view_row" else [1.0, 2.0, 9.0, 9.0]
+    assert "w" in trace["steps"][2]["changed"], trace["steps"][2]
+    assert states(trace)[2]["w"]["value"] == want
+    assert states(trace)[2]["r"]["value"] == [9.0, 9.0]
+
+
 def test_reverse_write_into_detach_changes_param(worker):
     # Tensor.detach docs: in-place modifications on either of them will be seen.
     trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],

@@ -103,7 +103,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self._seen: dict[str, tuple[tuple, dict]] = {}
         # The change keys of every bound name and the storages written since the last
         # observation, computed by the first observe after an op (None: not yet).
-        self._round: tuple[dict[str, tuple | None], set] | None = None
+        self._round: tuple[dict[str, tuple | None], list] | None = None
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
         # name -> (the KV-cache buffer of its ``append how=cache`` ops, rows filled)
@@ -347,15 +347,16 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
         Reading a tensor (detach, copy to host, format every float) is this target's hot path.
         A name is re-read only when its key changed (object, version counter, storage, layout,
-        flags) or when any name sharing its storage changed: tensors over one storage may have
-        separate version counters (``torch.from_numpy``, ``copy.copy``), so a write through one
-        must invalidate all of them."""
+        flags) or when any name whose storage overlaps its storage's bytes changed: tensors over
+        one memory may have separate version counters and separate storage objects
+        (``copy.copy``; ``torch.from_numpy`` of a view's ``numpy()``, whose storage starts where
+        the view does, inside its source's), so a write through one must invalidate all of them."""
         if self._round is None:
             self._round = self._change_keys()
         keys, dirty = self._round
         key = keys[name]
         seen = self._seen.get(name)
-        if key is not None and seen is not None and seen[0] == key and key[2] not in dirty:
+        if key is not None and seen is not None and seen[0] == key and not _overlaps(key[2], dirty):
             return seen[1]
         try:
             obs = observation(self.bound[name])
@@ -365,19 +366,28 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             self._seen[name] = (key, obs)
         return obs
 
-    def _change_keys(self) -> tuple[dict[str, tuple | None], set]:
-        """Every bound name's change key (None: cannot be keyed, always read), and the storages
-        of the names whose key differs from their last observation's (``dirty``). Computed for
+    def _change_keys(self) -> tuple[dict[str, tuple | None], list]:
+        """Every bound name's change key (None: cannot be keyed, always read), and the byte ranges
+        of the storages of the names whose key differs from their last observation's (``dirty``). Computed for
         all names before any is observed: ``dirty`` must not see this round's observations."""
         keys: dict[str, tuple | None] = {}
         for name, t in self.bound.items():
             try:
-                keys[name] = (id(t), t._version, t.untyped_storage().data_ptr(), t.storage_offset(),
+                storage = t.untyped_storage()
+                start = storage.data_ptr()
+                keys[name] = (id(t), t._version, (start, start + storage.nbytes()), t.storage_offset(),
                               t.shape, t.stride(), t.requires_grad, t.device)
             except Exception:  # noqa: BLE001 - no key: always read
                 keys[name] = None
-        dirty = {k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k}
+        dirty = [k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k]
         return keys, dirty
+
+
+def _overlaps(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
+    """Whether the byte range ``span`` (start, end) shares a byte with any of ``spans``. An empty
+    storage shares none; the lists are a program's few names."""
+    start, end = span
+    return any(s < end and start < e for s, e in spans)
 
 
 #: The table's op kinds with a ``TorchSession._op_<kind>`` method, in order (all: test_op_table.py).
