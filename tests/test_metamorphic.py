@@ -8,6 +8,7 @@ frameworks' metamorphic findings are tested in tests/test_metamorphic_real.py.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -232,3 +233,65 @@ def test_a_finding_the_minimized_case_does_not_show_again_keeps_the_program_as_f
     rec = recorded[0]
     assert rec.minimized == padded and check_inert(rec.minimized, rec.minimized.inert).ops == (2,)
     assert rec.confirmed == (3, 3) and rec.status == "new"  # fresh processes: the first programs again
+
+
+# ------------------------------------------------------------------------------------------------
+# Agreement with the reference framework: which run of the target holds what torch holds.
+
+
+def with_a_reference(run_with: dict, reference_trace) -> dict:
+    """``run_with`` plus ``reference_trace`` under the reference framework's primary target id.
+    TEST DOUBLE: a fake target's trace stands in for torch's here, to test the oracle's logic."""
+    return {**run_with, "torch:cpu": reference_trace}
+
+
+def planted_pair(planted):
+    group = check_inert(READ_THEN_STEP, [1])
+    return group, planted.run_one(READ_THEN_STEP), planted.run_one(without(READ_THEN_STEP, group))
+
+
+def test_a_reference_that_holds_the_run_without_the_group_says_the_group_broke_agreement(planted, clean):
+    group, with_t, without_t = planted_pair(planted)
+    reference = clean.run_one(READ_THEN_STEP)["fake:ref"]  # steps w: [0., 1.], as without the read
+    [f] = compare_inert(READ_THEN_STEP, group, with_a_reference(with_t, reference), without_t)
+    assert f.agrees == "without"
+    assert f.signature == "metamorphic|fake:ref~fake:ref|value|+read|step:sgd|unchanged~changed|agrees:without"
+    assert f.sentence().endswith("but changed to [0., 1.] without it. torch holds the value of the run without it.")
+    assert f.to_json()["agrees"] == "without"
+
+
+def test_a_reference_that_holds_the_run_with_the_group_and_one_without_a_verdict(planted):
+    group, with_t, without_t = planted_pair(planted)
+    [f] = compare_inert(READ_THEN_STEP, group, with_a_reference(with_t, with_t["fake:ref"]), without_t)
+    assert f.agrees == "with" and f.signature.endswith("|agrees:with")
+    # The reference's own op failed: no evidence either way, and the signature has no agreement.
+    failed = planted.run_one(READ_THEN_STEP)["fake:ref"]
+    failed.steps[2] = type(failed.steps[2])("error", "planted by the test", failed.steps[2].changed)
+    failed._states = None
+    [g] = compare_inert(READ_THEN_STEP, group, with_a_reference(with_t, failed), without_t)
+    assert g.agrees is None and g.signature == "metamorphic|fake:ref~fake:ref|value|+read|step:sgd|unchanged~changed"
+
+
+def test_a_baseline_entry_can_name_the_agreement(planted, clean):
+    from harness.fuzzing.baseline import KnownDivergence
+
+    group, with_t, without_t = planted_pair(planted)
+    reference = clean.run_one(READ_THEN_STEP)["fake:ref"]
+    [broke] = compare_inert(READ_THEN_STEP, group, with_a_reference(with_t, reference), without_t)
+    [alone] = compare_inert(READ_THEN_STEP, group, with_t, without_t)
+    restores = KnownDivergence("restores", "r", "c.toml", kind="metamorphic", agrees=("with", "-"))
+    assert not restores.matches(broke) and restores.matches(alone)
+    assert KnownDivergence("any", "r", "c.toml", kind="metamorphic").matches(broke)
+
+
+def test_a_metamorphic_finding_with_an_agreement_is_shrunk_with_its_reference():
+    from harness.fuzzing.engine import _targets_for
+    from harness.judging.finding import Finding
+
+    ids = ["burn:flex", "burn:ndarray", "candle:cpu", "torch:cpu", "torch:cpu+foreach"]
+    f = Finding(kind="metamorphic", aspect="value", targets=("burn:flex", "burn:flex"), op_label="step:sgd",
+                method="+valid+train", sides=("changed", "changed"), agrees="without")
+    assert _targets_for(f, ids) == ["burn:flex", "torch:cpu"]
+    assert _targets_for(replace(f, agrees=None), ids) == ["burn:flex"]
+    torch_own = replace(f, targets=("torch:cpu", "torch:cpu"), agrees=None)
+    assert _targets_for(torch_own, ids) == ["torch:cpu"]

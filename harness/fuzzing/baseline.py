@@ -4,7 +4,9 @@ An entry matches a finding when every field it gives matches the finding's (``fn
 ``frameworks`` matches the frameworks of the two targets in either order; ``role`` the declared
 kind of the tensor a verdict or value finding is about, ``lazy:program_rng`` for a lazy tensor
 of the program's one generator (``trace.subject_role``); ``detail`` the finding's detail, such as
-a framework's error message, for an entry about one error). Matching findings are
+a framework's error message, for an entry about one error; ``agrees`` a metamorphic value
+finding's agreement with the reference framework, ``with``, ``without``, ``both``, ``neither`` or
+``-`` for none (``Finding.agrees``)). Matching findings are
 ``known``; the rest are ``new``. Each entry names a case under ``tests/cases/`` that shows it, and
 the test suite checks that the case really produces a finding the entry matches.
 
@@ -29,7 +31,7 @@ from harness.paths import BASELINE
 from harness.targets.registry import FRAMEWORKS, RELEASE_PACKAGE
 from harness.versions import VersionRange
 
-MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides", "role", "detail")
+MATCH_FIELDS = ("kind", "aspect", "method", "op", "sides", "role", "detail", "agrees")
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class KnownDivergence:
     role: str | tuple[str, ...] = "*"
     # the finding's detail (an error's message: "*is the output of a function that returns multiple views*")
     detail: str | tuple[str, ...] = "*"
+    # a metamorphic value finding's agreement with the reference framework ("-": none)
+    agrees: str | tuple[str, ...] = "*"
     upstream: str = ""
     # framework -> the versions it was observed with; a framework not named: any version
     versions: tuple[tuple[str, VersionRange], ...] = ()
@@ -71,6 +75,8 @@ class KnownDivergence:
         if not _any(f.method or "-", self.method) or not _any(f.op_label, self.op):
             return False
         if not _any(f.role or "-", self.role) or not _any(f.detail or "", self.detail):
+            return False
+        if not _any(f.agrees or "-", self.agrees):
             return False
         if self.frameworks:
             fws = sorted(t.split(":", 1)[0] for t in f.targets)
@@ -133,7 +139,7 @@ class BaselineError(CaseError):
 
 
 ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides", "role",
-                  "detail", "versions")
+                  "detail", "agrees", "versions")
 
 
 def load_baseline(path: str | Path | None = None) -> Baseline:

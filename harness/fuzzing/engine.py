@@ -32,7 +32,7 @@ from harness.case.ir import Program
 from harness.shrinking.minimize import MinimizeResult, cost, minimize
 from harness.judging.finding import Finding
 from harness.judging.metamorphic import group_label
-from harness.judging.pairs import split_target_id
+from harness.judging.pairs import reference_target, split_target_id
 from harness.targets.runner import Runner
 from harness.targets.base import CANCELLED
 from harness.judging.trace import Trace
@@ -163,7 +163,10 @@ def _targets_for(finding: Finding, all_ids: Sequence[str]) -> list[str]:
         return list(all_ids)
     ids = list(dict.fromkeys(t for t in finding.targets if t in all_ids))
     if group_label(finding) is not None:
-        return ids  # a target against itself: no partner
+        # A target against itself: no partner, but the reference target that its agreement
+        # (part of the signature) was read from.
+        ref = reference_target(ids[0], all_ids) if ids and finding.agrees is not None else None
+        return ids + [ref] if ref is not None else ids
     if len(ids) == 1:
         framework = split_target_id(ids[0])[0]
 

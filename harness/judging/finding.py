@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol
 
+from harness.judging.pairs import REFERENCE_FRAMEWORK
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -28,11 +30,17 @@ class Finding:
     role: str | None = None
     #: A ``metamorphic`` finding's inert group: the op indices whose removal changed the run.
     inert: tuple[int, ...] = ()
+    #: A ``metamorphic`` value finding's agreement with the reference framework: which run (with
+    #: or without the group, both, neither) holds its value (``metamorphic._agreement``); None
+    #: where there is no reference. Part of the signature when set.
+    agrees: str | None = None
 
     @property
     def signature(self) -> str:
         parts = [self.kind, "~".join(self.targets), self.aspect, self.method or "-", self.op_label,
                  "~".join(self.sides)]
+        if self.agrees is not None:
+            parts.append(f"agrees:{self.agrees}")
         return "|".join(parts)
 
     def sentence(self) -> str:
@@ -80,10 +88,12 @@ class Finding:
             what = f"{self.subject}{self.at}"
             if {sa, sb} == {"changed", "unchanged"}:
                 verb_a, verb_b = ("changed to", "stayed") if sa == "changed" else ("stayed", "changed to")
-                return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} {verb_a}"
+                said = (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} {verb_a}"
                         f" {va} {where} but {verb_b} {vb} without it.")
-            return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} holds {va}"
-                    f" {where} but {vb} without it.")
+            else:
+                said = (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} holds {va}"
+                        f" {where} but {vb} without it.")
+            return f"{said} {_AGREES[self.agrees]}".rstrip()
         if self.aspect == "identity":
             x, _, y = (self.subject or ",").partition(",")
             return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa}"
@@ -97,7 +107,15 @@ class Finding:
                 "method": self.method, "sides": list(self.sides), "subject": self.subject,
                 "values": None if self.values is None else list(self.values), "at": self.at,
                 "role": self.role, **({"inert": list(self.inert)} if self.inert else {}),
+                **({"agrees": self.agrees} if self.agrees is not None else {}),
                 "sentence": self.sentence(), "detail": self.detail}
+
+
+#: A metamorphic value finding's last words, by its agreement with the reference framework.
+_AGREES = {None: "", "with": f"{REFERENCE_FRAMEWORK} holds the value of the run with it.",
+           "without": f"{REFERENCE_FRAMEWORK} holds the value of the run without it.",
+           "both": f"{REFERENCE_FRAMEWORK} holds a value within tolerance of both.",
+           "neither": f"{REFERENCE_FRAMEWORK} holds neither value."}
 
 
 def _say(verdict: str) -> str:

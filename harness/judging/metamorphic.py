@@ -15,13 +15,19 @@ the program *with* the group:
   sides say where the reordering starts (``_draw_finding``). A value that differs because of
   such a draw is this finding, not a ``value`` one;
 - ``value``: a name's value differs; the sides say whether the op changed it in each run
-  (``changed`` / ``unchanged``), with the group first;
+  (``changed`` / ``unchanged``), with the group first, and ``agrees`` which of the two values
+  the reference framework's target (``pairs.reference_target``: torch's, for a candle or burn
+  target) holds after the same op of the program with the group: ``with``, ``without``, ``both``
+  (within the program's tolerance), ``neither``; None where there is no reference (a torch
+  target, no torch target, the op not ``ok`` there, the name unread). ``without`` says the
+  inert group moved the target away from the framework code is ported from, ``with`` that it
+  moved it back (the run without it shows a known difference from that framework);
 - ``identity``: two names are one object in one run and two in the other.
 
 The signature names the target (twice: both runs are its own), the aspect, the inert group's
 label (``+module_clone``, ``+snapshot:clone``, ...) in the method's place, the first divergent op's
-signature class and the sides; names, positions and values stay out of it, as in the differential
-oracle. A group whose own op fails (``error``) is no evidence: a failed call may have consumed its
+signature class, the sides and, for a value, the agreement when there is one; names, positions
+and values stay out of it, as in the differential oracle. A group whose own op fails (``error``) is no evidence: a failed call may have consumed its
 input (burn moves a value into the call that panics), so such a pair is not compared.
 """
 
@@ -34,7 +40,9 @@ from harness.case.inert import Inert, kept_index
 from harness.case.ir import Program
 from harness.judging.finding import Finding
 from harness.judging.links import unreproducible_names
+from harness.judging.pairs import reference_target
 from harness.judging.trace import Trace, identity_partition, same_values, subject_role
+from harness.judging.value_compare import tolerance, values_close
 
 KIND = "metamorphic"
 
@@ -46,7 +54,9 @@ def compare_inert(program: Program, inert: Inert, with_traces: Mapping[str, Trac
     out = []
     for t in sorted(with_traces):
         if t in without_traces:
-            found = compare_runs(program, inert, t, with_traces[t], without_traces[t])
+            ref = reference_target(t, list(with_traces))
+            found = compare_runs(program, inert, t, with_traces[t], without_traces[t],
+                                 with_traces.get(ref) if ref is not None else None)
             if found is not None:
                 out.append(found)
     return out
@@ -56,8 +66,10 @@ def _finding(inert: Inert, target: str, **kw) -> Finding:
     return Finding(kind=KIND, targets=(target, target), method=f"+{inert.label}", inert=inert.ops, **kw)
 
 
-def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace) -> Finding | None:
-    """The first divergence of run ``a`` (with the group) from run ``b`` (without), or None."""
+def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace,
+                 reference: Trace | None = None) -> Finding | None:
+    """The first divergence of run ``a`` (with the group) from run ``b`` (without), or None;
+    ``reference``: the reference target's trace of the program (with the group), if any."""
     if not a.ok or not b.ok:
         if a.status == b.status:
             return None
@@ -92,7 +104,8 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
                 return _finding(inert, target, aspect="value", op_label=ops.label(op),
                                 sides=tuple("changed" if m else "unchanged" for m in moved), op_index=j,
                                 subject=name, values=(_render(ox.value), _render(oy.value)),
-                                role=subject_role(program, name))
+                                role=subject_role(program, name),
+                                agrees=_agreement(program, reference, j, name, ox.value, oy.value))
         if not any(o.identity is not None for o in (*x.changed.values(), *y.changed.values())):
             continue  # no token appeared or changed: the partitions are those of the op before
         common = {n: o for n, o in sa.items() if n not in skip and n in sb}
@@ -104,6 +117,18 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
             return _finding(inert, target, aspect="identity", op_label=ops.signature_class(op), sides=same,
                             op_index=j, subject=",".join(pair))
     return None
+
+
+def _agreement(program: Program, reference: Trace | None, j: int, name: str, with_value, without_value) -> str | None:
+    """Which run's value of ``name`` after op ``j`` the reference trace holds (``Finding.agrees``)."""
+    if reference is None or not reference.ok or j >= len(reference.steps) or reference.steps[j].status != "ok":
+        return None
+    held = reference.state_after(j).get(name)
+    if held is None or held.value is None:
+        return None
+    tol = tolerance(program)
+    close = (values_close(held.value, with_value, tol), values_close(held.value, without_value, tol))
+    return {(True, False): "with", (False, True): "without", (True, True): "both"}.get(close, "neither")
 
 
 def _first_values(trace: Trace, name: str) -> tuple[int, Any] | None:

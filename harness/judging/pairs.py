@@ -18,15 +18,29 @@ def split_target_id(target_id: str) -> tuple[str, str, str]:
     return framework, device, base
 
 
+def primary_targets(target_ids: Sequence[str]) -> dict[str, str]:
+    """Each framework's primary target: its first plain device (no variant) in id order."""
+    primary: dict[str, str] = {}
+    for t in sorted(target_ids):
+        fw, device, base = split_target_id(t)
+        if device == base and fw not in primary:
+            primary[fw] = t
+    return primary
+
+
+def reference_target(target_id: str, target_ids: Sequence[str]) -> str | None:
+    """The target that ``target_id``'s results are held against: the reference framework's
+    primary target among ``target_ids``; None for a target of that framework, or without one."""
+    if split_target_id(target_id)[0] == REFERENCE_FRAMEWORK:
+        return None
+    return primary_targets(target_ids).get(REFERENCE_FRAMEWORK)
+
+
 def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
     """Which targets are compared with which, and as what kind of finding."""
     out: list[tuple[str, tuple[str, str]]] = []
     ids = sorted(target_ids)
-    primary: dict[str, str] = {}
-    for t in ids:
-        fw, device, base = split_target_id(t)
-        if device == base and fw not in primary:
-            primary[fw] = t
+    primary = primary_targets(ids)
     for i, a in enumerate(ids):
         for b in ids[i + 1:]:
             fa, da, ba = split_target_id(a)
