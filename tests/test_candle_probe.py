@@ -398,6 +398,28 @@ def test_module_clone(probe):
     assert st[2]["v"]["value"] == [5.0, 6.0]
 
 
+def test_a_failed_load_sets_the_vars_a_hashmap_yields_before_the_failure(probe):
+    # A candidate report (tests/cases/candle_failed_load_sets_a_subset_in_hashmap_order.toml).
+    # candle-nn var_map.rs VarMap::set: `for (name, value) in iter { ... var.set(value)? }`, over
+    # the kept map (a HashMap: each VarMap's has its own random hasher keys), stopping at the first
+    # error. c0.p0 is the replaced p0's old Var, so setting p0 works (back to 1.0); c0.p1 is p1's
+    # own storage, so setting p1 fails (Var::set: "cannot set a variable to a tensor that is
+    # derived from its value"). Whether p0 came first changes from program to program: over 32
+    # runs both outcomes show (the chance that one of two equally likely orders shows 32 times
+    # running is 2**-31).
+    tensors = [param("p0", [1.0]), param("p1", [2.0])]
+    ops = [{"op": "save", "name": "c0", "to": "memory"}, snap("s0", "p0", "mul1"),
+           {"op": "replace", "target": "p0", "value": "s0", "how": "new"},
+           {"op": "scale", "target": "p0", "factor": 0.0}, {"op": "load", "from": "c0", "assign": False}]
+    restored = set()
+    for _ in range(32):
+        tr = probe.run(tensors, ops)
+        assert statuses(tr) == ["ok"] * 4 + ["error"]
+        assert "error setting p1" in tr["steps"][4]["message"]
+        restored.add(states(tr)[4]["p0"]["value"][0])
+    assert restored == {0.0, 1.0}
+
+
 def test_module_modes_unsupported(probe):
     # valid/train only set the `train` argument of ModuleT::forward_t (candle has no module modes);
     # no_grad/freeze: candle has no requires-grad switch.
