@@ -146,6 +146,12 @@ def test_a_status_difference_is_found(clean):
     tr._states = None
     f = compare_inert(READ_THEN_STEP, check_inert(READ_THEN_STEP, [1]), with_t, without_t)[0]
     assert (f.aspect, f.op_label, f.sides) == ("status", "step:sgd", ("error", "ok"))
+    assert f.agrees is None and f.signature.endswith("|error~ok")
+    # A reference that ran the op to ok agrees with the run without the group.
+    reference = clean.run_one(READ_THEN_STEP)["fake:ref"]
+    g = compare_inert(READ_THEN_STEP, check_inert(READ_THEN_STEP, [1]), {**with_t, "torch:cpu": reference}, without_t)[0]
+    assert (g.aspect, g.agrees) == ("status", "without") and g.signature.endswith("|error~ok|agrees:without")
+    assert "torch agrees with the run without it. planted by the test" in g.sentence()
 
 
 def padded_read() -> Program:
@@ -256,7 +262,7 @@ def test_a_reference_that_holds_the_run_without_the_group_says_the_group_broke_a
     [f] = compare_inert(READ_THEN_STEP, group, with_a_reference(with_t, reference), without_t)
     assert f.agrees == "without"
     assert f.signature == "metamorphic|fake:ref~fake:ref|value|+read|step:sgd|unchanged~changed|agrees:without"
-    assert f.sentence().endswith("but changed to [0., 1.] without it. torch holds the value of the run without it.")
+    assert f.sentence().endswith("but changed to [0., 1.] without it. torch agrees with the run without it.")
     assert f.to_json()["agrees"] == "without"
 
 

@@ -4,8 +4,8 @@ An entry matches a finding when every field it gives matches the finding's (``fn
 ``frameworks`` matches the frameworks of the two targets in either order; ``role`` the declared
 kind of the tensor a verdict or value finding is about, ``lazy:program_rng`` for a lazy tensor
 of the program's one generator (``trace.subject_role``); ``detail`` the finding's detail, such as
-a framework's error message, for an entry about one error; ``agrees`` a metamorphic value
-finding's agreement with the reference framework, ``with``, ``without``, ``both``, ``neither`` or
+a framework's error message, for an entry about one error; ``agrees`` a metamorphic value or
+status finding's agreement with the reference framework, ``with``, ``without``, ``both``, ``neither`` or
 ``-`` for none (``Finding.agrees``)). Matching findings are
 ``known``; the rest are ``new``. Each entry names a case under ``tests/cases/`` that shows it, and
 the test suite checks that the case really produces a finding the entry matches.
@@ -51,7 +51,7 @@ class KnownDivergence:
     role: str | tuple[str, ...] = "*"
     # the finding's detail (an error's message: "*is the output of a function that returns multiple views*")
     detail: str | tuple[str, ...] = "*"
-    # a metamorphic value finding's agreement with the reference framework ("-": none)
+    # a metamorphic value or status finding's agreement with the reference framework ("-": none)
     agrees: str | tuple[str, ...] = "*"
     upstream: str = ""
     # framework -> the versions it was observed with; a framework not named: any version

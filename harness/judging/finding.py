@@ -30,9 +30,10 @@ class Finding:
     role: str | None = None
     #: A ``metamorphic`` finding's inert group: the op indices whose removal changed the run.
     inert: tuple[int, ...] = ()
-    #: A ``metamorphic`` value finding's agreement with the reference framework: which run (with
-    #: or without the group, both, neither) holds its value (``metamorphic._agreement``); None
-    #: where there is no reference. Part of the signature when set.
+    #: A ``metamorphic`` value or status finding's agreement with the reference framework: which
+    #: run (with or without the group, both, neither) holds its value or ends its op as the
+    #: reference does (``metamorphic._agreement``); None where there is no reference. Part of the
+    #: signature when set.
     agrees: str | None = None
 
     @property
@@ -99,7 +100,8 @@ class Finding:
             return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa}"
                     f" objects {where} but {sb} objects without it.")
         at = "the program" if self.op_label == "program" else f"op {self.op_index} (`{self.op_label}`)"
-        return f"On {self.targets[0]}, {at} says {sa} {where} but {sb} without it. {self.detail}".strip()
+        said = f"On {self.targets[0]}, {at} says {sa} {where} but {sb} without it. {_AGREES[self.agrees]}".strip()
+        return f"{said} {self.detail}".strip()
 
     def to_json(self) -> dict[str, Any]:
         return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
@@ -111,11 +113,11 @@ class Finding:
                 "sentence": self.sentence(), "detail": self.detail}
 
 
-#: A metamorphic value finding's last words, by its agreement with the reference framework.
-_AGREES = {None: "", "with": f"{REFERENCE_FRAMEWORK} holds the value of the run with it.",
-           "without": f"{REFERENCE_FRAMEWORK} holds the value of the run without it.",
-           "both": f"{REFERENCE_FRAMEWORK} holds a value within tolerance of both.",
-           "neither": f"{REFERENCE_FRAMEWORK} holds neither value."}
+#: A metamorphic finding's last words, by its agreement with the reference framework.
+_AGREES = {None: "", "with": f"{REFERENCE_FRAMEWORK} agrees with the run with it.",
+           "without": f"{REFERENCE_FRAMEWORK} agrees with the run without it.",
+           "both": f"{REFERENCE_FRAMEWORK} agrees with both, within tolerance.",
+           "neither": f"{REFERENCE_FRAMEWORK} agrees with neither."}
 
 
 def _say(verdict: str) -> str:

@@ -9,7 +9,8 @@ left out). The first op where that fails gives one finding of kind ``metamorphic
 the program *with* the group:
 
 - ``status``: the op succeeds with the group and fails without it, or the other way round (or the
-  whole program fails on one run only: op ``program``);
+  whole program fails on one run only: op ``program``); ``agrees`` as for a value (below), by
+  the reference target's status of the op, where it ran it to ``ok`` or ``error``;
 - ``draw``: a lazy tensor of the program's one generator (``program_rng``) drew other values in
   the two runs, so the group changed the order of first reads; its op is ``lazy_init`` and its
   sides say where the reordering starts (``_draw_finding``). A value that differs because of
@@ -90,7 +91,8 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
         op = program.ops[j]
         if x.status != y.status:
             return _finding(inert, target, aspect="status", op_label=ops.label(op), sides=(x.status, y.status),
-                            op_index=j, detail=x.message or y.message or "")
+                            op_index=j, detail=x.message or y.message or "",
+                            agrees=_status_agreement(reference, j, x.status, y.status))
         sa, sb = a.state_after(j), b.state_after(k)
         for name in sorted((x.changed.keys() | y.changed.keys()) - skip):
             ox, oy = sa.get(name), sb.get(name)
@@ -117,6 +119,17 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
             return _finding(inert, target, aspect="identity", op_label=ops.signature_class(op), sides=same,
                             op_index=j, subject=",".join(pair))
     return None
+
+
+def _status_agreement(reference: Trace | None, j: int, with_status: str, without_status: str) -> str | None:
+    """Which run's status of op ``j`` the reference trace's is (``Finding.agrees``); None unless
+    the reference ran the op to ``ok`` or ``error`` (a skip or refusal is no evidence)."""
+    if reference is None or not reference.ok or j >= len(reference.steps):
+        return None
+    held = reference.steps[j].status
+    if held not in ("ok", "error"):
+        return None
+    return "with" if held == with_status else "without" if held == without_status else "neither"
 
 
 def _agreement(program: Program, reference: Trace | None, j: int, name: str, with_value, without_value) -> str | None:
