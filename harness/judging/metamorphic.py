@@ -27,9 +27,10 @@ the program *with* the group:
 
 The signature names the target (twice: both runs are its own), the aspect, the inert group's
 label (``+module_clone``, ``+snapshot:clone``, ...) in the method's place, the first divergent op's
-signature class, the sides and, for a value, the agreement when there is one; names, positions
-and values stay out of it, as in the differential oracle. A group whose own op fails (``error``) is no evidence: a failed call may have consumed its
-input (burn moves a value into the call that panics), so such a pair is not compared.
+signature class, the sides and, for a value or a status, the agreement when there is one; names,
+positions and values stay out of it, as in the differential oracle. A group whose own op fails
+(``error``) is no evidence: a failed call may have consumed its input (burn moves a value into the
+call that panics), so such a pair is not compared.
 """
 
 from __future__ import annotations
@@ -121,12 +122,18 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
     return None
 
 
+def _reference_status(reference: Trace | None, j: int) -> str | None:
+    """The status the reference trace's op ``j`` ended with; None without one (no reference, a
+    failed program, a short trace)."""
+    if reference is None or not reference.ok or j >= len(reference.steps):
+        return None
+    return reference.steps[j].status
+
+
 def _status_agreement(reference: Trace | None, j: int, with_status: str, without_status: str) -> str | None:
     """Which run's status of op ``j`` the reference trace's is (``Finding.agrees``); None unless
     the reference ran the op to ``ok`` or ``error`` (a skip or refusal is no evidence)."""
-    if reference is None or not reference.ok or j >= len(reference.steps):
-        return None
-    held = reference.steps[j].status
+    held = _reference_status(reference, j)
     if held not in ("ok", "error"):
         return None
     return "with" if held == with_status else "without" if held == without_status else "neither"
@@ -134,7 +141,7 @@ def _status_agreement(reference: Trace | None, j: int, with_status: str, without
 
 def _agreement(program: Program, reference: Trace | None, j: int, name: str, with_value, without_value) -> str | None:
     """Which run's value of ``name`` after op ``j`` the reference trace holds (``Finding.agrees``)."""
-    if reference is None or not reference.ok or j >= len(reference.steps) or reference.steps[j].status != "ok":
+    if _reference_status(reference, j) != "ok":
         return None
     held = reference.state_after(j).get(name)
     if held is None or held.value is None:
