@@ -101,8 +101,8 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self.bound: dict[str, torch.Tensor] = {}
         # Observation cache (see observe): name -> (key, last observation).
         self._seen: dict[str, tuple[tuple, dict]] = {}
-        # The change keys of every bound name and the storages written since the last
-        # observation, computed by the first observe after an op (None: not yet).
+        # The change keys of every bound name and the byte ranges of the storages written since
+        # the last observation, computed by the first observe after an op (None: not yet).
         self._round: tuple[dict[str, tuple | None], list] | None = None
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
@@ -368,8 +368,9 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def _change_keys(self) -> tuple[dict[str, tuple | None], list]:
         """Every bound name's change key (None: cannot be keyed, always read), and the byte ranges
-        of the storages of the names whose key differs from their last observation's (``dirty``). Computed for
-        all names before any is observed: ``dirty`` must not see this round's observations."""
+        of the storages of the names whose key differs from their last observation's (``dirty``).
+        Computed for all names before any is observed: ``dirty`` must not see this round's
+        observations."""
         keys: dict[str, tuple | None] = {}
         for name, t in self.bound.items():
             try:
