@@ -294,6 +294,34 @@ def test_move_then_step(probe, device, where, method):
         assert close(after_step["w"], [1.0, 2.0])
 
 
+def replace(target, value, how):
+    return {"op": "replace", "target": target, "value": value, "how": how}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("how", ["new", "data"])
+def test_a_param_replaced_from_its_own_value_still_trains(probe, device, how):
+    # `Param::from_tensor(w.val())` / `w.map(|_| w.val())`: `val()` is the param's tracked leaf,
+    # which `require_grad` returns as it is (burn-autodiff tensor.rs `require_grad`: Grad => self),
+    # so the param stays a leaf the step trains. Passed through a same-rank reshape (an op no user
+    # writes here) it would be a non-leaf: `from_tensor` panics, `map` stops training.
+    t = probe.run([param(value=[1.0, 2.0])], [replace("w", "w", how), step(lr=1.0)], device=device)
+    after_replace, after_step = ok(t)
+    assert close(after_replace["w"], [1.0, 2.0])
+    assert after_replace["w"]["requires_grad"] is True
+    assert close(after_step["w"], [0.0, 1.0]), after_step["w"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_param_from_a_computed_tensor_panics(probe, device):
+    # `Param::from_tensor(w.val() * 1)`: the product is a non-leaf node of the autodiff graph, and
+    # `require_grad` on it panics (burn-autodiff tensor.rs: GradInBackward).
+    t = probe.run([param(value=[1.0, 2.0]), param("v", value=[3.0, 4.0])],
+                  [snap("s", "w", "mul1"), replace("v", "s", "new")], device=device)
+    assert [s["status"] for s in t["steps"]] == ["ok", "error"]
+    assert "Can't convert a non leaf tensor into a tracked tensor" in t["steps"][1]["message"]
+
+
 def test_move_cpu_and_plain_tensor_fork(probe):
     # A plain tensor is a Module constant whose fork is to_device (module/param/constant.rs).
     t = probe.run([param(value=[1.0, 2.0], kind="buffer")],

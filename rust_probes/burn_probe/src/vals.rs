@@ -328,7 +328,19 @@ impl Edit {
 /// The value `v` holds (a param's `val()`, which initialises a lazy one, as reading it does), with
 /// leading dimensions of 1 up to rank `D` (`Tensor::unsqueeze`): an `assign`'s source.
 pub fn source_tensor<const D: usize>(v: &Val) -> Tensor<D> {
-    on_val!(v, param p => p.val().unsqueeze::<D>(), tensor t => t.clone().unsqueeze::<D>())
+    on_val!(v, param p => to_rank(p.val()), tensor t => to_rank(t.clone()))
+}
+
+/// `t` as a rank-`D` tensor: `t` itself when its rank is `D`, else `t.unsqueeze::<D>()`. Only
+/// the type changes for the same rank: `unsqueeze` is a `reshape`, a new node of the autodiff
+/// graph, so a parameter's `val()` passed through it would no longer be the tracked leaf that the
+/// user's `p.val()` is (`Param::from_tensor` of it panics, a `Param::map` onto it stops training).
+fn to_rank<const R: usize, const D: usize>(t: Tensor<R>) -> Tensor<D> {
+    let t: Box<dyn std::any::Any> = Box::new(t);
+    match t.downcast::<Tensor<D>>() {
+        Ok(same_rank) => *same_rank,
+        Err(t) => t.downcast::<Tensor<R>>().expect("a Tensor<R>").unsqueeze::<D>(),
+    }
 }
 
 /// Row `row` of what `v` holds (`support::row_of`), or all of it (`source_tensor`).
