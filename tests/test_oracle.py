@@ -468,3 +468,4 @@ def test_a_step_value_finding_names_a_replace_of_the_param_from_itself_until_it_
     plain = program(P, [{"op": "backward"}, {"op": "backward"}, STEP])
     [h] = compare(plain, {A: a, B: b})
     assert h.method is None
+

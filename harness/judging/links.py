@@ -7,9 +7,11 @@ these questions of every divergence it attributes; the report table asks the las
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from harness.case import ops
 from harness.case.ir import Program, per_program
-from harness.judging.trace import relation_end, snapshots
+from harness.judging.trace import SnapshotInfo, relation_end, snapshots
 
 
 @per_program
@@ -89,9 +91,10 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
     a value divergence of ``name`` at that write: the first relation's method on the chain of
     relations between them (either way), or ``<method>@<op>`` when the chain ends at a name that
     ``<op>`` had bound again before (an ``append`` growing it, a ``replace`` of its param) through
-    a relation made before that. None when ``op_index`` writes nothing, writes ``name`` itself,
-    no chain links them, or no relation on the chain has ended (the relations' own verdicts are
-    then the findings).
+    a relation made before that. A ``step`` writes every trainable tensor (``write_path``): the
+    first one, in declaration order, that such a chain links to ``name``. None when ``op_index``
+    writes nothing, writes ``name`` itself, no chain links them, or no relation on the chain has
+    ended (the relations' own verdicts are then the findings).
 
     Such a relation is no longer judged (``trace.relation_end``), but on one side its snapshot may
     still share storage with what the name became (an alias of a KV cache's keys and the grown
@@ -99,30 +102,109 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
     that rebound its source are then the root cause, so the signature names both. A chain through
     old objects only (an alias of p0 grown since, and a copy of the old alias) crosses no rebinding:
     its first method carried the write."""
-    written = ops.written(program.ops[op_index])
-    if written is None or written == name:
-        return None
     rels = [s for s in snapshots(program) if s.op < op_index]
-    for lo, hi in ((name, written), (written, name)):
-        # ``before``: x's object is its binding before that op (``op_index``: its current one)
-        first, x, seen, before, any_ended = None, lo, set(), op_index, False
-        while x not in seen:
-            seen.add(x)
-            rel = next((r for r in reversed(rels) if r.name == x and r.op < before), None)
-            if rel is None:
-                break
-            end = relation_end(program, rel, len(program.ops))
-            ended = end <= op_index
-            if before == op_index and ended and ops.denotes_another_object(program.ops[end], rel.name):
-                break  # x denotes another object now: the relation was its old one's
-            first, any_ended = first or rel.method, any_ended or ended
-            old_source = ended and ops.denotes_another_object(program.ops[end], rel.source)
-            x, before = rel.source, end if old_source else op_index
-            if x == hi:
-                if not any_ended:
-                    return None  # every relation on it is judged: its verdicts are the findings
-                return f"{rel.method}@{ops.label(program.ops[end])}" if old_source else first
+    for written in _written(program, op_index):
+        if written == name:
+            continue
+        for lo, hi in ((name, written), (written, name)):
+            chain = _chain(program, rels, lo, op_index)
+            k = next((k for k, hop in enumerate(chain) if k and hop.object[0] == hi), None)
+            if k is not None:
+                # every relation on it judged: its verdicts are the findings
+                return _link_name(program, chain, k) if any(h.ended for h in chain[1:k + 1]) else None
     return None
+
+
+def common_source_link(program: Program, op_index: int, name: str) -> str | None:
+    """For a value divergence of ``name`` at op ``op_index`` that ``ended_link`` and
+    ``own_relation`` do not explain: the relation that carried the op's write away from what it
+    writes (for a step, from a param it trains) toward an object that ``name``'s own relations
+    also lead to, a common source of both. Named as ``ended_link`` names a chain (``method`` or
+    ``method@op``), when a relation on either chain has ended by then; None otherwise (no common
+    source, or every relation on both chains is judged: their verdicts are the findings).
+
+    Two snapshots of a tensor whose name was bound again (``s0 = transpose(b)``, ``s1 = alias(b)``,
+    then ``b = neg(b)``): a write into s0 reaches s1 where both are views of the old b (torch), and
+    not where they are values (burn). A param made over b's storage (``p = nn.Parameter(b)``) and
+    an alias of b, b then bound again: a step reaches the alias where the param shares b's storage
+    (torch) and not where it is a copy (candle's ``Var::from_tensor``). The write's own path
+    (``write_path``) names the link; the other name only saw the common source move."""
+    rels = [s for s in snapshots(program) if s.op < op_index]
+    theirs = _chain(program, rels, name, op_index)
+    reached = {hop.object: m for m, hop in enumerate(theirs)}
+    for written in _written(program, op_index):
+        if written == name:
+            continue
+        mine = _chain(program, rels, written, op_index)
+        for k, hop in enumerate(mine):
+            m = reached.get(hop.object)
+            if k == 0 or m is None:
+                continue
+            if m == 0 or not any(h.ended for h in mine[1:k + 1] + theirs[1:m + 1]):
+                break  # ``name`` is on the write's path (``ended_link``), or every relation is judged
+            return _link_name(program, mine, k)
+    return None
+
+
+def _written(program: Program, op_index: int) -> list[str]:
+    """The names op ``op_index`` writes: every trainable tensor for a ``step`` (``write_path``),
+    else the one a write-like op writes, if any."""
+    op = program.ops[op_index]
+    if op["op"] == "step":
+        return [t.name for t in program.tensors if t.trainable]
+    return [] if ops.written(op) is None else [ops.written(op)]
+
+
+class _Hop(NamedTuple):
+    """One step of ``_chain``: the relation followed (None for the chain's start), whether it had
+    ended by the op, whether it ended because its source was bound to another object, the op
+    that ended it, and the object reached."""
+
+    rel: SnapshotInfo | None
+    ended: bool
+    old_source: bool
+    end: int
+    object: tuple[str, int]
+
+
+def _chain(program: Program, rels: list[SnapshotInfo], name: str, op_index: int) -> list[_Hop]:
+    """The objects ``name``'s snapshot relations lead to at op ``op_index``, ``name``'s own first:
+    past a relation whose source was bound again since, to the source's old object. An object is
+    a name and the op that last bound it to another object (``_object``)."""
+    x, before = name, op_index  # x's object is its binding before op ``before``
+    out = [_Hop(None, False, False, op_index, _object(program, x, before))]
+    seen: set[str] = set()
+    while x not in seen:
+        seen.add(x)
+        rel = next((r for r in reversed(rels) if r.name == x and r.op < before), None)
+        if rel is None:
+            break
+        end = relation_end(program, rel, len(program.ops))
+        ended = end <= op_index
+        if before == op_index and ended and ops.denotes_another_object(program.ops[end], rel.name):
+            break  # x denotes another object now: the relation was its old one's
+        old_source = ended and ops.denotes_another_object(program.ops[end], rel.source)
+        x, before = rel.source, end if old_source else op_index
+        out.append(_Hop(rel, ended, old_source, end, _object(program, x, before)))
+    return out
+
+
+def _link_name(program: Program, chain: list[_Hop], k: int) -> str:
+    """A chain's name up to its ``k``-th hop: ``<method>@<op>`` of that hop's relation when the op
+    that ended it bound its source to another object, else the chain's first relation's method."""
+    hop = chain[k]
+    return f"{hop.rel.method}@{ops.label(program.ops[hop.end])}" if hop.old_source else chain[1].rel.method
+
+
+def _object(program: Program, name: str, before: int) -> tuple[str, int]:
+    """``name``'s object before op ``before``: the name and the last op that bound it to another
+    object (a snapshot made it, an op remade it, a ``replace`` from another name), -1 for none."""
+    params = program.model_names
+    for j in range(before - 1, -1, -1):
+        op = program.ops[j]
+        if any(b.name == name for b in ops.bindings(op, params)) or ops.denotes_another_object(op, name):
+            return name, j
+    return name, -1
 
 
 def own_relation(program: Program, i: int, name: str) -> str | None:

@@ -11,7 +11,8 @@ aspect becomes one finding:
 - ``value``: verdicts agree but a value differs beyond tolerance (optimizer arithmetic, say).
   Its sides say whether the op changed the tensor on each side (``changed`` / ``unchanged``; the
   sentence shows the values); its method, the link that carried it (``links.ended_link``), or
-  for a step or a load the ``replace`` that linked the param (``links.own_relation``).
+  for a step or a load the ``replace`` that linked the param (``links.own_relation``), or the one
+  that carried the write toward a source the tensor shares (``links.common_source_link``).
 
 A snapshot that ``sees no change`` on one side (its source did not move there) while it follows
 or keeps on the other is not blamed on its snapshot method: its source moved on one side only.
@@ -44,7 +45,8 @@ import numpy as np
 from harness.case import ops
 from harness.case.ir import Program, names_bound, per_program
 from harness.judging.finding import Finding
-from harness.judging.links import ended_link, nondeterministic_names, own_relation, write_path
+from harness.judging.links import (common_source_link, ended_link, nondeterministic_names, own_relation,
+                                   write_path)
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, identity_partition,
                                    same_values, snapshots, subject_role, verdicts, writes_into)
@@ -264,6 +266,13 @@ def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
     return name in (op.get("target"), op.get("of"))
 
 
+def _value_method(program: Program, i: int, name: str) -> str | None:
+    """The relation a value divergence of ``name`` at op ``i`` is named by (``harness.judging.links``):
+    one on the chain between ``name`` and what the op writes, else the ``replace`` that linked a
+    param the op acts on, else one that carried the write toward a source ``name`` shares."""
+    return ended_link(program, i, name) or own_relation(program, i, name) or common_source_link(program, i, name)
+
+
 def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
                    values: tuple[np.ndarray, np.ndarray]) -> Finding:
     """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
@@ -274,7 +283,7 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
     common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
-                  method=ended_link(ctx.program, i, name) or own_relation(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
+                  method=_value_method(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = elements_differ(x, y, tolerance(ctx.program))

@@ -1,0 +1,57 @@
+"""How the oracle names a value finding by the relations between names
+(``harness.judging.links``): across relations a rebinding ended, at a step, and between two
+names whose chains meet only at a common source. Hand-written traces (harness logic: no framework
+runs here), with the helpers of ``tests/test_oracle.py``.
+"""
+
+from __future__ import annotations
+
+from harness.judging.oracle import compare
+from tests.test_oracle import A, B, P0, STEP, program, trace
+
+
+def test_a_write_reaching_a_sibling_view_of_a_rebound_source_names_the_written_views_relation():
+    # s0 = detach(b0), s1 = alias(b0), then b0 = neg(b0): a write into s0 reaches s1 on alpha
+    # (two views of the old b0) and not on beta (values). No chain links s0 and s1 but their
+    # common source, whose name was bound again: the relation the write left s0 by is the link.
+    prog = program({"b0": {"kind": "buffer", "value": [1.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "b0", "method": "detach"},
+                    {"op": "snapshot", "name": "s1", "of": "b0", "method": "alias"},
+                    {"op": "map", "target": "b0", "fn": "neg"},
+                    {"op": "write", "target": "s0", "value": [0.0]}])
+    a = trace(A, {"b0": [1.0]}, [{"s0": [1.0]}, {"s1": [1.0]}, {"b0": [-1.0]}, {"s0": [0.0], "s1": [0.0]}])
+    b = trace(B, {"b0": [1.0]}, [{"s0": [1.0]}, {"s1": [1.0]}, {"b0": [-1.0]}, {"s0": [0.0]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|detach@map:neg|write:whole|changed~unchanged"
+    assert f.subject == "s1"
+
+
+def test_a_step_reaching_an_alias_of_a_params_rebound_source_names_the_replace():
+    # p0 = nn.Parameter(b0) (alpha: over b0's storage; beta: a copy), s0 = alias(b0), then
+    # b0 = neg(b0): the step moves s0 on alpha only, through the param's link to the old b0.
+    prog = program({"p0": {"kind": "param", "value": [0.0]}, "b0": {"kind": "buffer", "value": [0.0]}},
+                   [{"op": "replace", "target": "p0", "value": "b0"},
+                    {"op": "snapshot", "name": "s0", "of": "b0", "method": "alias"},
+                    {"op": "map", "target": "b0", "fn": "neg"}, STEP])
+    a = trace(A, {"p0": [0.0], "b0": [0.0]}, [{"p0": [0.0]}, {"s0": [0.0]}, {"b0": [-0.0]}, {"p0": [-1.0], "s0": [-1.0]}])
+    b = trace(B, {"p0": [0.0], "b0": [0.0]}, [{"p0": [0.0]}, {"s0": [0.0]}, {"b0": [-0.0]}, {"p0": [-1.0]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|replace:new@map:neg|step:sgd|changed~unchanged"
+    assert f.subject == "s0"
+
+
+def test_a_step_reaching_a_clone_of_a_clone_whose_middle_was_rebound_names_the_first_clone():
+    # s0 = clone(p0), s1 = clone(s0), s0 grown by an append, s2 = alias(s1): on alpha clones share
+    # their source's storage, so the step moves s1 (and s2 with it); on beta none of them moves.
+    # s1's relations ended at the append: the first of them, s1's clone, carried the step.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+                        {"op": "snapshot", "name": "s1", "of": "s0", "method": "clone"},
+                        {"op": "append", "target": "s0", "source": "p0"},
+                        {"op": "snapshot", "name": "s2", "of": "s1", "method": "alias"}, STEP])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"s0": [0.0, 0.0]}, {"s2": [0.0]},
+                                 {"p0": [-1.0], "s1": [-1.0], "s2": [-1.0]}],
+              same={"s0": "p0", "s1": "p0", "s2": "p0"})
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"s0": [0.0, 0.0]}, {"s2": [0.0]}, {"p0": [-1.0]}])
+    found = compare(prog, {A: a, B: b})
+    assert "value|alpha:cpu~beta:cpu|value|clone|step:sgd|changed~unchanged" in [f.signature for f in found]
+    assert not any(f.aspect == "verdict" and f.method == "alias" for f in found)
