@@ -103,12 +103,12 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
     old objects only (an alias of p0 grown since, and a copy of the old alias) crosses no rebinding:
     its first method carried the write."""
     rels = [s for s in snapshots(program) if s.op < op_index]
+    theirs = _chain(program, rels, name, op_index)
     for written in _written(program, op_index):
         if written == name:
             continue
-        for lo, hi in ((name, written), (written, name)):
-            chain = _chain(program, rels, lo, op_index)
-            k = next((k for k, hop in enumerate(chain) if k and hop.object[0] == hi), None)
+        for chain, hi in ((theirs, written), (_chain(program, rels, written, op_index), name)):
+            k = next((k for k, hop in enumerate(chain) if k and hop.name == hi), None)
             if k is not None:
                 # every relation on it judged: its verdicts are the findings
                 return _link_name(program, chain, k) if any(h.ended for h in chain[1:k + 1]) else None
@@ -131,13 +131,13 @@ def common_source_link(program: Program, op_index: int, name: str) -> str | None
     (``write_path``) names the link; the other name only saw the common source move."""
     rels = [s for s in snapshots(program) if s.op < op_index]
     theirs = _chain(program, rels, name, op_index)
-    reached = {hop.object: m for m, hop in enumerate(theirs)}
+    reached = {_object(program, hop): m for m, hop in enumerate(theirs)}
     for written in _written(program, op_index):
         if written == name:
             continue
         mine = _chain(program, rels, written, op_index)
         for k, hop in enumerate(mine):
-            m = reached.get(hop.object)
+            m = reached.get(_object(program, hop))
             if k == 0 or m is None:
                 continue
             if m == 0 or not any(h.ended for h in mine[1:k + 1] + theirs[1:m + 1]):
@@ -158,21 +158,21 @@ def _written(program: Program, op_index: int) -> list[str]:
 class _Hop(NamedTuple):
     """One step of ``_chain``: the relation followed (None for the chain's start), whether it had
     ended by the op, whether it ended because its source was bound to another object, the op
-    that ended it, and the object reached."""
+    that ended it, and the name reached, as its binding before op ``before``."""
 
     rel: SnapshotInfo | None
     ended: bool
     old_source: bool
     end: int
-    object: tuple[str, int]
+    name: str
+    before: int
 
 
 def _chain(program: Program, rels: list[SnapshotInfo], name: str, op_index: int) -> list[_Hop]:
     """The objects ``name``'s snapshot relations lead to at op ``op_index``, ``name``'s own first:
-    past a relation whose source was bound again since, to the source's old object. An object is
-    a name and the op that last bound it to another object (``_object``)."""
+    past a relation whose source was bound again since, to the source's old object."""
     x, before = name, op_index  # x's object is its binding before op ``before``
-    out = [_Hop(None, False, False, op_index, _object(program, x, before))]
+    out = [_Hop(None, False, False, op_index, x, before)]
     seen: set[str] = set()
     while x not in seen:
         seen.add(x)
@@ -185,7 +185,7 @@ def _chain(program: Program, rels: list[SnapshotInfo], name: str, op_index: int)
             break  # x denotes another object now: the relation was its old one's
         old_source = ended and ops.denotes_another_object(program.ops[end], rel.source)
         x, before = rel.source, end if old_source else op_index
-        out.append(_Hop(rel, ended, old_source, end, _object(program, x, before)))
+        out.append(_Hop(rel, ended, old_source, end, x, before))
     return out
 
 
@@ -196,15 +196,16 @@ def _link_name(program: Program, chain: list[_Hop], k: int) -> str:
     return f"{hop.rel.method}@{ops.label(program.ops[hop.end])}" if hop.old_source else chain[1].rel.method
 
 
-def _object(program: Program, name: str, before: int) -> tuple[str, int]:
-    """``name``'s object before op ``before``: the name and the last op that bound it to another
-    object (a snapshot made it, an op remade it, a ``replace`` from another name), -1 for none."""
+def _object(program: Program, hop: _Hop) -> tuple[str, int]:
+    """The object a hop reached: its name and the last op before ``hop.before`` that bound the
+    name to another object (a snapshot made it, an op remade it, a ``replace`` from another
+    name), -1 for none."""
     params = program.model_names
-    for j in range(before - 1, -1, -1):
+    for j in range(hop.before - 1, -1, -1):
         op = program.ops[j]
-        if any(b.name == name for b in ops.bindings(op, params)) or ops.denotes_another_object(op, name):
-            return name, j
-    return name, -1
+        if any(b.name == hop.name for b in ops.bindings(op, params)) or ops.denotes_another_object(op, hop.name):
+            return hop.name, j
+    return hop.name, -1
 
 
 def own_relation(program: Program, i: int, name: str) -> str | None:
