@@ -212,10 +212,13 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     name = snap.name if on_snap else snap.source
     if _is_written_on_one_side(ctx, op, name, k):
         return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
-    if name in nondeterministic_names(ctx.program) and any(j < k for j in hidden):
+    drawn = nondeterministic_names(ctx.program)
+    if name in drawn and (any(j < k for j in hidden) or not ops.spec(op).acts_on_params
+                          and any(n in drawn for n in ops.reads(op))):
         # Its values differ by design, so _values_agree cannot tell whether an op one side could
         # not run left it different (a scale by 0 through a detach, unsupported on one side: a
-        # later scale then changes it on that side only).
+        # later scale then changes it on that side only), and whether an op reading a drawn value
+        # changes it depends on the value drawn (an assign of relu(l0)'s row into l0).
         return _DERIVED
     before = [t.state_after(k - 1).get(name) for t in (a, b)]
     after = [t.state_after(k).get(name) for t in (a, b)]
