@@ -121,6 +121,10 @@ def test_a_read_or_a_snapshot_of_a_program_generator_tensor_is_not_inert():
     program = _program({"op": "module_clone", "name": "m"}, {"op": "read", "target": "l0"},
                        {"op": "snapshot", "name": "s", "of": "l1", "method": "clone"})
     assert [g.label for g in inert.inert_ops(program)] == ["module_clone"]
+    # Nor is a snapshot of a snapshot of one (burn's alias of a lazy param shares its lazy state).
+    program = _program({"op": "snapshot", "name": "s0", "of": "l0", "method": "alias"},
+                       {"op": "snapshot", "name": "s1", "of": "s0", "method": "clone"}, *_reads("l1"))
+    assert inert.inert_ops(program) == []
 
 
 def test_an_unused_module_clone_changes_no_burn_draw(runner):

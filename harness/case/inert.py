@@ -54,12 +54,20 @@ def _mode_before(program, i: int) -> str:
 
 
 def _draws(program, name: str) -> bool:
-    """Whether a read of ``name`` may draw from a generator: a uniform lazy tensor, or a module
-    clone's (``m0.l0``, which shares its lazy state), whose values differ between runs where the
-    generator cannot be seeded, or one of ``program_rng`` (its first read takes the program
-    generator's next values, moving every later first read's)."""
+    """Whether a read of ``name`` may draw from a generator: a uniform lazy tensor, whose values
+    differ between runs where the generator cannot be seeded, or one of ``program_rng`` (its first
+    read takes the program generator's next values, moving every later first read's); or a name
+    made of one by snapshots or a module clone (``s0 = alias(l0)``, ``m0.l0``: in burn a clone
+    of a lazy param shares its lazy state, so reading it initialises the param)."""
     drawn = {t.name for t in program.tensors if t.kind == "lazy" and t.init in ops.DRAWN_INITS}
-    return name in drawn or name.partition(".")[2] in drawn
+    source = {b.name: b.source for op in program.ops for b in ops.bindings(op, program.model_names)}
+    seen: set[str] = set()
+    while name not in drawn:
+        if name in seen or name not in source:
+            return False
+        seen.add(name)
+        name = source[name]
+    return True
 
 
 def _snapshot_draws(program, op) -> bool:
