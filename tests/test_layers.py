@@ -135,3 +135,17 @@ def test_torch_dropout_p1_drops_only_in_training(runner):
     assert _value(t, 0, "y_train") == [0.0, 0.0]
     assert _value(t, 2, "y_eval") == [1.0, 2.0]
     assert _value(t, 4, "y_again") == [0.0, 0.0]
+
+
+def test_torch_batch_norm_normalizes_an_input_after_updating_the_running_var_it_views(runner):
+    # A candidate torch bug: the CPU kernel writes the running statistics in place, then
+    # normalizes the input; an input that is a view of running_var (expand of [1.]) has moved
+    # to 0.5 by then and is normalized with the statistics of the values passed (mean 1, var 0).
+    # candle and burn normalize what was passed (0).
+    traces = runner.run_one(load_case(CASES / "torch_batch_norm_normalizes_an_input_it_updated.toml"), every_target=True)
+    t = traces["torch:cpu"]
+    assert [s.status for s in t.steps] == ["ok"] * 2, t.steps
+    assert _value(t, 1, "n0.running_var") == [0.5]
+    assert [row[0] for row in _value(t, 1, "s1")] == pytest.approx([(0.5 - 1.0) / 1e-5 ** 0.5] * 2)
+    for other in ("candle:cpu", "burn:flex"):
+        assert _value(traces[other], 1, "s1") == [[0.0], [0.0]], other
