@@ -84,6 +84,24 @@ def test_the_observation_cache_changes_no_trace(profile):
     assert not differ, f"{len(differ)} of {len(programs)} programs trace otherwise; the first: {differ[0]}"
 
 
+def test_a_step_through_a_param_no_name_binds_shows_in_the_name_over_its_storage():
+    """After ``w.data = c.w`` and ``load_state_dict(assign=True)``, the optimizer still holds the
+    old Parameter, over c.w's storage, and a step writes it: no bound name's version counter moves
+    (the Parameter's is its own), so the cache must also watch what the optimizers hold. Found by a
+    deep-profile campaign as an unused ``narrow`` of the old param changing the step (its view's
+    version counter is the param's)."""
+    from harness.case.ir import FORMAT, parse_case
+
+    adamw = {"op": "step", "optimizer": "adamw", "lr": 0.5, "weight_decay": 0.0}
+    program = parse_case({"format": FORMAT, "tensors": {"p0": {"kind": "param", "value": [[0.0], [0.0]]}},
+                          "ops": [{"op": "save", "name": "c0", "to": "file"}, adamw, {"op": "save", "name": "c1"},
+                                  {"op": "replace", "target": "p0", "value": "c0.p0", "how": "data"},
+                                  {"op": "backward"}, {"op": "load", "from": "c1", "assign": True}, adamw]})
+    cached = run(TorchProbe(), 0, program.to_wire())
+    assert cached == run(ReadEverythingProbe(), 0, program.to_wire())
+    assert "c0.p0" in cached["steps"][-1]["changed"]  # the step moved c0.p0 through the old param
+
+
 def test_the_comparison_sees_a_kept_observation():
     """The check above can fail: a session that never re-reads a name after the first time gives
     a trace that differs from the read-everything one on a program whose write moves a name."""

@@ -104,6 +104,8 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         # The change keys of every bound name and the byte ranges of the storages written since
         # the last observation, computed by the first observe after an op (None: not yet).
         self._round: tuple[dict[str, tuple | None], list] | None = None
+        # id -> (version, byte range) of each tensor a live optimizer holds, at the last round
+        self._held: dict[int, tuple] = {}
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
         # name -> (the KV-cache buffer of its ``append how=cache`` ops, rows filled)
@@ -381,6 +383,18 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             except Exception:  # noqa: BLE001 - no key: always read
                 keys[name] = None
         dirty = [k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k]
+        # A step writes what the optimizers hold, which no name may bind any more: a param the
+        # model's slot replaced (load with assign, a replace) stays over the storage of the name
+        # it was made over (``w.data = c.w``), and its writes bump its own version counter only.
+        held = {}
+        for opt in self.optimizers.values():
+            for group in opt.param_groups:
+                for t in group["params"]:
+                    storage = t.untyped_storage()
+                    start = storage.data_ptr()
+                    held[id(t)] = (t._version, (start, start + storage.nbytes()))
+        dirty += [k[1] for i, k in held.items() if self._held.get(i) != k]
+        self._held = held
         return keys, dirty
 
 
