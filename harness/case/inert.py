@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from harness.case import ops
+from harness.case.ir import per_program
 
 #: The kinds of inert op, by the first word of their label.
 INERT_KINDS = ("snapshot", "module_clone", "read", "valid+train")
@@ -59,15 +60,17 @@ def _draws(program, name: str) -> bool:
     read takes the program generator's next values, moving every later first read's); or a name
     made of one by snapshots or a module clone (``s0 = alias(l0)``, ``m0.l0``: in burn a clone
     of a lazy param shares its lazy state, so reading it initialises the param)."""
-    drawn = {t.name for t in program.tensors if t.kind == "lazy" and t.init in ops.DRAWN_INITS}
-    source = {b.name: b.source for op in program.ops for b in ops.bindings(op, program.model_names)}
-    seen: set[str] = set()
-    while name not in drawn:
-        if name in seen or name not in source:
-            return False
-        seen.add(name)
-        name = source[name]
-    return True
+    return name in _drawing_names(program)
+
+
+@per_program
+def _drawing_names(program) -> frozenset[str]:
+    out = {t.name for t in program.tensors if t.kind == "lazy" and t.init in ops.DRAWN_INITS}
+    if not out:
+        return frozenset()  # most programs
+    for op in program.ops:  # an op's source is bound before it: one pass in op order
+        out.update(b.name for b in ops.bindings(op, program.model_names) if b.source in out)
+    return frozenset(out)
 
 
 def _snapshot_draws(program, op) -> bool:

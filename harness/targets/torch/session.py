@@ -376,26 +376,26 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         keys: dict[str, tuple | None] = {}
         for name, t in self.bound.items():
             try:
-                storage = t.untyped_storage()
-                start = storage.data_ptr()
-                keys[name] = (id(t), t._version, (start, start + storage.nbytes()), t.storage_offset(),
-                              t.shape, t.stride(), t.requires_grad, t.device)
+                keys[name] = (id(t), t._version, _bytes(t), t.storage_offset(), t.shape, t.stride(),
+                              t.requires_grad, t.device)
             except Exception:  # noqa: BLE001 - no key: always read
                 keys[name] = None
         dirty = [k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k]
         # A step writes what the optimizers hold, which no name may bind any more: a param the
         # model's slot replaced (load with assign, a replace) stays over the storage of the name
         # it was made over (``w.data = c.w``), and its writes bump its own version counter only.
-        held = {}
-        for opt in self.optimizers.values():
-            for group in opt.param_groups:
-                for t in group["params"]:
-                    storage = t.untyped_storage()
-                    start = storage.data_ptr()
-                    held[id(t)] = (t._version, (start, start + storage.nbytes()))
+        held = {id(t): (t._version, _bytes(t))
+                for opt in self.optimizers.values() for group in opt.param_groups for t in group["params"]}
         dirty += [k[1] for i, k in held.items() if self._held.get(i) != k]
         self._held = held
         return keys, dirty
+
+
+def _bytes(t: torch.Tensor) -> tuple[int, int]:
+    """The byte range (start, end) of the storage ``t`` is over."""
+    storage = t.untyped_storage()
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
 
 
 def _overlaps(span: tuple[int, int], spans: list[tuple[int, int]]) -> bool:
