@@ -74,9 +74,7 @@ def write_path(program: Program, k: int) -> list[str]:
     A ``step`` writes every trainable tensor: its path is theirs, each followed by its sources.
     A declared tensor has a source only where a ``replace`` made it one (w = nn.Parameter(b):
     a step moves b through w's link, and the snapshots of b only saw b move)."""
-    op = program.ops[k]
-    names = ([t.name for t in program.tensors if t.trainable] if op["op"] == "step"
-             else [ops.written(op)] if ops.written(op) is not None else [])
+    names = _written(program, k)
     source = {s.name: s.source for s in snapshots(program) if s.op < k}
     path: list[str] = []
     for name in names:
@@ -147,8 +145,8 @@ def common_source_link(program: Program, op_index: int, name: str) -> str | None
 
 
 def _written(program: Program, op_index: int) -> list[str]:
-    """The names op ``op_index`` writes: every trainable tensor for a ``step`` (``write_path``),
-    else the one a write-like op writes, if any."""
+    """The names op ``op_index`` writes: every trainable tensor for a ``step``, else the one a
+    write-like op writes, if any."""
     op = program.ops[op_index]
     if op["op"] == "step":
         return [t.name for t in program.tensors if t.trainable]
