@@ -55,3 +55,38 @@ def test_a_step_reaching_a_clone_of_a_clone_whose_middle_was_rebound_names_the_f
     found = compare(prog, {A: a, B: b})
     assert "value|alpha:cpu~beta:cpu|value|clone|step:sgd|changed~unchanged" in [f.signature for f in found]
     assert not any(f.aspect == "verdict" and f.method == "alias" for f in found)
+
+
+def test_a_snapshot_of_a_sibling_that_saw_it_move_on_one_side_is_the_siblings_finding():
+    # s0 = detach(b0), s1 = alias(b0), s2 = expand(s1), then b0 = neg(b0): a write into s0 moves
+    # s1 and s2 on alpha (views of the old b0) and neither on beta (values). s2 follows s1 on
+    # alpha and sees no change on beta, but s2's relation is not why: s1 moved with its sibling.
+    prog = program({"b0": {"kind": "buffer", "value": [1.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "b0", "method": "detach"},
+                    {"op": "snapshot", "name": "s1", "of": "b0", "method": "alias"},
+                    {"op": "snapshot", "name": "s2", "of": "s1", "method": "expand"},
+                    {"op": "map", "target": "b0", "fn": "neg"},
+                    {"op": "write", "target": "s0", "value": [0.0]}])
+    a = trace(A, {"b0": [1.0]}, [{"s0": [1.0]}, {"s1": [1.0]}, {"s2": [1.0]}, {"b0": [-1.0]},
+                                 {"s0": [0.0], "s1": [0.0], "s2": [0.0]}])
+    b = trace(B, {"b0": [1.0]}, [{"s0": [1.0]}, {"s1": [1.0]}, {"s2": [1.0]}, {"b0": [-1.0]}, {"s0": [0.0]}])
+    [f] = compare(prog, {A: a, B: b})
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|detach@map:neg|write:whole|changed~unchanged"
+    assert f.subject == "s1"
+
+
+def test_a_sibling_that_is_another_names_object_on_one_side_leaves_the_verdict_the_finding():
+    # s0 = unsqueeze(p0), s1 = clone(p0), then p0 = replace(s1): on alpha a clone is p0's own
+    # object (candle's Var), so the new p0 is the old one, and a write through s0 moves s1 and p0.
+    # s1 and the old p0 are one object there, not siblings of a common source: the relation the
+    # new p0 has to s1 (its replace) is the finding, not the view s0 was made by.
+    prog = program(P0, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "unsqueeze"},
+                        {"op": "snapshot", "name": "s1", "of": "p0", "method": "clone"},
+                        {"op": "replace", "target": "p0", "value": "s1"},
+                        {"op": "write", "target": "s0", "value": [1.0]}])
+    a = trace(A, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [0.0]},
+                                 {"s0": [1.0], "s1": [1.0], "p0": [1.0]}], same={"s1": "p0"})
+    b = trace(B, {"p0": [0.0]}, [{"s0": [0.0]}, {"s1": [0.0]}, {"p0": [0.0]}, {"s0": [1.0]}])
+    found = compare(prog, {A: a, B: b})
+    assert not any(f.method and f.method.startswith("unsqueeze") for f in found), [f.signature for f in found]
+    assert "framework|alpha:cpu~beta:cpu|verdict|replace:new|write|follows~none" in [f.signature for f in found]

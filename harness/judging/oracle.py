@@ -37,19 +37,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from harness.case import ops
-from harness.case.ir import Program, names_bound, per_program
+from harness.case.ir import Program
+from harness.judging import identity
 from harness.judging.finding import Finding
 from harness.judging.links import (common_source_link, ended_link, nondeterministic_names, own_relation,
                                    write_path)
 from harness.judging.pairs import pairs
-from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, identity_partition,
-                                   same_values, snapshots, subject_role, verdicts, writes_into)
+from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, same_values,
+                                   snapshots, subject_role, verdicts, writes_into)
 from harness.judging.value_compare import elements_differ, tolerance, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
@@ -198,8 +198,10 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     (the op's effects then differ as a consequence: a write of the value one side already holds,
     or an op one side could not run earlier), when the tensor had no value before ``k`` on a
     side (a lazy parameter initialised by this op), or when the values still agree within
-    tolerance after it; None when the tensor moved through an alias (the snapshot's verdict,
-    which names the method, is the finding then) or cannot be compared."""
+    tolerance after it. A value finding too when the tensor moved with a sibling the op wrote, both
+    made from an object since bound again (``links.common_source_link``). None when the tensor
+    moved through an alias (the snapshot's verdict, which names the method, is the finding then)
+    or cannot be compared."""
     a, b = ctx.traces
     if not _values_agree(ctx, k - 1):
         return _DERIVED
@@ -210,7 +212,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         # side only is the finding; one that trains it on both moved the source through its link.
         on_snap = _moved_at(a, k, snap.name) != _moved_at(b, k, snap.name)
     name = snap.name if on_snap else snap.source
-    if _is_written_on_one_side(ctx, op, name, k):
+    if identity.written_on_one_side(ctx.traces, ops.written(op), name, k):
         return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
     drawn = nondeterministic_names(ctx.program)
     if name in drawn and (any(j < k for j in hidden) or not ops.spec(op).acts_on_params
@@ -235,26 +237,16 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     if moved[0] != moved[1] and ended_link(ctx.program, k, name) is not None:
         # moved through what an ended relation still shares on one side: that link is the finding
         return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
+    if (moved[0] != moved[1] and not identity.shared_on_one_side(ctx.traces, name, k - 1)
+            and common_source_link(ctx.program, k, name) is not None):
+        # moved on one side with a sibling the op wrote, through their common source's old object
+        # (two views of a tensor since grown, in torch; two values, in burn): that link is the
+        # finding, not the relations made from ``name``. Not where ``name`` is another name's
+        # object on one side only (a candle clone of a param): that identity is the cause then.
+        return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
     if moved[0] == moved[1] or not _acts_on(ctx.program, op, name):
         return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
     return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
-
-
-def _is_written_on_one_side(ctx: PairContext, op: Mapping[str, Any], name: str, k: int) -> bool:
-    """Whether op ``k`` writes a tensor that is ``name`` itself (one identity token) on one side
-    only: ``name`` then moved there because it is the written object (two candle clones of one
-    param are one tensor), an identity divergence that came first."""
-    written = ops.written(op)
-    if written is None or written == name:
-        return False
-    same = []
-    for t in ctx.traces:
-        state = t.state_after(k - 1)
-        x, y = state.get(written), state.get(name)
-        if x is None or y is None or x.identity is None or y.identity is None:
-            return False
-        same.append(x.identity == y.identity)
-    return same[0] != same[1]
 
 
 def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
@@ -302,69 +294,15 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
 def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
     """First op after which two names are one object on one side and distinct on the other. The
     sides say ``same``/``distinct`` (names go in the detail, never in the signature)."""
-    a, b = ctx.traces
-    order = _binding_order(ctx.program)
-    for i in range(len(a.steps)):
-        if i in hidden:
-            continue
-        if i > 0 and not (_identity_moved(a, i) or _identity_moved(b, i)):
-            continue  # no token appeared or changed: the partitions are those of the op before
-        sa, sb = a.state_after(i), b.state_after(i)
-        common = sorted((n for n in sa if n in sb and sa[n].identity is not None
-                         and sb[n].identity is not None), key=lambda n: order.get(n, 1 << 30))
-        if _token_labels(sa, common) == _token_labels(sb, common):
-            continue  # the same partition on both sides (labels by first appearance; no sets built)
-        pa = identity_partition({n: sa[n] for n in common})
-        pb = identity_partition({n: sb[n] for n in common})
-        for j, x in enumerate(common):
-            for y in common[j + 1:]:
-                same_a = sa[x].identity == sa[y].identity
-                same_b = sb[x].identity == sb[y].identity
-                if same_a != same_b:
-                    ctx.add(aspect="identity", op_label=ops.signature_class(ctx.program.ops[i]),
-                            method=_relating_method(ctx.program, x, y, i),
-                            sides=("same" if same_a else "distinct", "same" if same_b else "distinct"),
-                            op_index=i, subject=f"{x},{y}",
-                            detail=f"{ctx.ids[0]}: {_render_partition(pa)}; {ctx.ids[1]}: {_render_partition(pb)}")
-                    return True
-    return False
-
-
-@per_program
-def _binding_order(program: Program) -> Mapping[str, int]:
-    """Each name's place in ``names_bound``: the order an identity finding lists names in."""
-    return MappingProxyType({n: i for i, n in enumerate(names_bound(program))})
-
-
-def _token_labels(state, names: list[str]) -> list[int]:
-    """Each name's identity token renamed to its first appearance in ``names``: two states group
-    ``names`` alike exactly when their label lists are equal."""
-    first: dict[str, int] = {}
-    return [first.setdefault(state[n].identity, len(first)) for n in names]
-
-
-def _identity_moved(trace: Trace, i: int) -> bool:
-    """Whether op ``i`` bound a new name or changed a name's identity token."""
-    before = trace.state_after(i - 1)
-    return any(n not in before or before[n].identity != o.identity for n, o in trace.steps[i].changed.items())
-
-
-def _relating_method(program: Program, x: str, y: str, i: int) -> str | None:
-    """The snapshot method that made ``y`` from ``x`` (or from a common source) by op ``i``, if any."""
-    snaps = {s.name: s for s in snapshots(program) if s.op <= i}
-    if y in snaps and snaps[y].source == x:
-        return snaps[y].method
-    if x in snaps and snaps[x].source == y:
-        return snaps[x].method
-    if y in snaps:
-        return snaps[y].method
-    return None
-
-
-def _render_partition(p) -> str:
-    if not p:
-        return "all distinct"
-    return " ".join("{" + ",".join(sorted(g)) + "}" for g in sorted(p, key=sorted))
+    d = identity.first_divergence(ctx.program, ctx.traces, hidden)
+    if d is None:
+        return False
+    x, y = d.names
+    ctx.add(aspect="identity", op_label=ops.signature_class(ctx.program.ops[d.op_index]),
+            method=identity.relating_method(ctx.program, x, y, d.op_index),
+            sides=tuple("same" if s else "distinct" for s in d.same), op_index=d.op_index, subject=f"{x},{y}",
+            detail=f"{ctx.ids[0]}: {d.partitions[0]}; {ctx.ids[1]}: {d.partitions[1]}")
+    return True
 
 
 def _values_agree(ctx: PairContext, i: int) -> bool:
