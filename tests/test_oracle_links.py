@@ -7,6 +7,7 @@ runs here), with the helpers of ``tests/test_oracle.py``.
 from __future__ import annotations
 
 from harness.judging.oracle import compare
+from harness.judging.trace import Trace
 from tests.test_oracle import A, B, P0, STEP, program, trace
 
 
@@ -90,3 +91,33 @@ def test_a_sibling_that_is_another_names_object_on_one_side_leaves_the_verdict_t
     found = compare(prog, {A: a, B: b})
     assert not any(f.method and f.method.startswith("unsqueeze") for f in found), [f.signature for f in found]
     assert "framework|alpha:cpu~beta:cpu|verdict|replace:new|write|follows~none" in [f.signature for f in found]
+
+
+def test_a_load_into_two_names_that_are_one_object_on_one_side_is_that_identitys_finding():
+    # p0 = replace(p1) makes p0 p1's own object on alpha (candle's Var::from_tensor of a Var) and a
+    # new one on beta; a load then writes both entries into that one object on alpha, the last in
+    # the load's order (p0's here), and moves p1 there only. The identity divergence is the cause:
+    # neither a clone of p1 that kept its value nor p1's own change is a finding of its own.
+    prog = program({"p0": {"kind": "param", "value": [0.0]}, "p1": {"kind": "param", "value": [1.0]}},
+                   [{"op": "save", "name": "c"},
+                    {"op": "replace", "target": "p0", "value": "p1"},
+                    {"op": "snapshot", "name": "s0", "of": "p1", "method": "clone"},
+                    {"op": "load", "from": "c"}])
+    saved = {"c.p0": [0.0], "c.p1": [1.0]}
+    a = _with_p0_as_p1_from(1, [saved, {"p0": [1.0]}, {"s0": [1.0]}, {"p0": [0.0], "p1": [0.0]}])
+    b = trace(B, {"p0": [0.0], "p1": [1.0]}, [saved, {"p0": [1.0]}, {"s0": [1.0]}, {"p0": [0.0]}])
+    found = compare(prog, {A: a, B: b})
+    assert [f.signature for f in found] == ["framework|alpha:cpu~beta:cpu|identity|replace:new|replace|same~distinct"]
+
+
+def _with_p0_as_p1_from(at: int, steps: list) -> Trace:
+    """An alpha trace (``tests.test_oracle.trace``'s observations) where p0 is p1's object from
+    step ``at`` on: the helper's ``same`` would make them one from the start."""
+    def obs(name, value, step):
+        token = "p1" if name == "p0" and step >= at else name
+        return {"shape": [len(value)], "value": value, "device": "cpu", "requires_grad": None,
+                "identity": f"{A}:{token}", "initialized": True}
+
+    return Trace.from_wire(A, {"status": "ok", "initial": {"p0": obs("p0", [0.0], -1), "p1": obs("p1", [1.0], -1)},
+                               "steps": [{"status": "ok", "changed": {n: obs(n, v, i) for n, v in s.items()}}
+                                         for i, s in enumerate(steps)]})

@@ -214,6 +214,11 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     name = snap.name if on_snap else snap.source
     if identity.written_on_one_side(ctx.traces, ops.written(op), name, k):
         return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
+    if op["op"] == "load" and any(identity.written_on_one_side(ctx.traces, e, name, k) for e in ctx.program.model_names):
+        # a load writes every entry into its object: where two entries are one object on one side
+        # only, that object takes both there, the last in the load's own order (a HashMap's, in
+        # candle-nn): the identity divergence that came first is the finding
+        return _DERIVED
     drawn = nondeterministic_names(ctx.program)
     if name in drawn and (any(j < k for j in hidden) or not ops.spec(op).acts_on_params
                           and any(n in drawn for n in ops.reads(op))):
