@@ -108,8 +108,8 @@ def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
         assert r.returncode == 1, r.stdout + r.stderr
         assert "triage:" in r.stdout
     store = reports / "triage.sqlite"
-    runs = sqlite3.connect(store).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-    assert runs == 2
+    kinds = sqlite3.connect(store).execute("SELECT kind FROM runs").fetchall()
+    assert len(kinds) == 2 and kinds[0] == kinds[1] and kinds[0][0].startswith("quick on candle"), kinds
     delta = json.loads((reports / "run2" / "triage.json").read_text())
     assert delta["previous_run"] == str((reports / "run1").resolve()) and delta["first_seen"] == []
     # The same seed finds the same causes: the second report says nothing is new since the first.
@@ -206,3 +206,28 @@ def test_the_known_causes_table_says_when_the_store_first_saw_each(tmp_path):
     assert f"| {when} |" in row, row
     assert "| baseline entry | findings | found after | first seen |" in md
     assert f"<td>{when}</td>" in (reports / "run2" / "report.html").read_text()
+
+
+def test_gone_is_against_the_last_run_of_the_same_kind_and_first_seen_against_every_run(tmp_path):
+    """Runs of several profiles or target sets share one store: what a run of another kind showed
+    is never "gone", and a cause it showed first is not "first seen" again."""
+    default, lazy = "default on candle:cpu,torch:cpu", "lazy on candle:cpu,torch:cpu"
+    with TriageStore(tmp_path / "t.sqlite") as db:
+        db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a"), _record("sig-b")], kind=default)
+        other = db.record_run("run2", "2026-01-02T00:00:00Z", 10, [_record("sig-c")], kind=lazy)
+        assert other.previous_run is None and other.disappeared == ()  # no lazy run before it
+        again = db.record_run("run3", "2026-01-03T00:00:00Z", 10, [_record("sig-a"), _record("sig-c")], kind=default)
+    assert again.previous_run == "run1" and again.disappeared == ("sig-b",)
+    assert again.first_seen == ()  # sig-c was first seen by the lazy run
+
+
+def test_a_store_written_before_runs_had_a_kind_is_opened_and_its_runs_kept(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as old:
+        old.execute("CREATE TABLE runs (run TEXT PRIMARY KEY, started TEXT NOT NULL, programs INTEGER NOT NULL)")
+        old.execute("INSERT INTO runs VALUES ('run0', '2025-12-31T00:00:00Z', 5)")
+    with TriageStore(path) as db:
+        delta = db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a")], kind="default on torch:cpu")
+        assert delta.previous_run is None  # run0's kind is unknown
+        assert db.db.execute("SELECT run, kind FROM runs ORDER BY run").fetchall() == [
+            ("run0", None), ("run1", "default on torch:cpu")]

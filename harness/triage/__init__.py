@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from harness.files import atomic_write
-from harness.triage.store import RunDelta, TriageStore
+from harness.triage.store import RunDelta, TriageStore, run_kind
 
 #: The store's file, beside the run folders (``reports/triage.sqlite``), unless given.
 STORE_NAME = "triage.sqlite"
@@ -41,6 +41,7 @@ def _record(run_folder: str | Path, store: str | Path) -> RunDelta:
     cases = {f.record.signature: str(f.paths["case"]) for f in shown if "case" in f.paths}
     with TriageStore(store) as db:
         delta = db.record_run(str(run.root), started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run.programs,
-                              [f.record for f in shown], cases)
+                              [f.record for f in shown], cases,
+                              kind=run_kind(run.config.get("profile"), run.state.get("targets") or {}))
     atomic_write(run.root / DELTA_NAME, json.dumps(delta.to_json(), indent=1) + "\n")
     return delta

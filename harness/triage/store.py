@@ -7,6 +7,11 @@ recorded, the framework versions it was seen with, and a triage state (``STATES`
 records its run folder when it ends (``record_run``); ``aliasfuzz triage`` lists the causes and
 sets their states.
 
+A cause is "gone" when the previous run *of the same kind* (profile and targets, ``run_kind``)
+showed it and this one did not: a lazy-profile run does not reach what a default one does, and a
+Linux run has no Metal target, so against a run of another kind "gone" would say nothing about
+the frameworks. "First seen" is against every earlier run, of any kind.
+
 Invariants: recording a run twice changes nothing (sightings are keyed by cause and run); a state
 a person set (anything but ``new``, ``known`` and ``flaky``) is kept across runs, except that a
 cause ``fixed-in`` a version that shows again becomes ``regressed-in`` the versions it shows with.
@@ -34,7 +39,8 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run TEXT PRIMARY KEY,       -- the run folder, resolved
     started TEXT NOT NULL,      -- the campaign's start (ISO 8601); runs are ordered by it
-    programs INTEGER NOT NULL
+    programs INTEGER NOT NULL,
+    kind TEXT                   -- what the run drew and ran on (``run_kind``); NULL: not recorded
 );
 CREATE TABLE IF NOT EXISTS causes (
     id TEXT PRIMARY KEY,        -- a baseline id, or the signature of a finding no entry knows
@@ -88,8 +94,9 @@ class Cause:
 
 @dataclass(frozen=True)
 class RunDelta:
-    """What a run showed against the run recorded before it: root causes seen for the first time
-    in any run, causes the previous run showed and this one did not, and causes that regressed.
+    """What a run showed against the runs recorded before it: root causes seen for the first time
+    in any run, causes the previous run of the same kind (``previous_run``) showed and this one
+    did not, and causes that regressed.
 
     ``first_seen_known`` is the part of ``first_seen`` that are baseline entries: a documented
     design difference that a short run happened to reach for the first time is news about the
@@ -112,6 +119,11 @@ class RunDelta:
                 "previous_run": self.previous_run}
 
 
+def run_kind(profile: str | None, targets: Iterable[str]) -> str:
+    """What a run drew and ran on, as the store compares runs: ``default on burn:flex,torch:cpu``."""
+    return f"{profile or 'default'} on {','.join(sorted(targets))}"
+
+
 def cause_of(record) -> str:
     """The root cause a finding record belongs to: its baseline entry, or its own signature."""
     return record.baseline or record.signature
@@ -125,6 +137,9 @@ class TriageStore:
         try:
             self.db = sqlite3.connect(self.path, timeout=30)
             self.db.executescript(_SCHEMA)
+            if "kind" not in {row[1] for row in self.db.execute("PRAGMA table_info(runs)")}:
+                with self.db:  # a store written before runs had a kind: its runs keep NULL
+                    self.db.execute("ALTER TABLE runs ADD COLUMN kind TEXT")
         except sqlite3.Error as e:
             raise TriageError(f"{self.path}: not a triage store ({e})") from None
 
@@ -140,11 +155,11 @@ class TriageStore:
     # ---- recording runs -------------------------------------------------------------------------
 
     def record_run(self, run: str, started: str, programs: int, records: Iterable[Any],
-                   cases: dict[str, str] | None = None) -> RunDelta:
+                   cases: dict[str, str] | None = None, kind: str | None = None) -> RunDelta:
         """Records one run's finding records (``FindingRecord``; harness errors are not causes) and
-        returns what changed against the run recorded before it; ``cases`` maps a record's
-        signature to its minimized case file. Recording a run again changes nothing and returns
-        the same delta."""
+        returns what changed against the run of the same ``kind`` (``run_kind``) recorded before
+        it; ``cases`` maps a record's signature to its minimized case file. Recording a run again
+        changes nothing and returns the same delta."""
         by_cause: dict[str, list[Any]] = {}
         for r in records:
             by_cause.setdefault(cause_of(r), []).append(r)
@@ -152,17 +167,17 @@ class TriageStore:
                        for cause, rs in by_cause.items()}
         try:
             with self.db:
-                return self._record(run, started, programs, by_cause, case_of)
+                return self._record(run, started, programs, kind, by_cause, case_of)
         except sqlite3.Error as e:
             raise TriageError(f"{self.path}: cannot record {run} ({e})") from None
 
-    def _record(self, run: str, started: str, programs: int, by_cause: dict[str, list[Any]],
+    def _record(self, run: str, started: str, programs: int, kind: str | None, by_cause: dict[str, list[Any]],
                 case_of: dict[str, str | None]) -> RunDelta:
         db = self.db
-        db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?)", (run, started, programs))
-        started = db.execute("SELECT started FROM runs WHERE run = ?", (run,)).fetchone()[0]
-        previous = db.execute("SELECT run FROM runs WHERE started < ? OR (started = ? AND run < ?) "
-                              "ORDER BY started DESC, run DESC LIMIT 1", (started, started, run)).fetchone()
+        db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?)", (run, started, programs, kind))
+        started, kind = db.execute("SELECT started, kind FROM runs WHERE run = ?", (run,)).fetchone()
+        previous = db.execute("SELECT run FROM runs WHERE kind IS ? AND (started < ? OR (started = ? AND run < ?)) "
+                              "ORDER BY started DESC, run DESC LIMIT 1", (kind, started, started, run)).fetchone()
         seen_before = {c for (c,) in db.execute(
             "SELECT DISTINCT s.cause FROM sightings s JOIN runs r ON r.run = s.run WHERE r.started < ? OR "
             "(r.started = ? AND r.run < ?)", (started, started, run))}
