@@ -212,13 +212,12 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         # side only is the finding; one that trains it on both moved the source through its link.
         on_snap = _moved_at(a, k, snap.name) != _moved_at(b, k, snap.name)
     name = snap.name if on_snap else snap.source
-    if identity.written_on_one_side(ctx.traces, ops.written(op), name, k):
+    # A load writes every entry into its object: where two entries are one object on one side
+    # only, that object takes both there, the last in the load's own order (a HashMap's, in
+    # candle-nn), as a write into one of two names that are one object moves the other.
+    written = ctx.program.model_names if op["op"] == "load" else (ops.written(op),)
+    if any(identity.written_on_one_side(ctx.traces, w, name, k) for w in written):
         return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
-    if op["op"] == "load" and any(identity.written_on_one_side(ctx.traces, e, name, k) for e in ctx.program.model_names):
-        # a load writes every entry into its object: where two entries are one object on one side
-        # only, that object takes both there, the last in the load's own order (a HashMap's, in
-        # candle-nn): the identity divergence that came first is the finding
-        return _DERIVED
     drawn = nondeterministic_names(ctx.program)
     if name in drawn and (any(j < k for j in hidden) or not ops.spec(op).acts_on_params
                           and any(n in drawn for n in ops.reads(op))):
