@@ -9,7 +9,7 @@ import pytest
 
 from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
 from harness.judging.trace import MalformedTrace, Observation, Trace, alike, same_values
-from harness.targets.protocol import OBS_FIELDS, observation
+from harness.targets.protocol import OBS_FIELDS, OBS_REQUIRED, observation
 
 
 def f32(*xs) -> np.ndarray:
@@ -184,9 +184,13 @@ def test_an_observation_read_from_the_wire_is_the_one_the_constructor_makes():
 def test_a_wire_observation_is_read_field_by_field_in_the_protocols_order():
     # The probes send an observation as a list of OBS_FIELDS; from_wire unpacks it by position.
     fields = {"shape": [2], "value": [0.5, "Infinity"], "identity": "t3", "device": "flex", "requires_grad": False,
-              "initialized": False, "dtype": "f16", "note": "why"}
+              "initialized": False, "dtype": "f16", "note": "why", "storage": "cpu:7f00"}
     wire = observation(*(fields[f] for f in OBS_FIELDS))
     assert wire == [fields[f] for f in OBS_FIELDS]
     assert repr(Observation.from_wire(wire)) == repr(Observation.from_wire(fields))
+    assert Observation.from_wire(wire).storage == "cpu:7f00"
+    # storage is optional: a probe that cannot see storage sends the first OBS_REQUIRED fields
+    unknown = observation(*(fields[f] for f in OBS_FIELDS[:OBS_REQUIRED]))
+    assert len(unknown) == OBS_REQUIRED and Observation.from_wire(unknown).storage is None
     with pytest.raises(MalformedTrace):  # a list of another length is a malformed trace
         Trace.from_wire("a:cpu", {"initial": {"w": wire[:7]}, "steps": []})

@@ -22,7 +22,7 @@ from typing import Any
 from harness.case import ops
 from harness.case.layers import LAYER_KINDS
 from harness.paths import ROOT, SCHEMA as SCHEMA_PATH
-from harness.targets.protocol import OBS_FIELDS
+from harness.targets.protocol import OBS_FIELDS, OBS_REQUIRED
 
 #: The ``$defs`` entry naming each enumeration of the table, in the order the Rust protocol
 #: crate's test reads them.
@@ -123,9 +123,10 @@ def _envelope_defs() -> dict[str, Any]:
     fields = {"shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
               "value": _nullable(_ref("floats")), "identity": {"type": ["string", "null"]}, "device": {"type": "string"},
               "requires_grad": {"type": ["boolean", "null"]}, "initialized": {"type": "boolean"},
-              "dtype": {"type": ["string", "null"]}, "note": {"type": ["string", "null"]}}
+              "dtype": {"type": ["string", "null"]}, "note": {"type": ["string", "null"]},
+              "storage": {"type": "string"}}
     obs = {"type": "array", "prefixItems": [{"title": name, **fields[name]} for name in OBS_FIELDS],
-           "items": False, "minItems": len(OBS_FIELDS)}
+           "items": False, "minItems": OBS_REQUIRED}
     device = {**obj, "required": ["name", "alt", "kind"],
               "properties": {"name": {"type": "string"}, "alt": {"type": ["string", "null"]},
                              "kind": {"enum": ["cpu", "gpu"]},

@@ -68,17 +68,21 @@ class Observation:
     #: The float dtype the framework reports (``f32``, ``f16``, ``bf16``, or its own name for
     #: another); ``value`` holds the elements widened to float32. None where unreadable.
     dtype: str | None = None
+    #: A token of the memory the tensor is over (two names with one token share storage), where
+    #: the target can name it (``protocol.OBS_FIELDS``); None elsewhere.
+    storage: str | None = None
 
     @classmethod
     def from_wire(cls, raw: list | Mapping[str, Any]) -> "Observation":
         """An observation as a probe sends it (a list of ``protocol.OBS_FIELDS``, in order), or
         as ``to_json`` writes it (a table: a finding's stored traces, hand-written ones)."""
         if type(raw) is list:
-            shape, value, identity, device, requires_grad, initialized, dtype, note = raw
+            shape, value, identity, device, requires_grad, initialized, dtype, note, *rest = raw
+            storage = rest[0] if rest else None
         else:
             shape, value, identity = raw["shape"], raw.get("value"), raw.get("identity")
             device, requires_grad, initialized = raw.get("device", ""), raw.get("requires_grad"), raw.get("initialized", True)
-            dtype, note = raw.get("dtype"), raw.get("note")
+            dtype, note, storage = raw.get("dtype"), raw.get("note"), raw.get("storage")
         shape = tuple(shape)
         value = _floats(value)
         if value is not None and len(shape) != 1:  # a flat list is already one-dimensional
@@ -92,7 +96,7 @@ class Observation:
         obs = _new(cls)
         _setattr(obs, "__dict__", {
             "shape": shape, "value": value, "device": device, "requires_grad": requires_grad, "identity": identity,
-            "initialized": bool(initialized), "note": note, "dtype": dtype})
+            "initialized": bool(initialized), "note": note, "dtype": dtype, "storage": storage})
         return obs
 
     def to_json(self) -> dict[str, Any]:
@@ -105,6 +109,7 @@ class Observation:
             "initialized": self.initialized,
             **({"note": self.note} if self.note else {}),
             **({"dtype": self.dtype} if self.dtype else {}),
+            **({"storage": self.storage} if self.storage else {}),
         }
 
 

@@ -322,16 +322,23 @@ def uses(op: dict) -> tuple[str, ...]:
 
 #: An observation on the wire is a list of these fields, in this order (PROTOCOL.md, OBS; the
 #: Rust ``Obs``): a trace holds dozens of observations, and field names were most of their bytes.
-OBS_FIELDS = ("shape", "value", "identity", "device", "requires_grad", "initialized", "dtype", "note")
+#: The last, ``storage``, is optional: a token of the memory the tensor is over, sent only by a
+#: target that can name it (torch: the storage's address; candle and burn send none).
+OBS_FIELDS = ("shape", "value", "identity", "device", "requires_grad", "initialized", "dtype", "note", "storage")
+#: How many fields every wire observation has (all but the optional ``storage``).
+OBS_REQUIRED = len(OBS_FIELDS) - 1
 #: Where ``value`` is in a wire observation.
 VALUE = OBS_FIELDS.index("value")
 
 
 def observation(shape: list[int], value: list[float] | None, identity: str | None, device: str,
                 requires_grad: bool | None, initialized: bool = True, dtype: str | None = None,
-                note: str | None = None) -> list:
-    """A wire observation (``OBS_FIELDS``)."""
-    return [shape, value, identity, device, requires_grad, initialized, dtype, note]
+                note: str | None = None, storage: str | None = None) -> list:
+    """A wire observation (``OBS_FIELDS``; ``storage`` only where known)."""
+    obs = [shape, value, identity, device, requires_grad, initialized, dtype, note]
+    if storage is not None:
+        obs.append(storage)
+    return obs
 
 
 def unreadable(note: str) -> list:

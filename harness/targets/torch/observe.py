@@ -56,4 +56,12 @@ def observation(t) -> list:
     for _ in range(d.dim() - 1):
         values = [x for row in values for x in row]
     return wire_observation(list(t.shape), shortest_f32(values), str(id(t)), str(t.device), bool(t.requires_grad),
-                            dtype=dtype_name(t.dtype))
+                            dtype=dtype_name(t.dtype), storage=storage_token(t))
+
+
+def storage_token(t) -> str | None:
+    """The address of the memory ``t`` is over: two tensors with one token share storage. None for
+    an empty storage (its address is no memory of its own). Addresses are not reused within a
+    program: the session keeps every object it bound alive."""
+    storage = t.untyped_storage()
+    return f"{t.device}:{storage.data_ptr():x}" if storage.nbytes() else None
