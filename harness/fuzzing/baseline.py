@@ -68,7 +68,7 @@ class KnownDivergence:
         return None
 
     def matches(self, f: Finding) -> bool:
-        if f.kind == "metamorphic" and not _names_kind(self.kind, f.kind):
+        if f.kind in ("metamorphic", "sharing") and not _names_kind(self.kind, f.kind):
             return False  # a target against itself: only an entry written for that oracle explains it
         if not _any(f.kind, self.kind) or not _any(f.aspect, self.aspect):
             return False

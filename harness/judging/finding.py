@@ -14,7 +14,7 @@ from harness.judging.pairs import REFERENCE_FRAMEWORK
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # device | variant | framework | value | error | crash | timeout | harness-error
+    kind: str  # device | variant | framework | value | error | crash | timeout | harness-error | metamorphic | sharing
     aspect: str  # status | verdict | identity | value | draw (metamorphic) | harness
     targets: tuple[str, str]
     op_label: str  # e.g. "step:sgd", "write:row"; "program" for whole-program failures
@@ -49,6 +49,11 @@ class Finding:
         sa, sb = self.sides
         if self.kind == "metamorphic":
             return self._metamorphic_sentence()
+        if self.kind == "sharing":  # ``sharing.changes``: one target, before and after a copy
+            x, _, y = (self.subject or ",").partition(",")
+            what = "one object" if self.aspect == "identity" else "one storage"
+            done = f"split {x} and {y}, which were {what}" if sa == "shared" else f"made {x} and {y} {what}"
+            return f"On {a}, op {self.op_index} (`{self.op_label}`) {done} in the model. {self.detail}".strip()
         if self.aspect == "verdict":
             return (f"After op {self.op_index} (`{self.op_label}`), the `{self.method}` snapshot"
                     f" {self.subject} {_say(sa)} on {a} but {_say(sb)} on {b}.")

@@ -1,14 +1,16 @@
 """The differential oracle: from the traces of one program on every target, findings.
 
-Pairs of targets are compared on four aspects, in this order, and the first divergent op of each
-aspect becomes one finding:
+Pairs of targets are compared on four aspects, and the first divergent op of each aspect becomes
+one finding, whatever the other aspects found before or after it:
 
 - ``status``: one target fails (``error``, ``crash``, ``timeout``) where the other succeeds;
 - ``verdict``: a snapshot follows its source on one target and keeps its value on the other
   (see ``trace.py`` for verdicts);
 - ``identity``: the partition of names by identity token differs (which names are the same
   object), never the tokens themselves;
-- ``value``: verdicts agree but a value differs beyond tolerance (optimizer arithmetic, say).
+- ``value``: a value differs beyond tolerance (optimizer arithmetic, say) where no earlier finding
+  set the name apart (a snapshot that follows on one side holds other values from then on: that is
+  the snapshot's finding, and the value divergence is said in its detail, ``CONSEQUENCE_RULE``).
   Its sides say whether the op changed the tensor on each side (``changed`` / ``unchanged``; the
   sentence shows the values); its method, the link that carried it (``links.ended_link``), or
   for a step or a load the ``replace`` that linked the param (``links.own_relation``), or the one
@@ -20,6 +22,9 @@ When another snapshot's relation diverged at that op or earlier, or a value diff
 it, that difference moved the source and is the finding; otherwise, when the op acts on the source
 itself, the finding is the op's different effect on it, a ``value`` finding (``changed~unchanged``):
 a step that does not train a parameter on one side, say (``_one_sided``).
+
+Each target is also compared with itself (``sharing``): a module clone, a checkpoint or a load that
+splits two of the model's names that were one object or one storage, or joins two that were not.
 
 Which pairs: two devices of one framework (kind ``device``), a device and its variant (kind
 ``variant``: ``torch:cpu`` against ``torch:cpu+foreach``), and the primary targets of two
@@ -35,6 +40,7 @@ side did; tensor names, op positions and values are left out.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -43,7 +49,7 @@ import numpy as np
 
 from harness.case import ops
 from harness.case.ir import Program
-from harness.judging import identity
+from harness.judging import identity, sharing
 from harness.judging.finding import Finding
 from harness.judging.links import (common_source_link, ended_link, nondeterministic_names, own_relation,
                                    write_path)
@@ -324,27 +330,118 @@ def _values_agree(ctx: PairContext, i: int) -> bool:
     return True
 
 
+#: The attribution rule that makes a value divergence the consequence of an earlier finding of
+#: the same pair (``_compare_values``): the name's values were set apart by that finding, directly
+#: (its snapshot, its two names) or through ops that read or wrote a name it had set apart.
+CONSEQUENCE_RULE = "moved-by-an-earlier-divergence"
+
+
+def _set_apart(finding: Finding, program: Program) -> set[str]:
+    """The names whose values ``finding`` sets apart from its op on: a verdict's snapshot and its
+    source, an identity finding's two names, a value finding's subject, and every snapshot taken
+    of one of them, however indirectly."""
+    names = set((finding.subject or "").split(",")) - {""}
+    relations = snapshots(program)
+    if finding.aspect == "verdict":  # a write that reached the source on one side only, or moved it there
+        names |= {s.source for s in relations if s.name == finding.subject}
+    # A snapshot of a name set apart (``s1 = to_home(s0)``) holds what its source holds on each side.
+    return _closure(names, {(s.source, s.name) for s in relations})
+
+
+def _related(finding: Finding, program: Program) -> set[str]:
+    """Every name joined to the finding's names by snapshot relations, either way: where the op
+    that made the finding moved one of them on one side only (a write that went on through a
+    view to the param on one side), that is the same finding, not another."""
+    names = set((finding.subject or "").split(",")) - {""}
+    edges = {(s.source, s.name) for s in snapshots(program)}
+    return _closure(names, edges | {(b, a) for a, b in edges})
+
+
+def _closure(names: set[str], edges: set[tuple[str, str]]) -> set[str]:
+    """``names`` and every name reached from one of them along ``edges`` (source, name)."""
+    names = set(names)
+    while reached := {b for a, b in edges if a in names} - names:
+        names |= reached
+    return names
+
+
+def _reads_any(program: Program, i: int, names: set[str]) -> bool:
+    """Whether op ``i`` reads or writes one of ``names``: named by the op, or, for an op over every
+    param or a layer (a step, a load, a forward), one of the model's tensors."""
+    op = program.ops[i]
+    spec = ops.spec(op)
+    if names & set(ops.reads(op)):
+        return True
+    if spec.acts_on_params or spec.replaces_model:
+        return bool(names & set(program.model_names))
+    if spec.acts_on_layer:
+        return bool(names & {n for layer in program.layers for n, _, _ in layer.states()})
+    return False
+
+
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
+    """The first value divergence that no earlier finding of the pair accounts for.
+
+    Every aspect's first divergence is reported whatever comes after it, so a value divergence is
+    looked for whether or not a verdict or identity finding was made. A name whose values differ
+    because an earlier finding set it apart (``CONSEQUENCE_RULE``: a snapshot that follows on one
+    side and keeps on the other holds other values from then on, as does whatever an op computes
+    from it) is that finding's consequence: said in the cause's detail, never a finding of its own.
+    Any other name that comes to differ is the value finding, even after a finding of another
+    aspect (a ``save`` whose identity differs cannot hide an earlier step that trained a param
+    differently)."""
     a, b = ctx.traces
     tol = tolerance(ctx.program)
     skip = nondeterministic_names(ctx.program)
+    # The pair's findings so far, by position in ``ctx.findings`` (a cause's detail is rewritten).
+    pending = sorted((j for j, f in enumerate(ctx.findings) if f.op_index >= 0), key=lambda j: ctx.findings[j].op_index)
+    apart: dict[str, int] = {}  # a name set apart -> the position of the finding that set it apart
+    explained: set[str] = set()
     for i in range(len(a.steps)):
         if i in hidden:
             break  # one side could not run this op: from here on the states differ by design
         sa, sb = a.state_after(i), b.state_after(i)
+        changed = a.steps[i].changed.keys() | b.steps[i].changed.keys()
+        related_at_op: dict[str, int] = {}  # names tied by snapshots to a finding made at this op
+        if apart and i < len(ctx.program.ops) and _reads_any(ctx.program, i, set(apart)):
+            first = min(apart.values(), key=lambda j: ctx.findings[j].op_index)
+            for name in changed:
+                apart.setdefault(name, first)
+        while pending and ctx.findings[pending[0]].op_index <= i:
+            j = pending.pop(0)
+            for name in _set_apart(ctx.findings[j], ctx.program):
+                apart.setdefault(name, j)
+            if ctx.findings[j].op_index == i:
+                for name in _related(ctx.findings[j], ctx.program) & changed:
+                    related_at_op.setdefault(name, j)
         # After op 0 only names that changed on either side can newly differ: everything else
-        # was compared equal at the op before (or the loop would have returned).
-        names = sa if i == 0 else (a.steps[i].changed.keys() | b.steps[i].changed.keys())
-        for name in sorted(names):
+        # was compared equal at the op before (or set apart, or the loop would have returned).
+        for name in sorted(sa if i == 0 else changed):
             if name in skip or name not in sa or name not in sb:
                 continue
             x, y = sa[name].value, sb[name].value
-            if x is None or y is None:
+            if x is None or y is None or values_close(x, y, tol):
                 continue
-            if not values_close(x, y, tol):
-                moved = [_moved_at(t, i, name) for t in (a, b)]
-                ctx.findings.append(_value_finding(ctx, i, name, moved, (x, y)))
+            moved = [_moved_at(t, i, name) for t in (a, b)]
+            found = _value_finding(ctx, i, name, moved, (x, y))
+            if name not in apart and name in related_at_op:
+                apart[name] = related_at_op[name]
+            if name not in apart:
+                ctx.findings.append(found)
                 return
+            if name not in explained:
+                explained.add(name)
+                _say_consequence(ctx, apart[name], found)
+
+
+def _say_consequence(ctx: PairContext, j: int, consequence: Finding) -> None:
+    """Adds to the detail of finding ``j`` that ``consequence`` follows from it (``CONSEQUENCE_RULE``)."""
+    cause = ctx.findings[j]
+    said = f"Its consequence ({CONSEQUENCE_RULE}): {consequence.sentence()}"
+    before = cause.detail.rstrip()
+    if before and not before.endswith("."):
+        before += "."
+    ctx.findings[j] = dataclasses.replace(cause, detail=f"{before} {said}".strip())
 
 
 def _moved_at(trace: Trace, i: int, name: str) -> bool:
@@ -387,10 +484,9 @@ def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tupl
     if not _compare_status(ctx):
         return ctx.findings
     hidden = _hidden_ops(program, *traces)
-    diverged = _compare_verdicts(ctx, hidden)
-    diverged = _compare_identity(ctx, hidden) or diverged
-    if not diverged:
-        _compare_values(ctx, hidden)
+    _compare_verdicts(ctx, hidden)
+    _compare_identity(ctx, hidden)
+    _compare_values(ctx, hidden)
     _compare_dtypes(ctx, hidden)
     return ctx.findings
 
@@ -429,6 +525,8 @@ def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
                 kind = tr.status if tr.status in (CRASH, TIMEOUT) else "error"
                 findings.append(Finding(kind=kind, aspect="status", targets=(t, "-"), op_label="program",
                                         method=None, sides=(tr.status, "ok"), detail=tr.message or ""))
+    for t, tr in sorted(traces.items()):
+        findings.extend(sharing.changes(program, tr))
     for kind, (a, b) in pairs(list(traces)):
         if traces[a].ok and traces[b].ok and alike(traces[a], traces[b]):
             continue  # no aspect can diverge: a backend and its twin, mostly
