@@ -236,7 +236,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
     OpSpec("valid", (), "puts the model in evaluation mode (burn: valid())"),
     OpSpec("train", (), "puts the model back in training mode"),
     OpSpec("no_grad", (), "marks the model's params as not requiring grad"),
-    OpSpec("freeze", (), "freezes the model (burn: no_grad on the module)"),
+    OpSpec("freeze", (), "freezes the model (burn: Module::freeze, which turns gradients and training off; torch: requires_grad_(False), the mode unchanged)"),
     OpSpec("read", (Field("target", "name"),), "reads `target` (forces a lazy param's initialisation)"),
     OpSpec("assign", (Field("target", "name", writes=True), Field("source", "name", fits=True),
                       Field("index", "row", default=None), Field("source_index", "row", default=None, of="source")),

@@ -226,3 +226,23 @@ def own_relation(program: Program, i: int, name: str) -> str | None:
         if own:
             return own[0]
     return None
+
+
+#: The ops that set the model's training mode, which decides what a layer's forward does.
+MODE_OPS = ("train", "valid", "freeze")
+
+
+def frozen_layer(program: Program, i: int, name: str) -> str | None:
+    """``freeze`` where op ``i`` is a forward of the layer that holds ``name`` (its running
+    statistics, say) and the model's last mode op before it is a ``freeze``: burn's
+    ``Module::freeze`` turns training off as well as gradients, torch's ``requires_grad_(False)``
+    leaves the mode alone, so what the forward does to its state differs by that op. None
+    otherwise."""
+    op = program.ops[i]
+    if op["op"] != "forward":
+        return None
+    holders = [layer.name for layer in program.layers if name in {n for n, _, _ in layer.states()}]
+    if holders != [op["layer"]]:
+        return None
+    modes = [o["op"] for o in program.ops[:i] if o["op"] in MODE_OPS]
+    return "freeze" if modes and modes[-1] == "freeze" else None

@@ -51,8 +51,8 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.judging import identity, sharing
 from harness.judging.finding import Finding
-from harness.judging.links import (common_source_link, ended_link, nondeterministic_names, own_relation,
-                                   write_path)
+from harness.judging.links import (common_source_link, ended_link, frozen_layer, nondeterministic_names,
+                                   own_relation, write_path)
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, same_values,
                                    snapshots, subject_role, verdicts, writes_into)
@@ -274,8 +274,10 @@ def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
 def _value_method(program: Program, i: int, name: str) -> str | None:
     """The relation a value divergence of ``name`` at op ``i`` is named by (``harness.judging.links``):
     one on the chain between ``name`` and what the op writes, else the ``replace`` that linked a
-    param the op acts on, else one that carried the write toward a source ``name`` shares."""
-    return ended_link(program, i, name) or own_relation(program, i, name) or common_source_link(program, i, name)
+    param the op acts on, else one that carried the write toward a source ``name`` shares, else
+    the ``freeze`` that set the mode a layer's forward ran in."""
+    return (ended_link(program, i, name) or own_relation(program, i, name) or common_source_link(program, i, name)
+            or frozen_layer(program, i, name))
 
 
 def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
