@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.case import ops
-from harness.case.ir import Program
+from harness.case.ir import Program, per_program
 from harness.judging import identity, sharing
 from harness.judging.finding import Finding
 from harness.judging.links import (common_source_link, ended_link, frozen_layer, nondeterministic_names,
@@ -375,10 +375,20 @@ def _reads_any(program: Program, i: int, names: set[str]) -> bool:
     if names & set(ops.reads(op)):
         return True
     if spec.acts_on_params or spec.replaces_model:
-        return bool(names & set(program.model_names))
+        return bool(names & _model_set(program))
     if spec.acts_on_layer:
-        return bool(names & {n for layer in program.layers for n, _, _ in layer.states()})
+        return bool(names & _layer_states(program))
     return False
+
+
+@per_program
+def _model_set(program: Program) -> frozenset[str]:
+    return frozenset(program.model_names)
+
+
+@per_program
+def _layer_states(program: Program) -> frozenset[str]:
+    return frozenset(n for layer in program.layers for n, _, _ in layer.states())
 
 
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
@@ -424,16 +434,16 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
             x, y = sa[name].value, sb[name].value
             if x is None or y is None or values_close(x, y, tol):
                 continue
-            moved = [_moved_at(t, i, name) for t in (a, b)]
-            found = _value_finding(ctx, i, name, moved, (x, y))
             if name not in apart and name in related_at_op:
                 apart[name] = related_at_op[name]
+            if name in explained:
+                continue  # its cause already says it differs from its first difference on
+            found = _value_finding(ctx, i, name, [_moved_at(t, i, name) for t in (a, b)], (x, y))
             if name not in apart:
                 ctx.findings.append(found)
                 return
-            if name not in explained:
-                explained.add(name)
-                _say_consequence(ctx, apart[name], found)
+            explained.add(name)
+            _say_consequence(ctx, apart[name], found)
 
 
 def _say_consequence(ctx: PairContext, j: int, consequence: Finding) -> None:

@@ -23,7 +23,7 @@ from itertools import combinations
 from typing import Mapping
 
 from harness.case import ops
-from harness.case.ir import Program
+from harness.case.ir import Program, per_program
 from harness.judging.finding import Finding
 from harness.judging.trace import Observation, Trace
 
@@ -43,6 +43,12 @@ def _copied_names(program: Program, op: Mapping, state: Mapping[str, Observation
     return {n: f"{prefix}.{n}" for n in model if f"{prefix}.{n}" in state}
 
 
+@per_program
+def _copies_the_model(program: Program) -> bool:
+    """Whether any op of ``program`` is one of ``COPIES`` (most programs have none)."""
+    return any(op["op"] in COPIES for op in program.ops)
+
+
 def _together(before: Observation, other: Observation, aspect: str) -> bool | None:
     """Whether two observations are one object (``identity``) or over one storage (``storage``);
     None where a token is missing."""
@@ -53,7 +59,7 @@ def _together(before: Observation, other: Observation, aspect: str) -> bool | No
 def changes(program: Program, trace: Trace) -> list[Finding]:
     """The first op of each kind in ``COPIES`` whose copy splits or joins two of the model's
     names on ``trace``, per aspect (identity, storage)."""
-    if not trace.ok:
+    if not trace.ok or not _copies_the_model(program):
         return []
     found: dict[str, Finding] = {}
     for k, (op, step) in enumerate(zip(program.ops, trace.steps)):
