@@ -469,3 +469,18 @@ def test_a_step_value_finding_names_a_replace_of_the_param_from_itself_until_it_
     [h] = compare(plain, {A: a, B: b})
     assert h.method is None
 
+
+
+def test_a_step_after_an_identity_finding_still_reports_a_param_the_finding_never_touched():
+    # s0 = alias(p0) is p0 itself on alpha only (an identity finding at op 0). The step then
+    # trains p1 on beta only: p1 has nothing to do with p0 or s0, so the step's value finding
+    # is reported, not taken for a consequence of the identity finding because a step reads
+    # every param.
+    prog = program({"p0": {"kind": "param", "value": [0.0]}, "p1": {"kind": "param", "value": [0.0]}},
+                   [{"op": "snapshot", "name": "s0", "of": "p0", "method": "alias"}, STEP])
+    a = trace(A, {"p0": [0.0], "p1": [0.0]}, [{"s0": [0.0]}, {"p0": [-1.0], "s0": [-1.0]}], same={"s0": "p0"})
+    b = trace(B, {"p0": [0.0], "p1": [0.0]}, [{"s0": [0.0]}, {"p0": [-1.0], "s0": [-1.0], "p1": [-1.0]}])
+    found = compare(prog, {A: a, B: b})
+    values = [(f.signature, f.subject, f.op_index) for f in found if f.aspect == "value"]
+    assert values == [("value|alpha:cpu~beta:cpu|value|-|step:sgd|unchanged~changed", "p1", 1)], [f.signature for f in found]
+    assert any(f.aspect == "identity" and f.op_index == 0 for f in found)

@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.case import ops
-from harness.case.ir import Program, per_program
+from harness.case.ir import Program
 from harness.judging import identity, sharing
 from harness.judging.finding import Finding
 from harness.judging.links import (common_source_link, ended_link, frozen_layer, nondeterministic_names,
@@ -334,7 +334,7 @@ def _values_agree(ctx: PairContext, i: int) -> bool:
 
 #: The attribution rule that makes a value divergence the consequence of an earlier finding of
 #: the same pair (``_compare_values``): the name's values were set apart by that finding, directly
-#: (its snapshot, its two names) or through ops that read or wrote a name it had set apart.
+#: (its snapshot, its two names) or through an op that computed it from a name set apart (``_moved_from_apart``).
 CONSEQUENCE_RULE = "moved-by-an-earlier-divergence"
 
 
@@ -367,28 +367,24 @@ def _closure(names: set[str], edges: set[tuple[str, str]]) -> set[str]:
     return names
 
 
-def _reads_any(program: Program, i: int, names: set[str]) -> bool:
-    """Whether op ``i`` reads or writes one of ``names``: named by the op, or, for an op over every
-    param or a layer (a step, a load, a forward), one of the model's tensors."""
+def _moved_from_apart(program: Program, i: int, apart: set[str], changed: set[str]) -> set[str]:
+    """The names among ``changed`` whose new values op ``i`` computed from a name in ``apart``:
+    everything it changed when it reads one of them by name; for a step or a load, which moves
+    each param from its own state (its gradient, its checkpoint entry), only the names snapshot
+    relations join to one of them (a tied param, an entry and its param); for a forward, what it
+    changed when the layer's own state is one of them."""
     op = program.ops[i]
     spec = ops.spec(op)
-    if names & set(ops.reads(op)):
-        return True
+    if apart & set(ops.reads(op)):
+        return set(changed)
     if spec.acts_on_params or spec.replaces_model:
-        return bool(names & _model_set(program))
+        edges = {(s.source, s.name) for s in snapshots(program)}
+        return changed & _closure(apart, edges | {(b, a) for a, b in edges})
     if spec.acts_on_layer:
-        return bool(names & _layer_states(program))
-    return False
-
-
-@per_program
-def _model_set(program: Program) -> frozenset[str]:
-    return frozenset(program.model_names)
-
-
-@per_program
-def _layer_states(program: Program) -> frozenset[str]:
-    return frozenset(n for layer in program.layers for n, _, _ in layer.states())
+        layer = next((la for la in program.layers if la.name == op.get("layer")), None)
+        states = {n for n, _, _ in layer.states()} if layer is not None else set()
+        return set(changed) if apart & states else set()
+    return set()
 
 
 def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
@@ -415,10 +411,12 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
         sa, sb = a.state_after(i), b.state_after(i)
         changed = a.steps[i].changed.keys() | b.steps[i].changed.keys()
         related_at_op: dict[str, int] = {}  # names tied by snapshots to a finding made at this op
-        if apart and i < len(ctx.program.ops) and _reads_any(ctx.program, i, set(apart)):
-            first = min(apart.values(), key=lambda j: ctx.findings[j].op_index)
-            for name in changed:
-                apart.setdefault(name, first)
+        if apart and i < len(ctx.program.ops):
+            moved = _moved_from_apart(ctx.program, i, set(apart), set(changed))
+            if moved:
+                first = min(apart.values(), key=lambda j: ctx.findings[j].op_index)
+                for name in moved:
+                    apart.setdefault(name, first)
         while pending and ctx.findings[pending[0]].op_index <= i:
             j = pending.pop(0)
             for name in _set_apart(ctx.findings[j], ctx.program):
