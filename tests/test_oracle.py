@@ -484,3 +484,37 @@ def test_a_step_after_an_identity_finding_still_reports_a_param_the_finding_neve
     values = [(f.signature, f.subject, f.op_index) for f in found if f.aspect == "value"]
     assert values == [("value|alpha:cpu~beta:cpu|value|-|step:sgd|unchanged~changed", "p1", 1)], [f.signature for f in found]
     assert any(f.aspect == "identity" and f.op_index == 0 for f in found)
+
+
+def test_a_write_through_a_module_clones_second_param_is_the_clones_identity_finding():
+    # m0 = module_clone: m0.p0 is p0 and m0.p1 is p1 on alpha (the identity finding names the
+    # first pair only). A write through an alias of m0.p1 then moves p1 on alpha only: the
+    # clone's relation again, said in the identity finding's detail, not a value finding.
+    two = {"p0": {"kind": "param", "value": [0.0]}, "p1": {"kind": "param", "value": [0.0]}}
+    prog = program(two, [{"op": "module_clone", "name": "m0"},
+                         {"op": "snapshot", "name": "s0", "of": "m0.p1", "method": "alias"},
+                         {"op": "fill", "target": "s0", "value": 1.0}])
+    a = trace(A, {"p0": [0.0], "p1": [0.0]}, [{"m0.p0": [0.0], "m0.p1": [0.0]}, {"s0": [0.0]},
+                                              {"s0": [1.0], "m0.p1": [1.0], "p1": [1.0]}],
+              same={"m0.p0": "p0", "m0.p1": "p1", "s0": "p1"})
+    b = trace(B, {"p0": [0.0], "p1": [0.0]}, [{"m0.p0": [0.0], "m0.p1": [0.0]}, {"s0": [0.0]},
+                                              {"s0": [1.0], "m0.p1": [1.0]}], same={"s0": "m0.p1"})
+    found = compare(prog, {A: a, B: b})
+    assert [f.aspect for f in found] == ["identity"], [f.signature for f in found]
+    assert "p1 changed to [1.]" in found[0].detail
+
+
+def test_a_snapshot_taken_of_a_name_after_it_diverged_is_that_divergences_consequence():
+    # c = detach(p0) shares p0 on both sides; s0 = alias(c) shares on alpha only, so the fill of
+    # s0 moves c and p0 on alpha only (s0's verdict finding, p0 moved by the same write). A module
+    # clone taken after that holds what p0 held on each side: m0.p0 differs as the verdict's
+    # consequence, though m0.p0 is a snapshot of p0, not of s0.
+    prog = program(P0, [{"op": "snapshot", "name": "c", "of": "p0", "method": "detach"},
+                        {"op": "snapshot", "name": "s0", "of": "c", "method": "alias"},
+                        {"op": "fill", "target": "s0", "value": 1.0},
+                        {"op": "module_clone", "name": "m0"}])
+    a = trace(A, {"p0": [0.0]}, [{"c": [0.0]}, {"s0": [0.0]}, {"s0": [1.0], "c": [1.0], "p0": [1.0]}, {"m0.p0": [1.0]}])
+    b = trace(B, {"p0": [0.0]}, [{"c": [0.0]}, {"s0": [0.0]}, {"s0": [1.0]}, {"m0.p0": [0.0]}])
+    found = compare(prog, {A: a, B: b})
+    assert [(f.aspect, f.subject) for f in found] == [("verdict", "s0")], [f.signature for f in found]
+    assert "m0.p0" in found[0].detail

@@ -228,21 +228,39 @@ def own_relation(program: Program, i: int, name: str) -> str | None:
     return None
 
 
-#: The ops that set the model's training mode, which decides what a layer's forward does.
+#: The ops that set the model's training mode, which decides what a layer's forward does and
+#: whether a step can train at all.
 MODE_OPS = ("train", "valid", "freeze")
+
+
+def model_mode(program: Program, i: int) -> str | None:
+    """The mode op op ``i`` runs under: ``valid`` or ``freeze`` where that is the model's last mode
+    op before it, None where it is ``train`` or there is none (a model starts in training)."""
+    modes = [o["op"] for o in program.ops[:i] if o["op"] in MODE_OPS]
+    return modes[-1] if modes and modes[-1] != "train" else None
 
 
 def frozen_layer(program: Program, i: int, name: str) -> str | None:
     """``freeze`` where op ``i`` is a forward of the layer that holds ``name`` (its running
-    statistics, say) and the model's last mode op before it is a ``freeze``: burn's
-    ``Module::freeze`` turns training off as well as gradients, torch's ``requires_grad_(False)``
-    leaves the mode alone, so what the forward does to its state differs by that op. None
-    otherwise."""
+    statistics, say) and runs under a ``freeze`` (``model_mode``): burn's ``Module::freeze`` turns
+    training off as well as gradients, torch's ``requires_grad_(False)`` leaves the mode alone, so
+    what the forward does to its state differs by that op. None otherwise."""
     op = program.ops[i]
     if op["op"] != "forward":
         return None
     holders = [layer.name for layer in program.layers if name in {n for n, _, _ in layer.states()}]
     if holders != [op["layer"]]:
         return None
-    modes = [o["op"] for o in program.ops[:i] if o["op"] in MODE_OPS]
-    return "freeze" if modes and modes[-1] == "freeze" else None
+    return "freeze" if model_mode(program, i) == "freeze" else None
+
+
+def status_method(program: Program, i: int) -> str | None:
+    """What a failure of op ``i`` on one side is named by: a snapshot's method; for an op that
+    trains (a step, a backward pass), the mode it ran under (``model_mode``: burn's ``valid()``
+    model is on the backend without autodiff, and cannot train); else None."""
+    op = program.ops[i]
+    if op["op"] == "snapshot":
+        return op.get("method")
+    if op["op"] in ("step", "backward"):
+        return model_mode(program, i)
+    return None

@@ -48,11 +48,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from harness.case import ops
-from harness.case.ir import Program
+from harness.case.ir import Program, per_program
 from harness.judging import identity, sharing
 from harness.judging.finding import Finding
 from harness.judging.links import (common_source_link, ended_link, frozen_layer, nondeterministic_names,
-                                   own_relation, write_path)
+                                   own_relation, status_method, write_path)
 from harness.judging.pairs import pairs
 from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, same_values,
                                    snapshots, subject_role, verdicts, writes_into)
@@ -125,7 +125,7 @@ def _compare_status(ctx: PairContext) -> bool:
         if "error" in statuses and "ok" in statuses:
             bad = x if x.status == "error" else y
             ctx.add(kind="error", aspect="status", op_label=ops.label(ctx.program.ops[i]),
-                    method=ctx.program.ops[i].get("method") if ctx.program.ops[i]["op"] == "snapshot" else None,
+                    method=status_method(ctx.program, i),
                     sides=(x.status, y.status), op_index=i, detail=bad.message or "")
             break
     return True
@@ -346,6 +346,10 @@ def _set_apart(finding: Finding, program: Program) -> set[str]:
     relations = snapshots(program)
     if finding.aspect == "verdict":  # a write that reached the source on one side only, or moved it there
         names |= {s.source for s in relations if s.name == finding.subject}
+    if finding.aspect == "identity":
+        # the op relates every name it binds to its source the same way (a module clone's or a
+        # checkpoint's every entry is its param on one side), though the finding names one pair
+        names |= {n for s in relations if s.op == finding.op_index for n in (s.name, s.source)}
     # A snapshot of a name set apart (``s1 = to_home(s0)``) holds what its source holds on each side.
     return _closure(names, {(s.source, s.name) for s in relations})
 
@@ -357,6 +361,13 @@ def _related(finding: Finding, program: Program) -> set[str]:
     names = set((finding.subject or "").split(",")) - {""}
     edges = {(s.source, s.name) for s in snapshots(program)}
     return _closure(names, edges | {(b, a) for a, b in edges})
+
+
+@per_program
+def _ancestors(program: Program) -> dict[str, frozenset[str]]:
+    """Name -> every name it is a snapshot of, however indirectly (its sources' sources)."""
+    edges = {(s.name, s.source) for s in snapshots(program)}
+    return {name: frozenset(_closure({name}, edges) - {name}) for name, _ in edges}
 
 
 def _closure(names: set[str], edges: set[tuple[str, str]]) -> set[str]:
@@ -434,6 +445,11 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
                 continue
             if name not in apart and name in related_at_op:
                 apart[name] = related_at_op[name]
+            if name not in apart:
+                # a snapshot (a clone, a checkpoint entry) of a name set apart after it was taken
+                cause = next((apart[n] for n in _ancestors(ctx.program).get(name, ()) if n in apart), None)
+                if cause is not None:
+                    apart[name] = cause
             if name in explained:
                 continue  # its cause already says it differs from its first difference on
             found = _value_finding(ctx, i, name, [_moved_at(t, i, name) for t in (a, b)], (x, y))
