@@ -15,7 +15,11 @@ def atomic_write(path: str | Path, text: str | bytes) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with open(tmp, "wb") as f:
+        # A fresh file (O_EXCL), never opened through a link: a link planted at the temporary
+        # name would otherwise take the bytes to wherever it points.
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666),
+                       "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
