@@ -14,6 +14,7 @@ from pathlib import Path
 from generators.programs import PROFILES
 from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
 from harness.errors import InputError
+from harness.files import output_file_problem
 
 
 def register(sub) -> None:
@@ -141,6 +142,8 @@ def _check_options(args: argparse.Namespace) -> float | None:
         raise CampaignError(f"--lease {args.lease}: must be a finite number of seconds, more than 0")
     if args.lease is not None and not args.campaign and not args.resume:
         raise CampaignError("--lease: only with --campaign NAME")
+    if args.junit and (problem := output_file_problem(args.junit)):
+        raise CampaignError(f"--junit {args.junit}: {problem}")  # before a campaign, not after it
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise CampaignError(f"--out {args.out} with --resume {args.resume}: a resume writes to its own folder")
