@@ -133,8 +133,6 @@ def _check_options(args: argparse.Namespace) -> float | None:
     budget = parse_duration(args.budget)
     if budget is None and args.max_programs is None and not args.resume and not args.campaign:
         raise CampaignError("give --budget or --max-programs (a campaign needs an end)")
-    if budget is not None and budget <= 0:
-        raise CampaignError(f"--budget {args.budget}: must be more than 0 (a campaign of no time runs no program)")
     if args.max_programs is not None and args.max_programs < 1:
         raise CampaignError(f"--max-programs {args.max_programs}: must be at least 1")
     if args.workers < 1:

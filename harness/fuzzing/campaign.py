@@ -150,13 +150,13 @@ def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: 
     from harness.targets.registry import open_runner
 
     baseline = load_baseline(config.baseline)
-    # Start-up is bounded by the budget: a probe that never answers its handshake must not hold
-    # the campaign for the two minutes a slow one is otherwise given.
-    budget_end = None if deadline is None else deadline - config.shrink_grace_s
-    runner, found = open_runner(config.targets, start_by=None if budget_end is None
-                                else time.monotonic() + max(0.0, budget_end - time.time()))
-    if deadline is not None:  # past it (and a drain), whatever a target is doing (a hung probe) is cut off
-        runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S)
+    # Past the deadline (and a drain), whatever a target is doing (a hung probe) is cut off, its
+    # start-up too: a probe that never answers its handshake must not hold a budgeted campaign
+    # for the two minutes a slow one is otherwise given.
+    cut_off = None if deadline is None else time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S
+    runner, found = open_runner(config.targets, start_by=cut_off)
+    if cut_off is not None:
+        runner.set_deadline(cut_off)
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     baseline = baseline.for_installed(infos)  # an entry explains findings only on its versions

@@ -136,7 +136,7 @@ class ProbeProcess:
 
     def start(self, cancel: Cancellation | None = None, timeout_s: float | None = None) -> dict[str, Any]:
         """Starts the process and checks its handshake, waiting for it ``start_timeout_s``, or
-        ``timeout_s`` when that is shorter (what is left of a campaign's budget). ``SetupError``
+        ``timeout_s`` when that is shorter (what is left of a campaign's time). ``SetupError``
         (one line) when it cannot be used; ``_Cancelled`` (the process killed) when ``cancel``
         triggers meanwhile."""
         wait = self.start_timeout_s if timeout_s is None else max(0.0, min(self.start_timeout_s, timeout_s))
@@ -164,7 +164,8 @@ class ProbeProcess:
         except _TimedOut:
             self.stop()
             if wait < self.start_timeout_s:
-                raise SetupError(f"{self.name}: no handshake within {wait:.1f}s, when the budget ended") from None
+                raise SetupError(f"{self.name}: no handshake within {wait:.1f}s, when the campaign's time was up "
+                                 f"(its budget, shrink grace and drain)") from None
             raise SetupError(f"{self.name}: no handshake within {wait:.0f}s") from None
         if reply.get("protocol") != PROTOCOL_VERSION:
             self.stop()

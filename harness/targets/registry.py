@@ -118,9 +118,10 @@ def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
              env: dict[str, str] | None = None, start_by: float | None = None) -> Discovery:
     """Starts each framework's process once, reads its handshake and returns one ``Target`` per
     device (variants included). With ``wanted``, only those ids or frameworks; a wanted target
-    that does not exist is a ``SetupError``. With ``start_by`` (``time.monotonic()``, a
-    campaign's budget end) no handshake is waited for past it: a probe that has not answered by
-    then is unavailable ("no handshake ... when the budget ended")."""
+    that does not exist is a ``SetupError``. With ``start_by`` (``time.monotonic()``, when a
+    campaign's time is up: budget, shrink grace and drain) no handshake is waited for past it: a
+    probe that has not answered by then is unavailable ("no handshake ... when the campaign's
+    time was up")."""
     wanted = list(wanted) if wanted is not None else None
     found = Discovery()
     proc_env = {**os.environ, **(env or {})}
@@ -132,8 +133,8 @@ def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
         try:
             hello = first.start(timeout_s=None if start_by is None else start_by - time.monotonic())
         except SetupError as e:
-            # A probe the budget ran out on is no missing build: no hint to build it.
-            hint = "make" not in str(e) and "when the budget ended" not in str(e)
+            # A probe the campaign's time ran out on is no missing build: no hint to build it.
+            hint = "make" not in str(e) and "when the campaign's time was up" not in str(e)
             found.unavailable[fw] = f"{e} ({plugin.BUILD_HINT})" if hint else str(e)
             continue
         used_first = False
