@@ -12,6 +12,10 @@ Beside the layout it keeps the folder's guarantees:
 - a reader (the reports, the history page) opens a folder with ``RunFolder.open_read_only``:
   no lock (a campaign may be running in it), nothing written, and none of the folder's own files
   read through a link out of it;
+- nothing is written through a link: a resume refuses a folder whose own entries (the lock, the
+  state, the journal, ``findings.json``, the torn file, ``cases/``, ``corpus/``) include one, a new
+  campaign takes no folder holding one (``folder_setup.check_fresh``), and the lock, the journal
+  and every temporary file are opened with ``O_NOFOLLOW``: ``refuse_links`` is the one check;
 - a set-up that fails leaves nothing behind: what ``create_new`` made is removed again while it
   holds no finding and no program has run, never a folder (or a file) that was there before
   (``folder_setup``, which also names the folder's files);
@@ -210,7 +214,8 @@ class RunFolder:
     @classmethod
     def open_existing(cls, path: str | Path) -> "RunFolder":
         """The folder of a campaign to resume, locked, its ``campaign.json`` checked
-        (``load_state``). Never removes anything."""
+        (``load_state``). Refuses a folder whose own entries include a symbolic link
+        (``refuse_links``) before it opens anything to write. Never removes anything."""
         folder = cls(path)
         p = folder.path
         if not p.exists():
