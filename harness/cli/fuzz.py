@@ -12,8 +12,10 @@ from datetime import datetime
 from pathlib import Path
 
 from generators.programs import PROFILES
-from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
+from harness.fuzzing.campaign import (CampaignConfig, CampaignError, check_chunk_size, parse_duration, run_campaign,
+                                     usable_cpus)
 from harness.errors import InputError
+from harness.files import output_file_problem
 
 
 def register(sub) -> None:
@@ -106,6 +108,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         return 3
     if result.errors and not result.findings and result.programs == 0:
         return 2
+    # "0 new" of nothing run is no clean result. A machine joining a shared campaign whose chunks
+    # the others have all run runs none by design: the campaign's result is theirs.
+    if result.programs_this_run == 0 and not config.campaign:
+        print("aliasfuzz: ran no program, so nothing was compared (see the log above)", file=sys.stderr)
+        return 2
     state = result.folder.load_state()
     run = result.programs - state.get("repeats_skipped", 0)
     if run > 0 and state.get("ran_nowhere", 0) >= run:
@@ -129,9 +136,15 @@ def _check_options(args: argparse.Namespace) -> float | None:
     if args.max_programs is not None and args.max_programs < 1:
         raise CampaignError(f"--max-programs {args.max_programs}: must be at least 1")
     if args.workers < 1:
-        raise CampaignError("--workers must be at least 1")
-    if args.chunk_size is not None and args.chunk_size < 1:
-        raise CampaignError("--chunk-size must be at least 1")
+        raise CampaignError(f"--workers {args.workers}: must be at least 1")
+    if args.workers > (cpus := usable_cpus()):
+        # Each worker starts its own targets; more than the CPUs spend the budget starting them.
+        raise CampaignError(f"--workers {args.workers}: more than the {cpus} CPU(s) this machine gives aliasfuzz "
+                            f"(each worker runs its own targets); give at most {cpus}")
+    if args.chunk_size is not None:
+        check_chunk_size(args.chunk_size, "--chunk-size")
+    if args.confirm < 0:
+        raise CampaignError(f"--confirm {args.confirm}: must be 0 (off) or more runs")
     for flag, value in (("--shrink-time", args.shrink_time), ("--shrink-grace", args.shrink_grace)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise CampaignError(f"{flag} {value}: must be a finite number of seconds, 0 or more")
@@ -141,6 +154,8 @@ def _check_options(args: argparse.Namespace) -> float | None:
         raise CampaignError(f"--lease {args.lease}: must be a finite number of seconds, more than 0")
     if args.lease is not None and not args.campaign and not args.resume:
         raise CampaignError("--lease: only with --campaign NAME")
+    if args.junit and (problem := output_file_problem(args.junit)):
+        raise CampaignError(f"--junit {args.junit}: {problem}")  # before a campaign, not after it
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise CampaignError(f"--out {args.out} with --resume {args.resume}: a resume writes to its own folder")

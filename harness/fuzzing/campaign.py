@@ -42,8 +42,8 @@ from harness.fuzzing.shared_campaign import LEASE_S
 from harness.judging.finding import FindingRecord
 from harness.judging.harness_errors import HARNESS_ERROR, line_of
 
-__all__ = ["DRAIN_S", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
-           "parse_duration", "run_campaign", "worker_loop"]
+__all__ = ["DRAIN_S", "MAX_CHUNK_SIZE", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
+           "check_chunk_size", "parse_duration", "run_campaign", "usable_cpus", "worker_loop"]
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -53,6 +53,27 @@ def parse_duration(text: str | None) -> float | None:
     if not m:
         raise CampaignError(f"--budget: {text!r} is not a duration like 90s, 10m, 2h")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+#: The most programs one chunk may hold (``--chunk-size``). A chunk is drawn whole before any of
+#: it runs, and the pipeline draws chunks ahead: a bigger one holds up the budget (drawing takes
+#: about 3 ms a program) and memory (every program and its choices are kept until it is judged).
+MAX_CHUNK_SIZE = 1024
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows;
+    ``os.cpu_count`` counts the whole machine's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this system
+        return os.cpu_count() or 1
+
+
+def check_chunk_size(value: int, where: str) -> None:
+    """Refuses a chunk size out of 1..``MAX_CHUNK_SIZE``: ``CampaignError`` "WHERE VALUE: ..."."""
+    if not 1 <= value <= MAX_CHUNK_SIZE:
+        raise CampaignError(f"{where} {value}: must be from 1 to {MAX_CHUNK_SIZE} (programs drawn and run as one batch)")
 
 
 @dataclass
@@ -129,9 +150,13 @@ def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: 
     from harness.targets.registry import open_runner
 
     baseline = load_baseline(config.baseline)
-    runner, found = open_runner(config.targets)
-    if deadline is not None:  # past it (and a drain), whatever a target is doing (a hung probe) is cut off
-        runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S)
+    # Past the deadline (and a drain), whatever a target is doing (a hung probe) is cut off, its
+    # start-up too: a probe that never answers its handshake must not hold a budgeted campaign
+    # for the two minutes a slow one is otherwise given.
+    cut_off = None if deadline is None else time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S
+    runner, found = open_runner(config.targets, start_by=cut_off)
+    if cut_off is not None:
+        runner.set_deadline(cut_off)
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     baseline = baseline.for_installed(infos)  # an entry explains findings only on its versions
@@ -259,6 +284,8 @@ class CampaignResult:
     harness_failed: bool = False
     #: Whether Ctrl-C or SIGTERM ended the campaign (its state is saved: ``--resume`` goes on).
     interrupted: bool = False
+    #: Programs this run ran (``programs`` counts those of earlier runs of a resumed campaign too).
+    programs_this_run: int = 0
 
     @property
     def new(self) -> list[dict[str, Any]]:
@@ -289,6 +316,7 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
         return config, state, []
     state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig), config_required=("out", "seed"))
     saved = CampaignConfig(**state["config"])
+    check_chunk_size(saved.chunk_size, f"{folder.state_json}: config.chunk_size")
     # A resume continues the same campaign: same seed, targets and profile; the budget,
     # worker count, shrink grace, whether known findings are shrunk and the confirmation runs
     # may change.
@@ -433,7 +461,8 @@ class _Driver:
         self.folder.save_state(state)
         self.folder.ensure_findings_list()
         return CampaignResult(self.folder, self.records, state["programs"], state["elapsed_s"], self.errors,
-                              harness_failed=self.harness_failed, interrupted=self.interrupted)
+                              harness_failed=self.harness_failed, interrupted=self.interrupted,
+                              programs_this_run=self.programs_this_run)
 
 
 def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budget: float,
