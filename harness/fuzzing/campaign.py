@@ -296,6 +296,8 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
     saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
     saved.shrink_time_s, saved.confirm_runs = config.shrink_time_s, config.confirm_runs
     saved.out = config.out  # the folder may have been moved since
+    if config.db is not None:  # the corpus URL as given: campaign.json holds it with its password hidden
+        saved.db = config.db
     records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
     for m in messages:
         log(m)
