@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -150,10 +151,98 @@ def campaign_prefix(name: str) -> str:
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.fullmatch(name or ""):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise CampaignError(f"--campaign {name!r}: a campaign name is letters, digits, '.', '_' and '-' "
                             f"(at most 100, starting with a letter or digit)")
     return name
+
+
+# -- the shared options, checked ------------------------------------------------------------------
+
+#: The most programs one chunk may hold: a chunk is drawn whole before it runs, and the budget is
+#: looked at between chunks, so a huge chunk would hold a campaign (and its memory) past its budget.
+MAX_CHUNK_SIZE = 10_000
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def option_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as the campaign option ``key`` (a ``SHARED_OPTIONS`` key), or
+    None when it is a value a campaign can run with. The one check of these options, wherever
+    they come from: the command line (``aliasfuzz fuzz``, whose message names the flag) and a
+    shared campaign's configuration read from Redis (``check_config``, whose message names the
+    key and the field), so a joining machine accepts from Redis exactly what it accepts from its
+    own command line."""
+    if key == "seed":
+        return None if _integer(value) else "must be an integer"
+    if key == "profile":
+        from generators.profiles import PROFILES
+
+        return None if isinstance(value, str) and value in PROFILES else f"must be one of {', '.join(PROFILES)}"
+    if key == "targets":
+        return _targets_problem(value)
+    if key == "chunk_size":
+        return None if _integer(value) and 1 <= value <= MAX_CHUNK_SIZE else \
+            f"must be an integer from 1 to {MAX_CHUNK_SIZE}"
+    if key == "budget_s":
+        return None if value is None or (_finite(value) and value >= 0) else \
+            "must be a finite number of seconds, 0 or more"
+    if key == "max_programs":
+        return None if value is None or (_integer(value) and value >= 1) else "must be an integer, at least 1"
+    if key == "metamorphic_share":
+        return None if _finite(value) and 0 <= value <= 1 else "must be a share from 0 to 1"
+    raise KeyError(key)  # a bug of the caller: not a shared option
+
+
+def _targets_problem(value: Any) -> str | None:
+    from harness.targets.base import SetupError
+    from harness.targets.registry import parse_target_list
+
+    if value is None:
+        return None  # every target
+    what = "must be a non-empty list of target ids or frameworks (torch:cpu, candle, ...), or null"
+    if not isinstance(value, list) or not value or not all(isinstance(t, str) for t in value):
+        return what
+    try:  # each one as --targets would take it, and nothing it would split or trim
+        if parse_target_list(",".join(value)) != value:
+            return what
+    except SetupError as e:
+        return str(e).removeprefix("--targets: ")
+    return None
+
+
+def canonical_targets(targets: list[str] | None) -> list[str] | None:
+    """``targets`` in one order, each once: a campaign's targets are a set (which of them run
+    does not depend on their order), so the same targets given in another order are the same
+    campaign."""
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        return targets  # no list of targets: left for the caller's check to name
+    return sorted(set(targets))
+
+
+def check_config(config: Any, where: str) -> dict[str, Any]:
+    """A shared campaign's configuration (as stored in Redis), every ``SHARED_OPTIONS`` field
+    checked by ``option_problem``; a one-line ``CampaignError`` "WHERE, field KEY: what is wrong,
+    found VALUE" otherwise (``where`` names the Redis key). Returns it, its targets canonical."""
+    from harness.fuzzing.run_state import json_kind, shown
+
+    if not isinstance(config, dict):
+        raise CampaignError(f"{where}: not a campaign configuration (a JSON object), found {json_kind(config)}")
+    for key in SHARED_OPTIONS:
+        if key not in config:
+            raise CampaignError(f"{where}, field {key}: missing")
+        problem = option_problem(key, config[key])
+        if problem:
+            raise CampaignError(f"{where}, field {key}: {problem}, found {shown(config[key])}")
+    if config["budget_s"] is None and config["max_programs"] is None:
+        raise CampaignError(f"{where}, fields budget_s and max_programs: both null, so the campaign would never end")
+    return {**config, "targets": canonical_targets(config["targets"])}
 
 
 class SharedCampaign:
@@ -203,29 +292,60 @@ class SharedCampaign:
 
     # -- the configuration ----------------------------------------------------------------------
 
-    def settle(self, given: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    def settle(self, given: dict[str, Any], fresh: dict[str, Any], fresh_where: str = "the defaults"
+               ) -> dict[str, Any]:
         """The campaign's configuration: the stored one (``given``'s values that are not None
         must match it, else a one-line ``CampaignError`` naming the option), or, for the first
         machine, ``given`` completed by ``fresh`` and ``DEFAULTS``, stored now (``SET NX``: of two
-        first machines, one stores and the other is checked against it)."""
+        first machines, one stores and the other is checked against it). What is read from Redis
+        is checked as the command line's options are (``check_config``: one line naming the key
+        and the field), and so is what is stored (``fresh_where`` names where ``fresh`` came
+        from). Targets are compared as sets (``canonical_targets``)."""
         first = {k: given.get(k) if given.get(k) is not None else fresh.get(k, DEFAULTS.get(k))
                  for k in SHARED_OPTIONS}
-        raw = self.client.get(self.key("config"))
+        key = self.key("config")
+        raw = self._get(key)
         if raw is None:
             if first["budget_s"] is None and first["max_programs"] is None:
                 raise CampaignError(f"--campaign {self.name}: a new campaign needs --budget or --max-programs")
-            if self.client.set(self.key("config"), json.dumps(first), nx=True):
-                self.client.set(self.key("started"), repr(time.time()), nx=True)
+            first = check_config(first, f"--campaign {self.name}: the configuration from {fresh_where}")
+            try:
+                stored_now = self.client.set(key, json.dumps(first), nx=True)
+                if stored_now:
+                    self.client.set(self.key("started"), repr(time.time()), nx=True)
+            except Exception as e:  # noqa: BLE001 - the client's errors
+                raise self._failed(e) from None
+            if stored_now:
                 return first
-            raw = self.client.get(self.key("config"))
-        stored = json.loads(raw)
-        for key, flag in SHARED_OPTIONS.items():
-            value = given.get(key)
-            if value is not None and value != stored.get(key):
-                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {key} "
-                                    f"{_shown(stored.get(key))}; "
+            raw = self._get(key)
+        stored = check_config(self._json(raw, key), f"{self.shown}: campaign {self.name}: key {key}")
+        for option, flag in SHARED_OPTIONS.items():
+            value = given.get(option)
+            if option == "targets":
+                value = canonical_targets(value)
+            if value is not None and value != stored.get(option):
+                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {option} "
+                                    f"{_shown(stored.get(option))}; "
                                     f"every machine runs it unchanged (leave {flag} out, or name another --campaign)")
         return stored
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self.client.get(key)
+        except Exception as e:  # noqa: BLE001 - the client's errors: connection lost, WRONGTYPE, ...
+            raise self._failed(e, key) from None
+
+    def _failed(self, e: Exception, key: str | None = None) -> CampaignError:
+        at = f" at key {key}" if key else ""
+        return CampaignError(f"{self.shown}: campaign {self.name}: Redis failed{at} ({type(e).__name__}: {e})")
+
+    def _json(self, raw: bytes, key: str) -> Any:
+        """The JSON value stored at ``key``; a one-line ``CampaignError`` naming the key when it is not JSON."""
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise CampaignError(f"{self.shown}: campaign {self.name}: key {key}: not JSON "
+                                f"({type(e).__name__}: {str(e)[:80]})") from None
 
     # -- chunks ---------------------------------------------------------------------------------
 
