@@ -212,7 +212,7 @@ def _joined_campaign(args: argparse.Namespace, config: CampaignConfig) -> Campai
         name, db = name or saved.get("campaign"), db or saved.get("db")
         lease = lease or saved.get("lease_s")
         fresh = saved  # a Redis that lost the campaign gets it back as this folder ran it
-        fresh_where = f"{RunFolder(args.resume).state_json}"
+        fresh_where = str(RunFolder(args.resume).state_json)
     if not name:
         return config
     given = {"seed": args.seed, "profile": args.profile, "targets": config.targets, "chunk_size": args.chunk_size,

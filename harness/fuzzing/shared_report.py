@@ -9,8 +9,8 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -266,14 +266,16 @@ def export_campaign(url: str, out: str | Path, finish: Callable[[Path], Any] | N
              "targets": snap.targets, "unavailable": snap.unavailable,
              "runs": [{"machine": owner, "programs": n} for owner, n in sorted(snap.machine_programs.items())]}
     out = Path(out)
-    if out.exists() or out.is_symlink():
-        if not out.is_dir() or out.is_symlink():
-            raise CampaignError(f"{out}: not a folder (--out must name a new or empty folder)")
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise CampaignError(f"{out}: not a folder (--out must name a new or empty folder, not a file or a link)")
+    if out.exists():
         folder_setup.check_fresh(out)
     parents = folder_setup.missing_parents(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.export-"))
+        # A fresh name (mkdir fails on one that exists), made as any folder is (the umask's mode).
+        staging = out.parent / f".{out.name}.export-{secrets.token_hex(6)}"
+        os.mkdir(staging)
     except OSError as e:
         folder_setup.rmdirs(parents)
         raise CampaignError(f"{out}: cannot write the run folder: {e.strerror or e}") from None
