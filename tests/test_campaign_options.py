@@ -1,7 +1,8 @@
 """Campaign options a careless or hostile user gives, and campaigns that run no program, through
 the real command line with the TEST DOUBLE fake probe standing in as the ``candle`` binary.
 
-- A chunk size is bounded (``MAX_CHUNK_SIZE``): a chunk is drawn whole before it runs, so a
+- A chunk size is bounded (``options.MAX_CHUNK_SIZE``, checked by ``options.option_problem`` for the
+  command line, bench, a resumed campaign.json and a shared campaign's Redis configuration alike): a chunk is drawn whole before it runs, so a
   billion-program chunk never ended and grew without bound, whatever the budget.
 - A campaign that ran no program never reports "0 new" with exit 0: it is exit 2 with one line
   "ran no program" (a budget of no time without a corpus to replay, targets too slow for one
@@ -16,7 +17,8 @@ import time
 
 import pytest
 
-from harness.fuzzing.campaign import MAX_CHUNK_SIZE, usable_cpus
+from harness.fuzzing.campaign import usable_cpus
+from harness.fuzzing.options import MAX_CHUNK_SIZE, option_problem
 from tests.conftest import run_cli
 from tests.test_campaign import fake_probe_dir
 from tests.test_run_folder import one_line_error
@@ -36,7 +38,7 @@ def fuzz(tmp_path, *args: str, timeout: float = 120):
 def test_a_chunk_size_out_of_range_is_refused_before_anything_runs(tmp_path, size):
     started = time.monotonic()
     r = fuzz(tmp_path, "--chunk-size", size, "--budget", "10s", timeout=60)
-    one_line_error(r, f"--chunk-size {size}: must be from 1 to {MAX_CHUNK_SIZE}")
+    one_line_error(r, f"--chunk-size {size}: must be an integer from 1 to {MAX_CHUNK_SIZE}")
     assert time.monotonic() - started < 30
     assert not (tmp_path / "run").exists()
 
@@ -44,7 +46,7 @@ def test_a_chunk_size_out_of_range_is_refused_before_anything_runs(tmp_path, siz
 def test_bench_refuses_a_chunk_size_over_the_maximum(tmp_path):
     r = run_cli("bench", "--targets", "candle", "--chunk-size", "1000000000", "--rss-programs", "0",
                 env=fake_probe_dir(tmp_path), timeout=60)
-    one_line_error(r, "--chunk-size 1000000000", str(MAX_CHUNK_SIZE))
+    one_line_error(r, f"--chunk-size 1000000000: {option_problem('chunk_size', 1_000_000_000)}")
     assert r.stdout == ""
 
 
@@ -56,7 +58,7 @@ def test_a_saved_chunk_size_out_of_range_is_refused_on_resume(tmp_path):
     before = (out / "campaign.json").read_bytes()
     r = run_cli("fuzz", "--resume", str(out), "--budget", "10s", "--no-report", env=fake_probe_dir(tmp_path),
                 timeout=60)
-    one_line_error(r, "campaign.json: config.chunk_size 1000000000", f"must be from 1 to {MAX_CHUNK_SIZE}")
+    one_line_error(r, f"campaign.json: config.chunk_size 1000000000: {option_problem('chunk_size', 1_000_000_000)}")
     assert (out / "campaign.json").read_bytes() == before
 
 

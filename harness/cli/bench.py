@@ -39,15 +39,15 @@ def register(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from harness.fuzzing.bench import BenchConfig, run_bench
-    from harness.fuzzing.campaign import MAX_CHUNK_SIZE
+    from harness.fuzzing.options import option_problem
     from harness.targets.registry import parse_target_list
 
     for name in ("programs", "chunk_size", "spawn_programs", "length_programs", "repeat"):
         if getattr(args, name) < 1:
             print(f"aliasfuzz: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
-    if args.chunk_size > MAX_CHUNK_SIZE:
-        print(f"aliasfuzz: --chunk-size {args.chunk_size}: must be from 1 to {MAX_CHUNK_SIZE}", file=sys.stderr)
+    if problem := option_problem("chunk_size", args.chunk_size):  # as fuzz --chunk-size
+        print(f"aliasfuzz: --chunk-size {args.chunk_size}: {problem}", file=sys.stderr)
         return 2
     if args.markdown and (problem := output_file_problem(args.markdown)):
         print(f"aliasfuzz: --markdown {args.markdown}: {problem}", file=sys.stderr)  # before a run of minutes

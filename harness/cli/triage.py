@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.fuzzing.corpus import hide_password
+from harness.urls import hide_password
 from harness.triage import shared
 
 

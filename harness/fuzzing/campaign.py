@@ -37,13 +37,14 @@ from harness.fuzzing.corpus import Corpus, open_database
 from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, drawn_results, pipeline
 from harness.fuzzing.messages import (FindingFound, LogLine, Message, Progress, RanNowhere, TargetsOpened, WorkerDone,
                                       WorkerError)
+from harness.fuzzing.options import option_problem
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
 from harness.fuzzing.shared_campaign import LEASE_S
 from harness.judging.finding import FindingRecord
 from harness.judging.harness_errors import HARNESS_ERROR, line_of
 
-__all__ = ["DRAIN_S", "MAX_CHUNK_SIZE", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
-           "check_chunk_size", "parse_duration", "run_campaign", "usable_cpus", "worker_loop"]
+__all__ = ["DRAIN_S", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
+           "parse_duration", "run_campaign", "usable_cpus", "worker_loop"]
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -55,12 +56,6 @@ def parse_duration(text: str | None) -> float | None:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
-#: The most programs one chunk may hold (``--chunk-size``). A chunk is drawn whole before any of
-#: it runs, and the pipeline draws chunks ahead: a bigger one holds up the budget (drawing takes
-#: about 3 ms a program) and memory (every program and its choices are kept until it is judged).
-MAX_CHUNK_SIZE = 1024
-
-
 def usable_cpus() -> int:
     """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows;
     ``os.cpu_count`` counts the whole machine's)."""
@@ -68,12 +63,6 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # no affinity on this system
         return os.cpu_count() or 1
-
-
-def check_chunk_size(value: int, where: str) -> None:
-    """Refuses a chunk size out of 1..``MAX_CHUNK_SIZE``: ``CampaignError`` "WHERE VALUE: ..."."""
-    if not 1 <= value <= MAX_CHUNK_SIZE:
-        raise CampaignError(f"{where} {value}: must be from 1 to {MAX_CHUNK_SIZE} (programs drawn and run as one batch)")
 
 
 @dataclass
@@ -316,7 +305,9 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
         return config, state, []
     state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig), config_required=("out", "seed"))
     saved = CampaignConfig(**state["config"])
-    check_chunk_size(saved.chunk_size, f"{folder.state_json}: config.chunk_size")
+    # Checked as the command line's --chunk-size and a shared campaign's stored one are.
+    if problem := option_problem("chunk_size", saved.chunk_size):
+        raise CampaignError(f"{folder.state_json}: config.chunk_size {saved.chunk_size!r}: {problem}")
     # A resume continues the same campaign: same seed, targets and profile; the budget,
     # worker count, shrink grace, whether known findings are shrunk and the confirmation runs
     # may change.
@@ -324,6 +315,8 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
     saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
     saved.shrink_time_s, saved.confirm_runs = config.shrink_time_s, config.confirm_runs
     saved.out = config.out  # the folder may have been moved since
+    if config.db is not None:  # the corpus URL as given: campaign.json holds it with its password hidden
+        saved.db = config.db
     records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
     for m in messages:
         log(m)

@@ -48,6 +48,7 @@ from harness.fuzzing.folder_setup import (CASES_NAME, CORPUS_NAME, FINDINGS_NAME
 from harness.fuzzing.run_state import (RESUME_REQUIRED, check_config_keys, check_state, json_kind, record_problem,
                                        shown, utf8_text)
 from harness.judging.finding import stored_record
+from harness.urls import hide_password
 
 __all__ = ["FINDINGS_NAME", "JOURNAL_NAME", "LOCK_NAME", "STATE_NAME", "TORN_NAME", "RunFolder", "check_config_keys",
            "check_state", "inside", "program_from_bytes", "program_to_bytes"]
@@ -336,7 +337,12 @@ class RunFolder:
         return state
 
     def save_state(self, state: dict[str, Any]) -> None:
+        """Writes ``campaign.json``. The password of the corpus URL (``config.db``) is hidden
+        (``harness.urls``): it is never stored, so a resume is given ``--db`` again."""
         self._writable()
+        config = state.get("config") if isinstance(state, dict) else None
+        if isinstance(config, dict) and isinstance(config.get("db"), str):
+            state = {**state, "config": {**config, "db": hide_password(config["db"])}}
         try:
             atomic_write(self.state_json, json.dumps(state, indent=2))
         except OSError as e:  # disk full, folder gone: one line, the journal is untouched

@@ -14,6 +14,7 @@ from harness.case.ir import Program, load_case
 from harness.errors import InputError
 from harness.reporting.loading import Run, ShownFinding
 from harness.reporting.table import Table, table_of_repro
+from harness.urls import hide_password
 
 HARNESS_TITLE = "Harness errors: aliasfuzz bugs, not framework findings"
 HARNESS_INTRO = ("aliasfuzz itself raised while handling these programs: the run's findings may be "
@@ -192,7 +193,8 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
         ("throughput", f"{run.throughput:.1f} programs/s"),
         ("findings", findings_text(run)),
         ("machine", ", ".join(f"{k} {v}" for k, v in m.items()) if m else "?"),
-        ("corpus", str(c.get("db") or "run folder (corpus/)")),
+        # A folder written before passwords were hidden in campaign.json still shows none.
+        ("corpus", hide_password(str(c.get("db") or "run folder (corpus/)"))),
     ]
     since = since_last_run(run)
     if since:
