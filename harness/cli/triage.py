@@ -57,11 +57,16 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         if shared.is_shared(args.store):
             # Rechecked on a copy and written back as one change: another machine's record in
             # between makes it run again on the new copy (``shared.change``).
-            with tempfile.TemporaryDirectory() as tmp:
+            where = hide_password(args.store)
+            with tempfile.TemporaryDirectory(prefix="aliasfuzz-triage-") as tmp:
                 results, versions = shared.change(args.store, Path(tmp) / STORE_NAME, "--store", run)
         else:
             path = Path(args.store or Path("reports") / STORE_NAME)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            where = str(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(f"--store {path}: cannot make its folder ({e.strerror or e})") from None
             results, versions = run(path)
     except InputError as e:
         print(f"aliasfuzz: {e}", file=sys.stderr)
@@ -69,7 +74,7 @@ def cmd_recheck(args: argparse.Namespace) -> int:
     for r in results:
         print(f"{r.result:<18} {r.cause}" + (f"  ({r.note})" if r.note else ""))
     counts = {k: sum(r.result == k for r in results) for k in dict.fromkeys(r.result for r in results)}
-    print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {path}")
+    print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {where}")
     print("aliasfuzz recheck: versions: " + "; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
                                                      for t, vs in versions.items()))
     changed = [r for r in results if r.changed]
@@ -105,7 +110,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 def _list_or_set(args: argparse.Namespace, path: Path) -> int:
     """Lists the root causes of the store, or sets one's state (``--set``); a Redis store
-    (``args.store``) through the copy ``path``."""
+    (``args.store``) through the copy ``path``. Listing opens the store read-only."""
     from harness.triage.store import TriageStore
 
     def set_state(local: Path) -> None:
@@ -126,7 +131,7 @@ def _list_or_set(args: argparse.Namespace, path: Path) -> int:
             set_state(path)
         print(f"aliasfuzz triage: {args.set[0]}: {' '.join(args.set[1:])}")
         return 0
-    with TriageStore(path) as db:
+    with TriageStore(path, write=False) as db:
         _print_causes(db.causes())
     return 0
 
