@@ -41,9 +41,9 @@ def visible(text: Any) -> str:
 
 def comment_text(text: Any) -> list[str]:
     """The lines of ``text`` as a comment holds them, in any language: split at every line break
-    any reader may see (``\\n``, ``\\r``, U+2028, ...), what is left that is not printable
-    escaped. A comment writer prefixes every one (``python_comment``, ``rust_comment``)."""
-    return [visible(line) for line in str(text).splitlines()] or [""]
+    any reader may see (``\\n``, ``\\r``, U+2028, ...), a tab made a space, what is left that is
+    not printable escaped. A comment writer prefixes every one (``python_comment``, ``rust_comment``)."""
+    return [visible(line.replace("\t", " ")) for line in str(text).splitlines()] or [""]
 
 
 def _comment(prefix: str, text: Any) -> list[str]:
