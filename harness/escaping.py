@@ -134,8 +134,10 @@ def toml_str(text: Any) -> str:
 # Markdown (rendered by GitHub or any renderer with HTML on).
 
 #: Characters that start Markdown inline syntax anywhere in a line (GFM: ``~`` strikethrough, ``|``
-#: a table cell). ``<``, ``>`` and ``&`` are written as HTML entities instead.
-_MD_INLINE = re.compile(r"([\\`*_\[\]|~!])")
+#: a table cell), and a ``_`` but between two letters or digits (where CommonMark never reads it as
+#: emphasis: ``original_case`` stays as written). ``<``, ``>`` and ``&`` are written as HTML
+#: entities instead.
+_MD_INLINE = re.compile(r"([\\`*\[\]|~!]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 #: What makes a line a heading, a list item, a quote or a thematic break where it starts one.
 _MD_LINE_START = re.compile(r"^(\s*)([#+\-=]|\d+(?=[.)]))")
 

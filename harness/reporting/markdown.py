@@ -42,7 +42,8 @@ def _finding(n: int, v: FindingView) -> list[str]:
     harness = f.harness
     base = f" (baseline {rec.baseline})" if rec.baseline else ""
     status = md_text(f"{'harness error' if harness else rec.status or '?'}{base}")
-    out = [f"### {n}. \\[{status}\\] {md_text(rec.kind)}: {md_text(rec.sentence)}", "",
+    # The brackets are the report's own: the text inside is escaped, so "[new]" never becomes a link.
+    out = [f"### {n}. [{status}] {md_text(rec.kind)}: {md_text(rec.sentence)}", "",
            f"- signature: {md_code(rec.signature)}",
            f"- targets: {md_text(', '.join(map(str, dict.fromkeys(rec.targets))))}; "
            f"{'stage' if harness else 'op'} {md_code(rec.op)}" + ("" if harness else f", method {md_code(rec.method)}")]
