@@ -136,16 +136,18 @@ def toml_str(text: Any) -> str:
 #: Characters that start Markdown inline syntax anywhere in a line (GFM: ``~`` strikethrough, ``|``
 #: a table cell), and a ``_`` but between two letters or digits (where CommonMark never reads it as
 #: emphasis: ``original_case`` stays as written). ``<``, ``>`` and ``&`` are written as HTML
-#: entities instead.
-_MD_INLINE = re.compile(r"([\\`*\[\]|~!]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
+#: entities instead. A backtick is left as it is: the harness's own sentences mark code with them,
+#: and a code span renders its content literally (it holds no HTML, and a ``|`` in it is escaped).
+_MD_INLINE = re.compile(r"([\\*\[\]|~!]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 #: What makes a line a heading, a list item, a quote or a thematic break where it starts one.
 _MD_LINE_START = re.compile(r"^(\s*)([#+\-=]|\d+(?=[.)]))")
 
 
 def md_text(text: Any) -> str:
     """``text`` as inline Markdown that renders as exactly that text: one line (runs of white space,
-    line breaks among them, become one space), HTML written as entities, Markdown punctuation
-    backslash-escaped, control characters written as their escapes. Safe in a table cell."""
+    line breaks among them, become one space), HTML written as entities, Markdown punctuation but
+    backticks backslash-escaped, control characters written as their escapes. Safe in a table
+    cell: no element, link or image comes from ``text``."""
     flat = visible(" ".join(str(text).split()))
     escaped = _MD_INLINE.sub(r"\\\1", html.escape(flat, quote=False))
     return _MD_LINE_START.sub(lambda m: m.group(1) + ("\\" + m.group(2) if not m.group(2).isdigit()
