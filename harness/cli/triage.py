@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.escaping import visible
 from harness.urls import hide_password
 from harness.triage import shared
 
@@ -72,14 +73,15 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return 2
     for r in results:
-        print(f"{r.result:<18} {r.cause}" + (f"  ({r.note})" if r.note else ""))
+        print(f"{visible(r.result):<18} {visible(r.cause)}" + (f"  ({visible(r.note)})" if r.note else ""))
     counts = {k: sum(r.result == k for r in results) for k in dict.fromkeys(r.result for r in results)}
     print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {where}")
-    print("aliasfuzz recheck: versions: " + "; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
-                                                     for t, vs in versions.items()))
+    print("aliasfuzz recheck: versions: " + visible("; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
+                                                             for t, vs in versions.items())))
     changed = [r for r in results if r.changed]
     print(f"aliasfuzz recheck: {len(changed)} changed since the last recheck"
-          + "".join(f"\naliasfuzz recheck: changed: {r.cause} ({r.previous or 'first recheck'} -> {r.result})"
+          + "".join(f"\naliasfuzz recheck: changed: {visible(r.cause)} ({visible(r.previous or 'first recheck')} -> "
+                    f"{visible(r.result)})"
                     for r in changed))
     return 1 if changed and args.fail_on_change else 0
 
@@ -137,7 +139,10 @@ def _list_or_set(args: argparse.Namespace, path: Path) -> int:
 
 
 def _print_causes(causes) -> None:
+    """One line per root cause. Every field comes from the store (a shared one from other
+    machines): printed through ``visible``, an ANSI sequence or a line break is shown, never run."""
     print(f"{'state':<24} {'runs':>4} {'findings':>8}  {'first seen':<10} {'last seen':<10}  root cause")
     for c in causes:
-        print(f"{c.state_text[:24]:<24} {c.runs:>4} {c.findings:>8}  {c.first_seen[:10]:<10} {c.last_seen[:10]:<10}  {c.id}")
+        print(f"{visible(c.state_text)[:24]:<24} {visible(c.runs):>4} {visible(c.findings):>8}  "
+              f"{visible(c.first_seen)[:10]:<10} {visible(c.last_seen)[:10]:<10}  {visible(c.id)}")
     print(f"{len(causes)} root causes")

@@ -3,7 +3,9 @@ CPU with the calls the torch target makes (``harness/targets/torch/``) and print
 bound name after every op (``after op 0: s0 = [1.0, 2.0]``). An op torch did not run in the
 finding's repro result is a comment.
 
-Each op kind has an emitter (``EMITTERS``): the op's fields in, the script lines out.
+Each op kind has an emitter (``EMITTERS``): the op's fields in, the script lines out. Text from
+the case or the repro JSON (the title, names, messages) is written only as a literal or inside a
+comment or the docstring, through ``harness.escaping``: never as code.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
+from harness.escaping import python_docstring, python_str, visible
 from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
@@ -64,12 +67,12 @@ caches = {{}}  # name -> [the KV-cache buffer of its cache appends, rows filled]
 stats = []  # the layers' running statistics by name: bn.running_mean, ...
 '''
 
-# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
+# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name as a literal).
 _METHODS = {
     "alias": "{t}", "clone": "{t}.clone()", "detach": "{t}.detach()", "copy": "copy.copy({t})",
     "mul1": "{t} * 1.0", "to_home": "{t}.to({t}.device)", "to_cpu": "{t}.cpu()",
     "contiguous": "{t}.contiguous()", "reshape": "{t}.reshape(-1)", "view_row": "{t}.narrow(0, 0, 1)",
-    "transpose": "{t}.transpose(-2, -1)", "state_dict": "model.state_dict()[{of!r}]",
+    "transpose": "{t}.transpose(-2, -1)", "state_dict": "model.state_dict()[{of}]",
     "deepcopy": "copy.deepcopy({t})",
     "to_host": "torch.from_numpy({t}.detach().cpu().numpy()).to({t}.device)",
     "save_load": "_save_load({t})",
@@ -87,7 +90,7 @@ _TORCH_DTYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch
 
 
 def _name(n: str) -> str:
-    return f"names[{n!r}]"
+    return f"names[{python_str(n)}]"
 
 
 def _tensor_lines(t) -> list[str]:
@@ -102,30 +105,31 @@ def _tensor_lines(t) -> list[str]:
         out = [f"_t = torch.empty({shape}, dtype=DTYPE).uniform_(-1.0, 1.0, generator=program_rng)"]
     else:
         out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r}, dtype=DTYPE)"]
+    n = python_str(t.name)
     if t.kind == "buffer":
-        return out + [f'model.register_buffer("{t.name}", _t)', f'names["{t.name}"] = model._buffers["{t.name}"]']
-    return out + [f'model.register_parameter("{t.name}", nn.Parameter(_t))',
-                  f'names["{t.name}"] = model._parameters["{t.name}"]',
-                  f'grads["{t.name}"] = {list(t.grad) if t.grad is not None else None!r}']
+        return out + [f"model.register_buffer({n}, _t)", f"names[{n}] = model._buffers[{n}]"]
+    return out + [f"model.register_parameter({n}, nn.Parameter(_t))",
+                  f"names[{n}] = model._parameters[{n}]",
+                  f"grads[{n}] = {list(t.grad) if t.grad is not None else None!r}"]
 
 
 def _layer_lines(layer) -> list[str]:
     """One layer, a submodule of the model; a batch norm's running buffers bound by name."""
     if layer.kind == "dropout":
-        return [f"model.add_module({layer.name!r}, nn.Dropout({float(layer.p)!r}))"]
-    out = [f"model.add_module({layer.name!r}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
+        return [f"model.add_module({python_str(layer.name)}, nn.Dropout({float(layer.p)!r}))"]
+    out = [f"model.add_module({python_str(layer.name)}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
            "affine=False, dtype=DTYPE))"]
     for name, _, _ in layer.states():
-        out += [f"stats.append({name!r})", f"names[{name!r}] = model.get_buffer({name!r})"]
+        out += [f"stats.append({python_str(name)})", f"names[{python_str(name)}] = model.get_buffer({python_str(name)})"]
     return out
 
 
 def _forward(op: dict) -> list[str]:
-    return [f"{_name(op['name'])} = model.get_submodule({op['layer']!r})({_name(op['input'])})"]
+    return [f"{_name(op['name'])} = model.get_submodule({python_str(op['layer'])})({_name(op['input'])})"]
 
 
 def _snapshot(op: dict) -> list[str]:
-    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=op["of"])]
+    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=python_str(op["of"]))]
 
 
 def _write(op: dict) -> list[str]:
@@ -151,17 +155,17 @@ def _append(op: dict) -> list[str]:
     t, src, n = _name(op["target"]), _name(op["source"]), op["target"]
     out = [f"_src = {src} if {src}.dim() == {t}.dim() else {src}.unsqueeze(0)"]
     if op["how"] == "cat":
-        return out + [f"caches.pop({n!r}, None)", f"{t} = torch.cat([{t}, _src])"]
+        return out + [f"caches.pop({python_str(n)}, None)", f"{t} = torch.cat([{t}, _src])"]
     return out + [
-        f"if {n!r} not in caches:  # a buffer of {ops.CACHE_ROWS} rows, starting with the name's",
+        f"if {python_str(n)} not in caches:  # a buffer of {ops.CACHE_ROWS} rows, starting with the name's",
         f"    _buf = torch.zeros(({ops.CACHE_ROWS},) + tuple({t}.shape[1:]))",
         "    with torch.no_grad():",
         f"        _buf[:{t}.shape[0]] = {t}",
-        f"    caches[{n!r}] = [_buf, {t}.shape[0]]",
-        f"_buf, _n = caches[{n!r}]",
+        f"    caches[{python_str(n)}] = [_buf, {t}.shape[0]]",
+        f"_buf, _n = caches[{python_str(n)}]",
         "with torch.no_grad():",
         "    _buf[_n:_n + _src.shape[0]] = _src",
-        f"caches[{n!r}] = [_buf, _n + _src.shape[0]]",
+        f"caches[{python_str(n)}] = [_buf, _n + _src.shape[0]]",
         f"{t} = _buf[:_n + _src.shape[0]]  # a view of the buffer"]
 
 
@@ -172,12 +176,12 @@ _MAP_CALLS = {"neg": "torch.neg({t})", "relu": "torch.relu({t})", "add_scalar": 
 
 def _map(op: dict) -> list[str]:
     t = _name(op["target"])
-    return [f"caches.pop({op['target']!r}, None)", f"{t} = " + _MAP_CALLS[op["fn"]].format(t=t)]
+    return [f"caches.pop({python_str(op['target'])}, None)", f"{t} = " + _MAP_CALLS[op["fn"]].format(t=t)]
 
 
 def _add(op: dict) -> list[str]:
     t = _name(op["target"])
-    return [f"caches.pop({op['target']!r}, None)", f"{t} = {t} + {_name(op['other'])}  # a row broadcasts"]
+    return [f"caches.pop({python_str(op['target'])}, None)", f"{t} = {t} + {_name(op['other'])}  # a row broadcasts"]
 
 
 def _fill(op: dict) -> list[str]:
@@ -230,30 +234,32 @@ def _save(op: dict) -> list[str]:
     n = op["name"]
     out = ["_sd = model.state_dict()  # param.detach() and the buffers: no copy"]
     if op["to"] == "memory":
-        out.append(f"checkpoints[{n!r}] = _sd")
+        out.append(f"checkpoints[{python_str(n)}] = _sd")
     else:
-        out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{n!r}] = _buf.getvalue()",
-                f"_sd = torch.load(io.BytesIO(checkpoints[{n!r}]))  # what the file holds"]
-    return out + ["for _k in [*grads, *stats]:", f"    names[{n!r} + '.' + _k] = _sd[_k]"]
+        out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{python_str(n)}] = _buf.getvalue()",
+                f"_sd = torch.load(io.BytesIO(checkpoints[{python_str(n)}]))  # what the file holds"]
+    return out + ["for _k in [*grads, *stats]:", f"    names[{python_str(n)} + '.' + _k] = _sd[_k]"]
 
 
 def _replace(op: dict) -> list[str]:
-    t, v = op["target"], _name(op["value"])
+    # ``setattr(model, name, ...)`` is ``model.<name> = ...`` (nn.Module.__setattr__) for any
+    # name, a Python keyword (``class``) included.
+    t, v = python_str(op["target"]), _name(op["value"])
     if op["how"] == "new":
-        return [f"_old = model._parameters[{t!r}]", f"model.{t} = nn.Parameter({v})",
-                f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
+        return [f"_old = model._parameters[{t}]", f"setattr(model, {t}, nn.Parameter({v}))",
+                f"if names.get({t}) is _old:", f"    names[{t}] = model._parameters[{t}]"]
     if op["how"] == "data":
-        return [f"model._parameters[{t!r}].data = {v}"]
+        return [f"model._parameters[{t}].data = {v}"]
     if op["how"] == "tie":
-        return [f"_old = model._parameters[{t!r}]", f"model.{t} = {v}  # the same Parameter in two slots",
-                f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
-    return ["with torch.no_grad():", f"    model._parameters[{t!r}].set_({v})"]
+        return [f"_old = model._parameters[{t}]", f"setattr(model, {t}, {v})  # the same Parameter in two slots",
+                f"if names.get({t}) is _old:", f"    names[{t}] = model._parameters[{t}]"]
+    return ["with torch.no_grad():", f"    model._parameters[{t}].set_({v})"]
 
 
 def _load(op: dict) -> list[str]:
     """``load_state_dict``; with ``assign=True`` the model's slots hold new objects, which the
     declared names read from then on (as the torch target rebinds them)."""
-    return [f"_ck = checkpoints[{op['from']!r}]",
+    return [f"_ck = checkpoints[{python_str(op['from'])}]",
             "_sd = torch.load(io.BytesIO(_ck)) if isinstance(_ck, bytes) else _ck",
             "_before = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
             f"model.load_state_dict(_sd, assign={bool(op['assign'])!r})",
@@ -266,20 +272,20 @@ def _load(op: dict) -> list[str]:
 def _move(op: dict) -> list[str]:
     """What ``module.to`` does to a param (``.data`` swapped) or a buffer (rebound); else ``.to``."""
     tgt, t = op["target"], _name(op["target"])
-    return [f"# CPU only: `{op['device']}` is the CPU here. What module.to does to a param/buffer:",
-            f"if {tgt!r} in model._parameters and model._parameters[{tgt!r}] is {t}:",
+    return [f"# CPU only: `{visible(op['device'])}` is the CPU here. What module.to does to a param/buffer:",
+            f"if {python_str(tgt)} in model._parameters and model._parameters[{python_str(tgt)}] is {t}:",
             "    with torch.no_grad():",
             f"        {t}.data = {t}.data.to('cpu')",
-            f"elif {tgt!r} in model._buffers and model._buffers[{tgt!r}] is {t}:",
-            f"    model._buffers[{tgt!r}] = {t} = {t}.to('cpu')",
+            f"elif {python_str(tgt)} in model._buffers and model._buffers[{python_str(tgt)}] is {t}:",
+            f"    model._buffers[{python_str(tgt)}] = {t} = {t}.to('cpu')",
             "else:",
             f"    {t} = {t}.to('cpu')"]
 
 
 def _module_clone(op: dict) -> list[str]:
     return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters(remove_duplicate=False):",
-            f"    names[{op['name']!r} + '.' + _k] = _p", "for _k in stats:",
-            f"    names[{op['name']!r} + '.' + _k] = _m.get_buffer(_k)"]
+            f"    names[{python_str(op['name'])} + '.' + _k] = _p", "for _k in stats:",
+            f"    names[{python_str(op['name'])} + '.' + _k] = _m.get_buffer(_k)"]
 
 
 EMITTERS: dict[str, Callable[[dict], list[str]]] = {
@@ -298,7 +304,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
 def torch_script(program: Program, repro: dict | None = None) -> str:
     """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran.
     A metamorphic case runs twice: as it is, then without its inert ops (``without: ...`` lines)."""
-    out = [_PRELUDE.format(title=program.title or "case")]
+    out = [_PRELUDE.format(title=python_docstring(program.title or "case"))]
     out += _run_lines(program, repro, "", range(len(program.ops)))
     second = without_run(program, repro)
     if second is not None:
