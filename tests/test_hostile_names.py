@@ -156,19 +156,30 @@ def test_torch_observes_the_same_under_hostile_names():
 
 
 def test_every_target_observes_and_the_oracle_reports_the_same_under_hostile_names():
+    # Each case runs twice as written: where the two runs differ on a target (candle's CPU
+    # generator cannot be seeded, so its uniform lazy tensors differ from run to run), that
+    # target's observations say nothing about names, and the case's signatures are compared only
+    # where the two runs agree on them.
     cases = hostile_cases()
     targets = ("torch:cpu", "candle:cpu", "burn:flex")
     with targets_runner(targets) as runner:
         originals = runner.run([c[1] for c in cases], every_target=True)
+        again = runner.run([c[1] for c in cases], every_target=True)
         hostile = runner.run([c[2] for c in cases], every_target=True)
-    compared = 0
-    for (name, program, renamed, old_of), a, b in zip(cases, originals, hostile):
+    compared, unrepeatable = 0, []
+    for (name, program, renamed, old_of), a, a2, b in zip(cases, originals, again, hostile):
         for t in targets:
-            observed_alike(name, a[t], b[t], old_of)
+            if alike(a[t], a2[t]):
+                observed_alike(name, a[t], b[t], old_of)
+            else:
+                unrepeatable.append((name, t))
         want = [f.signature for f in compare(program, a)]
+        if want != [f.signature for f in compare(program, a2)]:
+            continue
         got = [f.signature for f in compare(renamed, b)]
         assert got == want, name
         compared += bool(want)
+    assert all(t == "candle:cpu" for _, t in unrepeatable) and len(unrepeatable) <= len(cases) // 10, unrepeatable
     assert compared >= len(cases) // 2  # most cases are there because they diverge
 
 
