@@ -5,7 +5,11 @@ finding's repro result is a comment.
 
 Each op kind has an emitter (``EMITTERS``): the op's fields in, the script lines out. Text from
 the case or the repro JSON (the title, names, messages) is written only as a literal or inside a
-comment or the docstring, through ``harness.escaping``: never as code.
+comment or the docstring, through ``harness.escaping``: never as code. A case name is never a
+Python identifier or a module attribute of the script: the model holds each tensor, layer and
+layer state under its ``model_key`` (``harness.targets.torch.names``, as the torch target does),
+so a tensor named ``training``, ``forward`` or ``class`` is registered, replaced and loaded like
+any other; the script's ``names`` dict is keyed by the case's own names.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.escaping import python_docstring, python_str, visible
 from harness.targets.protocol import PROGRAM_SEED
+from harness.targets.torch.names import KEY_PREFIX, model_key
 from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
 _PRELUDE = '''#!/usr/bin/env python3
@@ -42,6 +47,11 @@ def _save_load(t):
     return torch.load(buf)
 
 
+def case_name(key):
+    """The case's name of a model key (the model holds case name n under KEY_PREFIX + n)."""
+    return key[len(KEY_PREFIX):]
+
+
 def loss():
     """The sum of (p * grad) over the model's slots (a tied parameter once per slot)."""
     total = None
@@ -57,17 +67,18 @@ class Model(nn.Module):
     pass
 
 
+KEY_PREFIX = {key_prefix}  # the model's key of case name n is KEY_PREFIX + n: any name is a tensor name
 model = Model()
-names = {{}}
-grads = {{}}
+names = {{}}  # case name -> tensor
+grads = {{}}  # model key -> the gradient the loss gives the param
 optimizers = {{}}
 checkpoints = {{}}  # name -> the state dict as returned (memory) or the bytes torch.save wrote (file)
 accumulating = False  # a backward pass ran since the last step: its gradients are kept
 caches = {{}}  # name -> [the KV-cache buffer of its cache appends, rows filled]
-stats = []  # the layers' running statistics by name: bn.running_mean, ...
+stats = []  # the layers' running statistics by model key: KEY_PREFIX + bn.running_mean, ...
 '''
 
-# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name as a literal).
+# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its model key as a literal).
 _METHODS = {
     "alias": "{t}", "clone": "{t}.clone()", "detach": "{t}.detach()", "copy": "copy.copy({t})",
     "mul1": "{t} * 1.0", "to_home": "{t}.to({t}.device)", "to_cpu": "{t}.cpu()",
@@ -93,6 +104,11 @@ def _name(n: str) -> str:
     return f"names[{python_str(n)}]"
 
 
+def _key(n: str) -> str:
+    """The literal of the model's key of case name ``n`` (``names.model_key``)."""
+    return python_str(model_key(n))
+
+
 def _tensor_lines(t) -> list[str]:
     """The declaration of one tensor: registered on the model as a parameter or a buffer."""
     shape = list(t.shape)
@@ -105,31 +121,31 @@ def _tensor_lines(t) -> list[str]:
         out = [f"_t = torch.empty({shape}, dtype=DTYPE).uniform_(-1.0, 1.0, generator=program_rng)"]
     else:
         out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r}, dtype=DTYPE)"]
-    n = python_str(t.name)
+    n, k = python_str(t.name), _key(t.name)
     if t.kind == "buffer":
-        return out + [f"model.register_buffer({n}, _t)", f"names[{n}] = model._buffers[{n}]"]
-    return out + [f"model.register_parameter({n}, nn.Parameter(_t))",
-                  f"names[{n}] = model._parameters[{n}]",
-                  f"grads[{n}] = {list(t.grad) if t.grad is not None else None!r}"]
+        return out + [f"model.register_buffer({k}, _t)", f"names[{n}] = model._buffers[{k}]"]
+    return out + [f"model.register_parameter({k}, nn.Parameter(_t))",
+                  f"names[{n}] = model._parameters[{k}]",
+                  f"grads[{k}] = {list(t.grad) if t.grad is not None else None!r}"]
 
 
 def _layer_lines(layer) -> list[str]:
     """One layer, a submodule of the model; a batch norm's running buffers bound by name."""
     if layer.kind == "dropout":
-        return [f"model.add_module({python_str(layer.name)}, nn.Dropout({float(layer.p)!r}))"]
-    out = [f"model.add_module({python_str(layer.name)}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
+        return [f"model.add_module({_key(layer.name)}, nn.Dropout({float(layer.p)!r}))"]
+    out = [f"model.add_module({_key(layer.name)}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
            "affine=False, dtype=DTYPE))"]
     for name, _, _ in layer.states():
-        out += [f"stats.append({python_str(name)})", f"names[{python_str(name)}] = model.get_buffer({python_str(name)})"]
+        out += [f"stats.append({_key(name)})", f"names[{python_str(name)}] = model.get_buffer({_key(name)})"]
     return out
 
 
 def _forward(op: dict) -> list[str]:
-    return [f"{_name(op['name'])} = model.get_submodule({python_str(op['layer'])})({_name(op['input'])})"]
+    return [f"{_name(op['name'])} = model.get_submodule({_key(op['layer'])})({_name(op['input'])})"]
 
 
 def _snapshot(op: dict) -> list[str]:
-    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=python_str(op["of"]))]
+    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=_key(op["of"]))]
 
 
 def _write(op: dict) -> list[str]:
@@ -238,22 +254,22 @@ def _save(op: dict) -> list[str]:
     else:
         out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{python_str(n)}] = _buf.getvalue()",
                 f"_sd = torch.load(io.BytesIO(checkpoints[{python_str(n)}]))  # what the file holds"]
-    return out + ["for _k in [*grads, *stats]:", f"    names[{python_str(n)} + '.' + _k] = _sd[_k]"]
+    return out + ["for _k in [*grads, *stats]:", f"    names[{python_str(n)} + '.' + case_name(_k)] = _sd[_k]"]
 
 
 def _replace(op: dict) -> list[str]:
-    # ``setattr(model, name, ...)`` is ``model.<name> = ...`` (nn.Module.__setattr__) for any
-    # name, a Python keyword (``class``) included.
-    t, v = python_str(op["target"]), _name(op["value"])
+    # ``setattr(model, key, ...)`` is ``model.<key> = ...`` (nn.Module.__setattr__) for any key;
+    # the key is the case name's ``model_key``, never one of nn.Module's own attributes.
+    n, k, v = python_str(op["target"]), _key(op["target"]), _name(op["value"])
     if op["how"] == "new":
-        return [f"_old = model._parameters[{t}]", f"setattr(model, {t}, nn.Parameter({v}))",
-                f"if names.get({t}) is _old:", f"    names[{t}] = model._parameters[{t}]"]
+        return [f"_old = model._parameters[{k}]", f"setattr(model, {k}, nn.Parameter({v}))",
+                f"if names.get({n}) is _old:", f"    names[{n}] = model._parameters[{k}]"]
     if op["how"] == "data":
-        return [f"model._parameters[{t}].data = {v}"]
+        return [f"model._parameters[{k}].data = {v}"]
     if op["how"] == "tie":
-        return [f"_old = model._parameters[{t}]", f"setattr(model, {t}, {v})  # the same Parameter in two slots",
-                f"if names.get({t}) is _old:", f"    names[{t}] = model._parameters[{t}]"]
-    return ["with torch.no_grad():", f"    model._parameters[{t}].set_({v})"]
+        return [f"_old = model._parameters[{k}]", f"setattr(model, {k}, {v})  # the same Parameter in two slots",
+                f"if names.get({n}) is _old:", f"    names[{n}] = model._parameters[{k}]"]
+    return ["with torch.no_grad():", f"    model._parameters[{k}].set_({v})"]
 
 
 def _load(op: dict) -> list[str]:
@@ -264,28 +280,28 @@ def _load(op: dict) -> list[str]:
             "_before = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
             f"model.load_state_dict(_sd, assign={bool(op['assign'])!r})",
             "_after = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
-            "for _k, _old in _before.items():",
-            "    if _after[_k] is not _old and names.get(_k) is _old:",
-            "        names[_k] = _after[_k]"]
+            "for _k, _old in _before.items():  # model keys",
+            "    if _after[_k] is not _old and names.get(case_name(_k)) is _old:",
+            "        names[case_name(_k)] = _after[_k]"]
 
 
 def _move(op: dict) -> list[str]:
     """What ``module.to`` does to a param (``.data`` swapped) or a buffer (rebound); else ``.to``."""
     tgt, t = op["target"], _name(op["target"])
     return [f"# CPU only: `{visible(op['device'])}` is the CPU here. What module.to does to a param/buffer:",
-            f"if {python_str(tgt)} in model._parameters and model._parameters[{python_str(tgt)}] is {t}:",
+            f"if {_key(tgt)} in model._parameters and model._parameters[{_key(tgt)}] is {t}:",
             "    with torch.no_grad():",
             f"        {t}.data = {t}.data.to('cpu')",
-            f"elif {python_str(tgt)} in model._buffers and model._buffers[{python_str(tgt)}] is {t}:",
-            f"    model._buffers[{python_str(tgt)}] = {t} = {t}.to('cpu')",
+            f"elif {_key(tgt)} in model._buffers and model._buffers[{_key(tgt)}] is {t}:",
+            f"    model._buffers[{_key(tgt)}] = {t} = {t}.to('cpu')",
             "else:",
             f"    {t} = {t}.to('cpu')"]
 
 
 def _module_clone(op: dict) -> list[str]:
     return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters(remove_duplicate=False):",
-            f"    names[{python_str(op['name'])} + '.' + _k] = _p", "for _k in stats:",
-            f"    names[{python_str(op['name'])} + '.' + _k] = _m.get_buffer(_k)"]
+            f"    names[{python_str(op['name'])} + '.' + case_name(_k)] = _p", "for _k in stats:",
+            f"    names[{python_str(op['name'])} + '.' + case_name(_k)] = _m.get_buffer(_k)"]
 
 
 EMITTERS: dict[str, Callable[[dict], list[str]]] = {
@@ -304,7 +320,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
 def torch_script(program: Program, repro: dict | None = None) -> str:
     """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran.
     A metamorphic case runs twice: as it is, then without its inert ops (``without: ...`` lines)."""
-    out = [_PRELUDE.format(title=python_docstring(program.title or "case"))]
+    out = [_PRELUDE.format(title=python_docstring(program.title or "case"), key_prefix=python_str(KEY_PREFIX))]
     out += _run_lines(program, repro, "", range(len(program.ops)))
     second = without_run(program, repro)
     if second is not None:
