@@ -121,7 +121,7 @@ def test_the_profile_covers_the_main_and_the_runner_threads():
 def test_a_markdown_page_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     proc = run_cli("bench", "--markdown", str(tmp_path / "missing" / "bench.md"), timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"aliasfuzz: --markdown {tmp_path / 'missing' / 'bench.md'}: no such directory {tmp_path / 'missing'}"
+    assert proc.stderr.strip() == f"aliasfuzz: --markdown {tmp_path / 'missing' / 'bench.md'}: folder {tmp_path / 'missing'} does not exist"
 
 
 def test_workers_claiming_chunks_draw_every_chunk_once():

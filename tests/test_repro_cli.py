@@ -11,8 +11,10 @@ from tests.conftest import CASES, ROOT, run_cli
 
 def test_example_case_on_torch_cpu():
     result = run_cli("repro", str(CASES / "example_sgd_snapshots.toml"), "--targets", "torch:cpu", "--json")
-    assert result.returncode == 0, result.stderr
+    # One target is no comparison: its trace is shown, and the exit status says nothing was compared.
+    assert result.returncode == 2 and "only torch:cpu ran the case" in result.stderr, result.stderr
     doc = json.loads(result.stdout)
+    assert doc["compared"] is False
     t = doc["targets"]["torch:cpu"]
     assert t["status"] == "ok"
     assert t["final"]["w"] == [[0.5, 1.5]]

@@ -32,10 +32,14 @@ def test_two_machines_keep_one_triage_history_in_redis(tmp_path, redis_url):
     # The second machine's run follows the first's, though nothing of machine-a is on its disk.
     delta = json.loads((second / "triage.json").read_text())
     assert delta["previous_run"] == str(first.resolve())
-    # Its local copy (the store its report reads) is the shared store, both runs in it.
-    local = second.parent / "triage.sqlite"
-    runs = sqlite3.connect(local).execute("SELECT run FROM runs ORDER BY started").fetchall()
-    assert [r for (r,) in runs] == [str(first.resolve()), str(second.resolve())]
+    # The shared store holds both runs; no local store was made beside the run folder (one
+    # there would only be read), and the run folder keeps what its report shows of the shared
+    # history: when each of its causes was first seen.
+    assert not (second.parent / "triage.sqlite").exists()
+    copy = shared.fetch(redis_url, tmp_path / "copy.sqlite", "--store")
+    runs = sqlite3.connect(copy).execute("SELECT run, started FROM runs ORDER BY started").fetchall()
+    assert [r for (r, _) in runs] == [str(first.resolve()), str(second.resolve())]
+    assert delta["first_seen_at"] and set(delta["first_seen_at"].values()) <= {started for (_, started) in runs}
     listed = run_cli("triage", "--store", redis_url)
     assert listed.returncode == 0 and "root causes" in listed.stdout, listed.stderr
     cause = listed.stdout.splitlines()[1].split()[-1]

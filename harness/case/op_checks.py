@@ -67,7 +67,7 @@ def check_op(raw: Mapping[str, Any], i: int, scope: Scope, err) -> dict[str, Any
         op[f.name] = getattr(check, f.kind)(f)
     grown = ops.grown(op)
     if grown is not None:
-        scope.bound[grown] = (ops.grown_shape(op, check.shapes()), scope.bound[grown][1])
+        scope.bound[grown] = (ops.grown_shape(op, check.shapes(ops.reads(op))), scope.bound[grown][1])
     return op
 
 
@@ -135,7 +135,7 @@ class _FieldCheck:
     def new(self, f: ops.Field) -> str:
         name = self._new(f, self.op[f.name])
         for b in ops.bindings(self.op, self.scope.params):
-            self.scope.bound[b.name] = (ops.bound_shape(b, self.shapes()), "snapshot")
+            self.scope.bound[b.name] = (ops.bound_shape(b, self.shapes((b.source,))), "snapshot")
         return name
 
     def prefix(self, f: ops.Field) -> str:
@@ -168,8 +168,11 @@ class _FieldCheck:
             raise self._fail(f, f"expected true or false, got {cv.brief(value)}")
         return value
 
-    def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: shape for name, (shape, _) in self.scope.bound.items()}
+    def shapes(self, names: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        """The shapes of ``names`` (those bound): only the op's own, as a copy of every bound
+        name's per op made checking a program quadratic in its length."""
+        bound = self.scope.bound
+        return {name: bound[name][0] for name in names if name in bound}
 
     def number(self, f: ops.Field) -> float:
         x = cv.f32(self.op[f.name], f"{self.where}.{f.name}", self.err)

@@ -397,11 +397,19 @@ def remade(op: Mapping[str, Any]) -> str | None:
     return None
 
 
-def rebinds(op: Mapping[str, Any], name: str) -> bool:
-    """Whether ``op`` binds ``name`` again: one it remakes (``remade``: grows or computes from
-    itself), or a ``replace`` of it from another name (``rebindings``; one from itself is not a
+def rebound(op: Mapping[str, Any]) -> frozenset[str]:
+    """The names ``op`` binds again: one it remakes (``remade``: grows or computes from itself),
+    or a ``replace``'s target from another name (``rebindings``; one from itself is not a
     rebinding)."""
-    return remade(op) == name or any(b.name == name and b.source != name for b in rebindings(op))
+    names = {b.name for b in rebindings(op) if b.source != b.name}
+    if remade(op) is not None:
+        names.add(remade(op))
+    return frozenset(names)
+
+
+def rebinds(op: Mapping[str, Any], name: str) -> bool:
+    """Whether ``op`` binds ``name`` again (``rebound``)."""
+    return name in rebound(op)
 
 
 def denotes_another_object(op: Mapping[str, Any], name: str) -> bool:

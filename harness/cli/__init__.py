@@ -67,6 +67,7 @@ def _harness_crash(args: argparse.Namespace, exc: Exception) -> int:
     import traceback
 
     from harness.judging.harness_errors import line_of, write_bug_report
+    from harness.urls import hide_password
 
     cases = {}
     for c in list(getattr(args, "cases", None) or []) + [getattr(args, "case", None)]:
@@ -75,7 +76,7 @@ def _harness_crash(args: argparse.Namespace, exc: Exception) -> int:
                 cases[str(c)] = Path(c).read_text(encoding="utf-8")[:1 << 20]
         except (OSError, ValueError):
             pass
-    summary = f"{type(exc).__name__}: {exc} at {line_of(exc)}"
+    summary = hide_password(f"{type(exc).__name__}: {exc} at {line_of(exc)}")
     report = write_bug_report(summary, traceback.format_exc(), cases)
     where = f"bug report with the case: {report}" if report else "the bug report could not be written"
     print(f"aliasfuzz: internal error (a bug of aliasfuzz): {' '.join(summary.split())} ({where})",

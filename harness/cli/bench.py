@@ -9,9 +9,8 @@ import os
 import platform
 import shlex
 import sys
-from pathlib import Path
 
-from harness.files import atomic_write
+from harness.files import atomic_write, output_file_problem
 
 
 def register(sub) -> None:
@@ -40,13 +39,17 @@ def register(sub) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from harness.fuzzing.bench import BenchConfig, run_bench
+    from harness.fuzzing.options import option_problem
     from harness.targets.registry import parse_target_list
 
     for name in ("programs", "chunk_size", "spawn_programs", "length_programs", "repeat"):
         if getattr(args, name) < 1:
             print(f"aliasfuzz: --{name.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
-    if args.markdown and (problem := _unwritable(Path(args.markdown))):
+    if problem := option_problem("chunk_size", args.chunk_size):  # as fuzz --chunk-size
+        print(f"aliasfuzz: --chunk-size {args.chunk_size}: {problem}", file=sys.stderr)
+        return 2
+    if args.markdown and (problem := output_file_problem(args.markdown)):
         print(f"aliasfuzz: --markdown {args.markdown}: {problem}", file=sys.stderr)  # before a run of minutes
         return 2
     config = BenchConfig(seed=args.seed, programs=args.programs, chunk_size=args.chunk_size, profile=args.profile,
@@ -77,15 +80,3 @@ def markdown_page(lines: list[str], argv: list[str]) -> str:
         "docs/PERFORMANCE.md says what each line measures and how to read it. The machine's speed drifts "
         "between minutes: compare figures taken in one run.", "",
         "```text", *lines, "```", ""])
-
-
-def _unwritable(path: Path) -> str | None:
-    """Why ``path`` cannot be written, or None."""
-    if path.is_dir():
-        return "is a directory"
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        return f"no such directory {parent}"
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return "not writable"
-    return None

@@ -25,11 +25,13 @@ def register(sub) -> None:
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from harness.case.ir import load_case
-    from harness.triage.bisect import (BisectError, bisect, cache_dir, cargo_observer, parse_versions, published,
-                                       verdict_words)
+    from harness.triage.bisect import (BisectError, bisect, cache_dir, cargo_observer, check_cache, parse_versions,
+                                       published, verdict_words)
     from harness.targets.registry import open_runner
 
+    # Every input checked before anything is listed, run or built.
     program = load_case(args.case)
+    cache = check_cache(Path(args.cache) if args.cache else cache_dir())
     versions = parse_versions(args.versions, lambda: published(args.framework))
     runner, found = open_runner(["torch:cpu"])
     try:
@@ -40,7 +42,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         runner.close()
     if not reference:
         raise BisectError(f"{args.case}: the case binds no snapshot, so there is no verdict to bisect")
-    cache = Path(args.cache) if args.cache else cache_dir()
     result = bisect(args.framework, versions, reference, cargo_observer(program, args.framework, cache),
                     log=lambda line: print(f"aliasfuzz bisect: {line}", file=sys.stderr, flush=True))
     if args.json:

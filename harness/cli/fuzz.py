@@ -12,8 +12,9 @@ from datetime import datetime
 from pathlib import Path
 
 from generators.programs import PROFILES
-from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign
+from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign, usable_cpus
 from harness.errors import InputError
+from harness.files import output_file_problem
 
 
 def register(sub) -> None:
@@ -106,6 +107,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         return 3
     if result.errors and not result.findings and result.programs == 0:
         return 2
+    # "0 new" of nothing run is no clean result. A machine joining a shared campaign whose chunks
+    # the others have all run runs none by design: the campaign's result is theirs.
+    if result.programs_this_run == 0 and not config.campaign:
+        print("aliasfuzz: ran no program, so nothing was compared (see the log above)", file=sys.stderr)
+        return 2
     state = result.folder.load_state()
     run = result.programs - state.get("repeats_skipped", 0)
     if run > 0 and state.get("ran_nowhere", 0) >= run:
@@ -123,24 +129,40 @@ def _sigterm_as_interrupt(signum, frame) -> None:
 
 def _check_options(args: argparse.Namespace) -> float | None:
     """The campaign's options, checked before anything starts; returns the budget in seconds."""
+    from harness.fuzzing.options import option_problem
+    from harness.fuzzing.shared_campaign import check_name
+
     budget = parse_duration(args.budget)
+    if args.campaign is not None:  # '' too: never a campaign of one machine in disguise
+        check_name(args.campaign)
     if budget is None and args.max_programs is None and not args.resume and not args.campaign:
         raise CampaignError("give --budget or --max-programs (a campaign needs an end)")
-    if args.max_programs is not None and args.max_programs < 1:
-        raise CampaignError(f"--max-programs {args.max_programs}: must be at least 1")
+    # The options a shared campaign stores in Redis: one check (options.option_problem) for the
+    # command line, what a joining machine reads there and a resumed campaign.json.
+    for flag, key, given, value in (("--budget", "budget_s", args.budget, budget),
+                                    ("--max-programs", "max_programs", args.max_programs, args.max_programs),
+                                    ("--chunk-size", "chunk_size", args.chunk_size, args.chunk_size),
+                                    ("--metamorphic", "metamorphic_share", args.metamorphic, args.metamorphic)):
+        problem = None if value is None else option_problem(key, value)
+        if problem:
+            raise CampaignError(f"{flag} {given}: {problem}")
     if args.workers < 1:
-        raise CampaignError("--workers must be at least 1")
-    if args.chunk_size is not None and args.chunk_size < 1:
-        raise CampaignError("--chunk-size must be at least 1")
+        raise CampaignError(f"--workers {args.workers}: must be at least 1")
+    if args.workers > (cpus := usable_cpus()):
+        # Each worker starts its own targets; more than the CPUs spend the budget starting them.
+        raise CampaignError(f"--workers {args.workers}: more than the {cpus} CPU(s) this machine gives aliasfuzz "
+                            f"(each worker runs its own targets); give at most {cpus}")
+    if args.confirm < 0:
+        raise CampaignError(f"--confirm {args.confirm}: must be 0 (off) or more runs")
     for flag, value in (("--shrink-time", args.shrink_time), ("--shrink-grace", args.shrink_grace)):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise CampaignError(f"{flag} {value}: must be a finite number of seconds, 0 or more")
-    if args.metamorphic is not None and not (0.0 <= args.metamorphic <= 1.0):
-        raise CampaignError(f"--metamorphic {args.metamorphic}: must be a share from 0 to 1")
     if args.lease is not None and not (math.isfinite(args.lease) and args.lease > 0):
         raise CampaignError(f"--lease {args.lease}: must be a finite number of seconds, more than 0")
     if args.lease is not None and not args.campaign and not args.resume:
         raise CampaignError("--lease: only with --campaign NAME")
+    if args.junit and (problem := output_file_problem(args.junit)):
+        raise CampaignError(f"--junit {args.junit}: {problem}")  # before a campaign, not after it
     if args.resume:
         if args.out and Path(args.out) != Path(args.resume):
             raise CampaignError(f"--out {args.out} with --resume {args.resume}: a resume writes to its own folder")
@@ -152,17 +174,25 @@ def _check_resume(args: argparse.Namespace) -> None:
     """A resume continues the same campaign: an option that would make it another one (its seed,
     targets, profile, corpus or baseline) is refused rather than ignored."""
     from harness.fuzzing.run_folder import RunFolder
+    from harness.fuzzing.shared_campaign import canonical_targets
     from harness.targets.registry import parse_target_list
+    from harness.urls import has_hidden_password, hide_password
 
     saved = RunFolder(args.resume).load_state().get("config", {})
-    given = {"seed": args.seed, "targets": parse_target_list(args.targets), "profile": args.profile,
-             "db": args.db, "baseline": args.baseline, "chunk_size": args.chunk_size,
-             "metamorphic_share": args.metamorphic}
+    # Compared as stored: targets as a set, the corpus URL with its password hidden (never stored).
+    given = {"seed": args.seed, "targets": canonical_targets(parse_target_list(args.targets)),
+             "profile": args.profile, "db": args.db and hide_password(args.db), "baseline": args.baseline,
+             "chunk_size": args.chunk_size, "metamorphic_share": args.metamorphic}
+    stored = {**saved, "targets": canonical_targets(saved.get("targets")),
+              "db": hide_password(saved["db"]) if isinstance(saved.get("db"), str) else saved.get("db")}
     for key, value in given.items():
-        if value is not None and value != saved.get(key):
+        if value is not None and value != stored.get(key):
             flag = {"metamorphic_share": "--metamorphic"}.get(key, "--" + key.replace("_", "-"))
-            raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {saved.get(key)!r}; "
+            raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {stored.get(key)!r}; "
                                 f"a resume continues it unchanged (leave {flag} out, or start a new --out)")
+    if args.db is None and has_hidden_password(saved.get("db")):
+        raise CampaignError(f"--resume {args.resume}: its corpus is --db {saved['db']}, whose password is never "
+                            f"stored: give --db with the password again")
 
 
 def _campaign_resume(args: argparse.Namespace) -> None:
@@ -170,7 +200,7 @@ def _campaign_resume(args: argparse.Namespace) -> None:
     campaign NAME (``--db redis://host:port/n --campaign NAME``) with a new run folder."""
     if not args.resume or not args.resume.lower().startswith(("redis://", "rediss://")):
         return
-    from harness.fuzzing.corpus import hide_password
+    from harness.urls import hide_password
     from harness.fuzzing.shared_report import split_campaign_url
 
     db, name = split_campaign_url(args.resume)
@@ -191,17 +221,18 @@ def _joined_campaign(args: argparse.Namespace, config: CampaignConfig) -> Campai
     from harness.fuzzing.run_folder import RunFolder
     from harness.fuzzing.shared_campaign import LEASE_S, SharedCampaign
 
-    name, db, lease, fresh = args.campaign, args.db, args.lease, {"seed": config.seed}
+    name, db, lease, fresh, fresh_where = args.campaign, args.db, args.lease, {"seed": config.seed}, "the command line"
     if args.resume:
         saved = RunFolder(args.resume).load_state().get("config", {})
         name, db = name or saved.get("campaign"), db or saved.get("db")
         lease = lease or saved.get("lease_s")
         fresh = saved  # a Redis that lost the campaign gets it back as this folder ran it
+        fresh_where = str(RunFolder(args.resume).state_json)
     if not name:
         return config
     given = {"seed": args.seed, "profile": args.profile, "targets": config.targets, "chunk_size": args.chunk_size,
              "budget_s": config.budget_s, "max_programs": args.max_programs, "metamorphic_share": args.metamorphic}
-    shared = SharedCampaign.open(db, name).settle(given, fresh)
+    shared = SharedCampaign.open(db, name).settle(given, fresh, fresh_where)
     budget = shared["budget_s"]
     return replace(config, campaign=name, db=db, lease_s=lease or LEASE_S, seed=shared["seed"],
                    profile=shared["profile"], targets=shared["targets"], chunk_size=shared["chunk_size"],

@@ -20,9 +20,10 @@ def register(sub) -> None:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from harness.reporting.matrix import build, write
+    from harness.reporting.matrix import build, check_out, write
     from harness.targets.registry import open_runner, parse_target_list
 
+    check_out(Path(args.out))  # before the targets start and the matrix is built, not after
     runner, _ = open_runner(parse_target_list(args.targets))
     try:
         m = build(runner)

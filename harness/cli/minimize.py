@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.errors import InputError
 from harness.case.ir import CaseError, load_case, write_case
+from harness.files import output_file_problem
 
 
 def register(sub) -> None:
@@ -77,10 +78,6 @@ def _out_path(args: argparse.Namespace) -> Path:
     special = Path(os.path.abspath(case)).parts[1:2] in (("dev",), ("proc",))  # /dev/stdin, /proc/self/fd/0
     if not args.out and (special or not case.is_file()):
         raise CaseError(case, "--out", "not a regular file of its own folder: give --out for the minimized case")
-    if out.exists() and not out.is_file():
-        raise CaseError(out, "--out", "not a regular file")
-    if not out.parent.is_dir():
-        raise CaseError(out, "--out", f"folder {out.parent} does not exist")
-    if not os.access(out.parent, os.W_OK):
-        raise CaseError(out, "--out", f"folder {out.parent} is not writable")
+    if problem := output_file_problem(out):
+        raise CaseError(out, "--out", problem)
     return out

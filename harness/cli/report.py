@@ -41,8 +41,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         if args.history:
             print(f"aliasfuzz report: wrote {render_history(args.history, _warn)}")
+        elif _is_campaign_url(args.run_dir):
+            _report_campaign(args)
         else:
-            run = load_run(_campaign_folder(args) if _is_campaign_url(args.run_dir) else args.run_dir)
+            run = load_run(args.run_dir)
             for p in write_run_reports(run, _warn):
                 print(f"aliasfuzz report: wrote {p}")
             print(f"aliasfuzz report: {summary_line(run)}")
@@ -56,14 +58,27 @@ def _is_campaign_url(run_dir: str) -> bool:
     return run_dir.lower().startswith(("redis://", "rediss://"))
 
 
-def _campaign_folder(args: argparse.Namespace) -> str:
-    """The shared campaign ``args.run_dir`` names, written as the run folder ``--out``."""
-    from harness.fuzzing.corpus import hide_password
+def _report_campaign(args: argparse.Namespace) -> None:
+    """The shared campaign ``args.run_dir`` names, written as the run folder ``--out`` with its
+    reports. The reports are rendered before the folder takes its name (``export_campaign``'s
+    ``finish``): a campaign that cannot be exported or rendered leaves no folder, so a retry
+    works."""
     from harness.fuzzing.shared_report import export_campaign
+    from harness.reporting.report import load_run, summary_line, write_run_reports
+    from harness.urls import hide_password
 
     if not args.out:
         raise CampaignError(f"{hide_password(args.run_dir)}: give --out DIR, the new run folder the campaign is "
                             f"written to")
-    folder = export_campaign(args.run_dir, args.out)
+    rendered: dict[str, object] = {}
+
+    def render(staging) -> None:
+        run = load_run(staging)
+        rendered["reports"] = [p.relative_to(staging) for p in write_run_reports(run, _warn)]
+        rendered["summary"] = summary_line(run)
+
+    folder = export_campaign(args.run_dir, args.out, render)
     print(f"aliasfuzz report: wrote the campaign to {folder}")
-    return str(folder)
+    for p in rendered["reports"]:
+        print(f"aliasfuzz report: wrote {folder / p}")
+    print(f"aliasfuzz report: {rendered['summary']}")

@@ -1,4 +1,9 @@
-"""``aliasfuzz repro CASE.toml...``: runs cases on every target and shows the divergences."""
+"""``aliasfuzz repro CASE.toml...``: runs cases on every target and shows the divergences.
+
+Exit status 0: every case was compared and none diverged; 1: divergences (known ones included);
+2: a bad case, or a case nothing was compared on: no target ran it, or only one did (one target
+is no comparison, so "no divergence" is never said of it; its table is shown all the same);
+3: a harness error."""
 
 from __future__ import annotations
 
@@ -43,6 +48,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
                 why = "; ".join(f"{t}: {tr.status}: {tr.message}" for t, tr in result.traces.items())
                 print(f"aliasfuzz: {path}: no target ran the case, so nothing was compared ({why})",
                       file=sys.stderr)
+            elif not result.compared:  # one target: no agreement to claim, as when none ran it
+                status = max(status, EXIT_USAGE)
+                print(f"aliasfuzz: {path}: {result.not_compared()}", file=sys.stderr)
             elif result.findings and status == EXIT_OK:
                 status = EXIT_FOUND
             if args.json:

@@ -16,7 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.fuzzing.corpus import hide_password
+from harness.escaping import visible
+from harness.urls import hide_password
 from harness.triage import shared
 
 
@@ -57,24 +58,30 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         if shared.is_shared(args.store):
             # Rechecked on a copy and written back as one change: another machine's record in
             # between makes it run again on the new copy (``shared.change``).
-            with tempfile.TemporaryDirectory() as tmp:
+            where = hide_password(args.store)
+            with tempfile.TemporaryDirectory(prefix="aliasfuzz-triage-") as tmp:
                 results, versions = shared.change(args.store, Path(tmp) / STORE_NAME, "--store", run)
         else:
             path = Path(args.store or Path("reports") / STORE_NAME)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            where = str(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(f"--store {path}: cannot make its folder ({e.strerror or e})") from None
             results, versions = run(path)
     except InputError as e:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return 2
     for r in results:
-        print(f"{r.result:<18} {r.cause}" + (f"  ({r.note})" if r.note else ""))
+        print(f"{visible(r.result):<18} {visible(r.cause)}" + (f"  ({visible(r.note)})" if r.note else ""))
     counts = {k: sum(r.result == k for r in results) for k in dict.fromkeys(r.result for r in results)}
-    print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {path}")
-    print("aliasfuzz recheck: versions: " + "; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
-                                                     for t, vs in versions.items()))
+    print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {where}")
+    print("aliasfuzz recheck: versions: " + visible("; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
+                                                             for t, vs in versions.items())))
     changed = [r for r in results if r.changed]
     print(f"aliasfuzz recheck: {len(changed)} changed since the last recheck"
-          + "".join(f"\naliasfuzz recheck: changed: {r.cause} ({r.previous or 'first recheck'} -> {r.result})"
+          + "".join(f"\naliasfuzz recheck: changed: {visible(r.cause)} ({visible(r.previous or 'first recheck')} -> "
+                    f"{visible(r.result)})"
                     for r in changed))
     return 1 if changed and args.fail_on_change else 0
 
@@ -105,7 +112,7 @@ def cmd_triage(args: argparse.Namespace) -> int:
 
 def _list_or_set(args: argparse.Namespace, path: Path) -> int:
     """Lists the root causes of the store, or sets one's state (``--set``); a Redis store
-    (``args.store``) through the copy ``path``."""
+    (``args.store``) through the copy ``path``. Listing opens the store read-only."""
     from harness.triage.store import TriageStore
 
     def set_state(local: Path) -> None:
@@ -126,13 +133,16 @@ def _list_or_set(args: argparse.Namespace, path: Path) -> int:
             set_state(path)
         print(f"aliasfuzz triage: {args.set[0]}: {' '.join(args.set[1:])}")
         return 0
-    with TriageStore(path) as db:
+    with TriageStore(path, write=False) as db:
         _print_causes(db.causes())
     return 0
 
 
 def _print_causes(causes) -> None:
+    """One line per root cause. Every field comes from the store (a shared one from other
+    machines): printed through ``visible``, an ANSI sequence or a line break is shown, never run."""
     print(f"{'state':<24} {'runs':>4} {'findings':>8}  {'first seen':<10} {'last seen':<10}  root cause")
     for c in causes:
-        print(f"{c.state_text[:24]:<24} {c.runs:>4} {c.findings:>8}  {c.first_seen[:10]:<10} {c.last_seen[:10]:<10}  {c.id}")
+        print(f"{visible(c.state_text)[:24]:<24} {visible(c.runs):>4} {visible(c.findings):>8}  "
+              f"{visible(c.first_seen)[:10]:<10} {visible(c.last_seen)[:10]:<10}  {visible(c.id)}")
     print(f"{len(causes)} root causes")

@@ -37,13 +37,14 @@ from harness.fuzzing.corpus import Corpus, open_database
 from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, drawn_results, pipeline
 from harness.fuzzing.messages import (FindingFound, LogLine, Message, Progress, RanNowhere, TargetsOpened, WorkerDone,
                                       WorkerError)
+from harness.fuzzing.options import option_problem
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
 from harness.fuzzing.shared_campaign import LEASE_S
 from harness.judging.finding import FindingRecord
 from harness.judging.harness_errors import HARNESS_ERROR, line_of
 
 __all__ = ["DRAIN_S", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
-           "parse_duration", "run_campaign", "worker_loop"]
+           "parse_duration", "run_campaign", "usable_cpus", "worker_loop"]
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -53,6 +54,15 @@ def parse_duration(text: str | None) -> float | None:
     if not m:
         raise CampaignError(f"--budget: {text!r} is not a duration like 90s, 10m, 2h")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, which a container or ``taskset`` narrows;
+    ``os.cpu_count`` counts the whole machine's)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # no affinity on this system
+        return os.cpu_count() or 1
 
 
 @dataclass
@@ -129,9 +139,13 @@ def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: 
     from harness.targets.registry import open_runner
 
     baseline = load_baseline(config.baseline)
-    runner, found = open_runner(config.targets)
-    if deadline is not None:  # past it (and a drain), whatever a target is doing (a hung probe) is cut off
-        runner.set_deadline(time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S)
+    # Past the deadline (and a drain), whatever a target is doing (a hung probe) is cut off, its
+    # start-up too: a probe that never answers its handshake must not hold a budgeted campaign
+    # for the two minutes a slow one is otherwise given.
+    cut_off = None if deadline is None else time.monotonic() + max(0.0, deadline - time.time()) + DRAIN_S
+    runner, found = open_runner(config.targets, start_by=cut_off)
+    if cut_off is not None:
+        runner.set_deadline(cut_off)
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     baseline = baseline.for_installed(infos)  # an entry explains findings only on its versions
@@ -259,6 +273,8 @@ class CampaignResult:
     harness_failed: bool = False
     #: Whether Ctrl-C or SIGTERM ended the campaign (its state is saved: ``--resume`` goes on).
     interrupted: bool = False
+    #: Programs this run ran (``programs`` counts those of earlier runs of a resumed campaign too).
+    programs_this_run: int = 0
 
     @property
     def new(self) -> list[dict[str, Any]]:
@@ -289,6 +305,9 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
         return config, state, []
     state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig), config_required=("out", "seed"))
     saved = CampaignConfig(**state["config"])
+    # Checked as the command line's --chunk-size and a shared campaign's stored one are.
+    if problem := option_problem("chunk_size", saved.chunk_size):
+        raise CampaignError(f"{folder.state_json}: config.chunk_size {saved.chunk_size!r}: {problem}")
     # A resume continues the same campaign: same seed, targets and profile; the budget,
     # worker count, shrink grace, whether known findings are shrunk and the confirmation runs
     # may change.
@@ -296,6 +315,8 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
     saved.shrink_grace_s, saved.shrink_known = config.shrink_grace_s, config.shrink_known
     saved.shrink_time_s, saved.confirm_runs = config.shrink_time_s, config.confirm_runs
     saved.out = config.out  # the folder may have been moved since
+    if config.db is not None:  # the corpus URL as given: campaign.json holds it with its password hidden
+        saved.db = config.db
     records, messages = folder.reconcile()  # the journal is the truth; nothing is lost
     for m in messages:
         log(m)
@@ -433,7 +454,8 @@ class _Driver:
         self.folder.save_state(state)
         self.folder.ensure_findings_list()
         return CampaignResult(self.folder, self.records, state["programs"], state["elapsed_s"], self.errors,
-                              harness_failed=self.harness_failed, interrupted=self.interrupted)
+                              harness_failed=self.harness_failed, interrupted=self.interrupted,
+                              programs_this_run=self.programs_this_run)
 
 
 def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budget: float,

@@ -14,9 +14,10 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from harness.files import atomic_write
+from harness.urls import hide_password
 from harness.errors import CampaignError
 from harness.case.ir import Program
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
@@ -120,19 +121,6 @@ def _check_saved(db, key: bytes, value: bytes) -> None:
         return
     # Write it ourselves, where Hypothesis would have, to learn what is wrong (or to store it).
     atomic_write(path, value)
-
-
-def hide_password(spec: str) -> str:
-    """``spec`` with the password of a URL shown as ``***``."""
-    try:
-        u = urlsplit(spec)
-        if u.password is None:
-            return spec
-        host = u.netloc.rsplit("@", 1)[-1]
-        user = u.username or ""
-        return urlunsplit((u.scheme, f"{user}:***@{host}", u.path, u.query, u.fragment))
-    except ValueError:
-        return re.sub(r"//[^@/]*@", "//***@", spec)
 
 
 def connect_redis(spec: str, option: str | None = "--db"):

@@ -1,6 +1,8 @@
 """A run folder's lock: an exclusive ``flock`` on ``campaign.lock``, held for as long as a
 campaign runs; the kernel drops it when the process dies, however it dies. The lock file holds
-the holder's pid, for the message a second campaign gets."""
+the holder's pid, for the message a second campaign gets. The lock file is never opened through a
+symbolic link (``O_NOFOLLOW``): truncating it and writing the pid would land in the file it points
+to (``RunFolder.refuse_links`` refuses such a link first, with a clearer message)."""
 
 from __future__ import annotations
 
@@ -57,7 +59,7 @@ class FolderLock:
 
     def _open_locked(self) -> int:
         try:
-            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as e:
             raise CampaignError(f"{self.folder}: cannot write the run folder: {_why(e)}") from None
         try:
@@ -86,7 +88,7 @@ class FolderLock:
         """Raises "in use by another campaign" when another process holds the lock; creates
         nothing."""
         try:
-            fd = os.open(self.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(self.lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             return  # no lock file (or none this process may open): nobody to name
         try:

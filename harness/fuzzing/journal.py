@@ -70,11 +70,18 @@ def journal_lines(records: Iterable[Mapping[str, Any]]) -> bytes:
 def append(journal: Path, torn_file: Path, data: bytes) -> None:
     """Appends whole lines to the journal and fsyncs it, after setting a torn last line aside.
     Raises ``OSError`` as the file system does (the caller says what is intact)."""
-    with open(journal, "a+b") as f:
+    with _open_no_link(journal, "a+b") as f:
         _end_on_a_line(f, torn_file)
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def _open_no_link(path: Path, mode: str) -> BinaryIO:
+    """``open(path, mode)`` for appending, refusing a symbolic link (``OSError`` ELOOP): lines
+    appended through one would land in the file it points to, outside the run folder."""
+    flags = os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_RDWR if "+" in mode else os.O_WRONLY)
+    return os.fdopen(os.open(path, flags, 0o666), mode)
 
 
 def _end_on_a_line(f: BinaryIO, torn_file: Path) -> None:
@@ -105,7 +112,7 @@ def _end_on_a_line(f: BinaryIO, torn_file: Path) -> None:
     if complete:
         f.write(b"\n")
         return
-    with open(torn_file, "ab") as t:
+    with _open_no_link(torn_file, "ab") as t:
         t.write(block + b"\n")
         t.flush()
         os.fsync(t.fileno())

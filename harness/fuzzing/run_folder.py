@@ -12,6 +12,10 @@ Beside the layout it keeps the folder's guarantees:
 - a reader (the reports, the history page) opens a folder with ``RunFolder.open_read_only``:
   no lock (a campaign may be running in it), nothing written, and none of the folder's own files
   read through a link out of it;
+- nothing is written through a link: a resume refuses a folder whose own entries (the lock, the
+  state, the journal, ``findings.json``, the torn file, ``cases/``, ``corpus/``) include one, a new
+  campaign takes no folder holding one (``folder_setup.check_fresh``), and the lock, the journal
+  and every temporary file are opened with ``O_NOFOLLOW``: ``refuse_links`` is the one check;
 - a set-up that fails leaves nothing behind: what ``create_new`` made is removed again while it
   holds no finding and no program has run, never a folder (or a file) that was there before
   (``folder_setup``, which also names the folder's files);
@@ -29,6 +33,7 @@ import hashlib
 import json
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -43,6 +48,7 @@ from harness.fuzzing.folder_setup import (CASES_NAME, CORPUS_NAME, FINDINGS_NAME
 from harness.fuzzing.run_state import (RESUME_REQUIRED, check_config_keys, check_state, json_kind, record_problem,
                                        shown, utf8_text)
 from harness.judging.finding import stored_record
+from harness.urls import hide_password
 
 __all__ = ["FINDINGS_NAME", "JOURNAL_NAME", "LOCK_NAME", "STATE_NAME", "TORN_NAME", "RunFolder", "check_config_keys",
            "check_state", "inside", "program_from_bytes", "program_to_bytes"]
@@ -209,7 +215,8 @@ class RunFolder:
     @classmethod
     def open_existing(cls, path: str | Path) -> "RunFolder":
         """The folder of a campaign to resume, locked, its ``campaign.json`` checked
-        (``load_state``). Never removes anything."""
+        (``load_state``). Refuses a folder whose own entries include a symbolic link
+        (``refuse_links``) before it opens anything to write. Never removes anything."""
         folder = cls(path)
         p = folder.path
         if not p.exists():
@@ -218,6 +225,7 @@ class RunFolder:
             raise CampaignError(f"{p}: not a folder (--resume takes a run folder)")
         if not folder.state_json.exists() and not folder.state_json.is_symlink():
             raise CampaignError(f"{p}: no campaign.json: not a run folder")
+        folder.refuse_links(folder_setup.OWN_NAMES, writing=True)  # before the lock file is opened
         folder.acquire()
         try:
             folder.load_state()
@@ -244,14 +252,32 @@ class RunFolder:
             folder.root = p.resolve(strict=True)
         except (OSError, RuntimeError) as e:
             raise CampaignError(f"{p}: cannot open ({e})") from None
+        folder.refuse_links((STATE_NAME, JOURNAL_NAME, FINDINGS_NAME), writing=False)
         for own in (folder.state_json, folder.journal, folder.findings_json):
-            if (own.exists() or own.is_symlink()) and inside(folder.root, own.name) is None:
-                raise CampaignError(f"{own}: a link out of the run folder: not read")
             if own.exists() and not own.is_file() and not own.is_dir():  # a FIFO would never end
                 raise CampaignError(f"{own}: not a regular file: not read")
         if not (folder.state_json.exists() or folder.state_json.is_symlink()):
             raise CampaignError(f"{p}: no campaign.json: not a run folder")
         return folder
+
+    def refuse_links(self, names: Iterable[str], *, writing: bool) -> None:
+        """The one check that keeps a command's reads and writes inside the run folder: refuses,
+        with a one-line ``CampaignError`` naming the entry, each of the folder's entries ``names``
+        that is a symbolic link. Writing (a campaign, a resume), every link is refused, whatever
+        it points to: a write through it lands where it points, outside the folder or over
+        another of the folder's own files (a linked ``campaign.lock`` would be truncated). Only
+        reading (``open_read_only``), a link is refused when it leads out of the folder
+        (``inside``): one between the folder's own files reads nothing of anyone else's."""
+        root = self.root or self.path.resolve()
+        for name in names:
+            entry = self.path / name
+            if not entry.is_symlink():
+                continue
+            if writing:
+                raise CampaignError(f"{entry}: a symbolic link (to {os.readlink(entry)}): nothing is written "
+                                    f"through a link; make it a plain file or folder of the run folder")
+            if inside(root, name) is None:
+                raise CampaignError(f"{entry}: a link out of the run folder: not read")
 
     def holds_anything(self) -> bool:
         """A finding in the journal, or a saved state with programs run: worth keeping. A
@@ -279,9 +305,10 @@ class RunFolder:
         self._writable()
         try:
             self.cases.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".writable"
-            probe.write_text("")
-            probe.unlink()
+            # A fresh name (O_EXCL): a fixed one could be a link planted to truncate another file.
+            fd, probe = tempfile.mkstemp(prefix=".writable-", dir=self.path)
+            os.close(fd)
+            os.unlink(probe)
         except OSError as e:
             raise CampaignError(f"{self.path}: cannot write the run folder: {e.strerror or e}") from None
 
@@ -310,7 +337,12 @@ class RunFolder:
         return state
 
     def save_state(self, state: dict[str, Any]) -> None:
+        """Writes ``campaign.json``. The password of the corpus URL (``config.db``) is hidden
+        (``harness.urls``): it is never stored, so a resume is given ``--db`` again."""
         self._writable()
+        config = state.get("config") if isinstance(state, dict) else None
+        if isinstance(config, dict) and isinstance(config.get("db"), str):
+            state = {**state, "config": {**config, "db": hide_password(config["db"])}}
         try:
             atomic_write(self.state_json, json.dumps(state, indent=2))
         except OSError as e:  # disk full, folder gone: one line, the journal is untouched
@@ -323,6 +355,7 @@ class RunFolder:
     def _read_own(self, path: Path, what: str) -> bytes | None:
         """The bytes of one of the folder's own files (``what`` it should be, for messages);
         None when it does not exist."""
+        self.refuse_links((path.name,), writing=False)
         try:
             return _read_regular(path)
         except FileNotFoundError:
@@ -442,6 +475,7 @@ class RunFolder:
 
     def _add_finding(self, record: Mapping[str, Any], minimized: str, original: str, repro: dict | None,
                      all_records: list[dict[str, Any]]) -> None:
+        self.refuse_links((CASES_NAME,), writing=True)  # again: it may have been replaced since the start
         n = len(all_records) + 1
         stem = f"{n:03d}-{hashlib.sha1(record['signature'].encode()).hexdigest()[:8]}"
         atomic_write(self.cases / f"{stem}.toml", minimized)

@@ -27,6 +27,12 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _epoch_seconds(v: Any) -> bool:
+    """A time a calendar can show: seconds since the epoch from 1970 up to (not into) year 10000,
+    which ``datetime`` can represent (the triage store and the reports write it as a date)."""
+    return _number(v) and 0 <= v < 253402300800
+
+
 def _dict_of_dicts(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(x, dict) for x in v.values())
 
@@ -48,7 +54,7 @@ STATE_FIELDS: dict[str, tuple[bool, Any, str]] = {
     "runs": (True, _list_of_dicts, "must be a list of objects"),
     "targets": (True, _dict_of_dicts, "must be an object of target -> object"),
     "unavailable": (True, _dict_of_str, "must be an object of framework -> reason"),
-    "started": (False, _number, "must be a number (seconds since the epoch)"),
+    "started": (False, _epoch_seconds, "must be a number of seconds since the epoch (1970 to year 9999)"),
     "replayed": (False, _nonneg_int, "must be a non-negative integer"),
     "repeats_skipped": (False, _nonneg_int, "must be a non-negative integer"),
     "ran_nowhere": (False, _nonneg_int, "must be a non-negative integer"),

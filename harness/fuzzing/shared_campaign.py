@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterator
 
 from harness.errors import CampaignError
 from harness.fuzzing.messages import FindingFound, Message, Progress, TargetsOpened
+from harness.fuzzing.options import option_problem
 
 # The options a campaign's machines must agree on: config key -> the option that sets it.
 SHARED_OPTIONS = {"seed": "--seed", "profile": "--profile", "targets": "--targets", "chunk_size": "--chunk-size",
@@ -150,10 +151,40 @@ def campaign_prefix(name: str) -> str:
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.fullmatch(name or ""):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise CampaignError(f"--campaign {name!r}: a campaign name is letters, digits, '.', '_' and '-' "
                             f"(at most 100, starting with a letter or digit)")
     return name
+
+
+# -- the shared options, checked ------------------------------------------------------------------
+
+def canonical_targets(targets: list[str] | None) -> list[str] | None:
+    """``targets`` in one order, each once: a campaign's targets are a set (which of them run
+    does not depend on their order), so the same targets given in another order are the same
+    campaign."""
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        return targets  # no list of targets: left for the caller's check to name
+    return sorted(set(targets))
+
+
+def check_config(config: Any, where: str) -> dict[str, Any]:
+    """A shared campaign's configuration (as stored in Redis), every ``SHARED_OPTIONS`` field
+    checked by ``option_problem``; a one-line ``CampaignError`` "WHERE, field KEY: what is wrong,
+    found VALUE" otherwise (``where`` names the Redis key). Returns it, its targets canonical."""
+    from harness.fuzzing.run_state import json_kind, shown
+
+    if not isinstance(config, dict):
+        raise CampaignError(f"{where}: not a campaign configuration (a JSON object), found {json_kind(config)}")
+    for key in SHARED_OPTIONS:
+        if key not in config:
+            raise CampaignError(f"{where}, field {key}: missing")
+        problem = option_problem(key, config[key])
+        if problem:
+            raise CampaignError(f"{where}, field {key}: {problem}, found {shown(config[key])}")
+    if config["budget_s"] is None and config["max_programs"] is None:
+        raise CampaignError(f"{where}, fields budget_s and max_programs: both null, so the campaign would never end")
+    return {**config, "targets": canonical_targets(config["targets"])}
 
 
 class SharedCampaign:
@@ -203,29 +234,60 @@ class SharedCampaign:
 
     # -- the configuration ----------------------------------------------------------------------
 
-    def settle(self, given: dict[str, Any], fresh: dict[str, Any]) -> dict[str, Any]:
+    def settle(self, given: dict[str, Any], fresh: dict[str, Any], fresh_where: str = "the defaults"
+               ) -> dict[str, Any]:
         """The campaign's configuration: the stored one (``given``'s values that are not None
         must match it, else a one-line ``CampaignError`` naming the option), or, for the first
         machine, ``given`` completed by ``fresh`` and ``DEFAULTS``, stored now (``SET NX``: of two
-        first machines, one stores and the other is checked against it)."""
+        first machines, one stores and the other is checked against it). What is read from Redis
+        is checked as the command line's options are (``check_config``: one line naming the key
+        and the field), and so is what is stored (``fresh_where`` names where ``fresh`` came
+        from). Targets are compared as sets (``canonical_targets``)."""
         first = {k: given.get(k) if given.get(k) is not None else fresh.get(k, DEFAULTS.get(k))
                  for k in SHARED_OPTIONS}
-        raw = self.client.get(self.key("config"))
+        key = self.key("config")
+        raw = self._get(key)
         if raw is None:
             if first["budget_s"] is None and first["max_programs"] is None:
                 raise CampaignError(f"--campaign {self.name}: a new campaign needs --budget or --max-programs")
-            if self.client.set(self.key("config"), json.dumps(first), nx=True):
-                self.client.set(self.key("started"), repr(time.time()), nx=True)
+            first = check_config(first, f"--campaign {self.name}: the configuration from {fresh_where}")
+            try:
+                stored_now = self.client.set(key, json.dumps(first), nx=True)
+                if stored_now:
+                    self.client.set(self.key("started"), repr(time.time()), nx=True)
+            except Exception as e:  # noqa: BLE001 - the client's errors
+                raise self._failed(e) from None
+            if stored_now:
                 return first
-            raw = self.client.get(self.key("config"))
-        stored = json.loads(raw)
-        for key, flag in SHARED_OPTIONS.items():
-            value = given.get(key)
-            if value is not None and value != stored.get(key):
-                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {key} "
-                                    f"{_shown(stored.get(key))}; "
+            raw = self._get(key)
+        stored = check_config(self._json(raw, key), f"{self.shown}: campaign {self.name}: key {key}")
+        for option, flag in SHARED_OPTIONS.items():
+            value = given.get(option)
+            if option == "targets":
+                value = canonical_targets(value)
+            if value is not None and value != stored.get(option):
+                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {option} "
+                                    f"{_shown(stored.get(option))}; "
                                     f"every machine runs it unchanged (leave {flag} out, or name another --campaign)")
         return stored
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self.client.get(key)
+        except Exception as e:  # noqa: BLE001 - the client's errors: connection lost, WRONGTYPE, ...
+            raise self._failed(e, key) from None
+
+    def _failed(self, e: Exception, key: str | None = None) -> CampaignError:
+        at = f" at key {key}" if key else ""
+        return CampaignError(f"{self.shown}: campaign {self.name}: Redis failed{at} ({type(e).__name__}: {e})")
+
+    def _json(self, raw: bytes, key: str) -> Any:
+        """The JSON value stored at ``key``; a one-line ``CampaignError`` naming the key when it is not JSON."""
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise CampaignError(f"{self.shown}: campaign {self.name}: key {key}: not JSON "
+                                f"({type(e).__name__}: {str(e)[:80]})") from None
 
     # -- chunks ---------------------------------------------------------------------------------
 

@@ -93,9 +93,12 @@ def bug_dir() -> Path:
 
 def write_bug_report(summary: str, traceback_text: str, cases: Mapping[str, str]) -> Path | None:
     """A Markdown bug report of aliasfuzz itself: the command, the summary, the traceback and the
-    case files it ran (``cases``: name -> text), ready to attach to an issue. Returns its path, or
-    None when it cannot be written (the caller's one-line message then says so)."""
+    case files it ran (``cases``: name -> text), ready to attach to an issue. Every URL's password
+    in it is hidden (``harness.urls``): the command line may hold ``--db redis://:PASSWORD@...``,
+    and a bug report is made to be shared. Returns its path, or None when it cannot be written
+    (the caller's one-line message then says so)."""
     from harness.files import atomic_write
+    from harness.urls import hide_password
 
     parts = [f"# aliasfuzz harness error\n\n{summary}\n\n", f"Command: `{' '.join(sys.argv)}`\n\n",
              f"Python {sys.version.split()[0]}\n\n## Traceback\n\n```\n{traceback_text.rstrip()}\n```\n"]
@@ -103,6 +106,6 @@ def write_bug_report(summary: str, traceback_text: str, cases: Mapping[str, str]
         parts.append(f"\n## Case `{name}`\n\n```toml\n{text.rstrip()}\n```\n")
     path = bug_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.md"
     try:
-        return atomic_write(path, "".join(parts))
+        return atomic_write(path, hide_password("".join(parts)))
     except OSError:
         return None

@@ -37,15 +37,47 @@ def first_divergence(program: Program, traces: Sequence[Trace], hidden: set[int]
         sa, sb = a.state_after(i), b.state_after(i)
         common = sorted((n for n in sa if n in sb and sa[n].identity is not None
                          and sb[n].identity is not None), key=lambda n: order.get(n, 1 << 30))
-        if _token_labels(sa, common) == _token_labels(sb, common):
+        la, lb = _token_labels(sa, common), _token_labels(sb, common)
+        if la == lb:
             continue  # the same partition on both sides (labels by first appearance; no sets built)
-        for j, x in enumerate(common):
-            for y in common[j + 1:]:
-                same = (sa[x].identity == sa[y].identity, sb[x].identity == sb[y].identity)
-                if same[0] != same[1]:
-                    parts = tuple(_render(identity_partition({n: s[n] for n in common})) for s in (sa, sb))
-                    return IdentityDivergence(i, (x, y), same, parts)
+        j, k = _first_split(la, lb)
+        x, y = common[j], common[k]
+        same = (la[j] == la[k], lb[j] == lb[k])
+        parts = tuple(_render(identity_partition({n: s[n] for n in common})) for s in (sa, sb))
+        return IdentityDivergence(i, (x, y), same, parts)
     return None
+
+
+def _first_split(la: Sequence[int], lb: Sequence[int]) -> tuple[int, int]:
+    """The first pair ``(j, k)``, ``j < k``, in order (the smallest ``j``, then the smallest ``k``)
+    that is one group on one side and two on the other, of two different groupings of the same
+    names (``_token_labels`` of each side). Linear in the names, where asking every pair was
+    quadratic: each name's next name of its group on each side (``after_a``, ``after_b``) is
+    found in one pass; the names after ``j`` in its group are the same on both sides exactly when
+    the two next names are the same name ``m`` and, recursively, the same holds at ``m`` (its
+    group is ``j``'s on both sides). ``k`` is then where the two chains from ``j`` part: the
+    smaller of the two next names at the first name whose next names differ."""
+    n = len(la)
+    after_a: list[int | None] = [None] * n
+    after_b: list[int | None] = [None] * n
+    last_a: dict[int, int] = {}
+    last_b: dict[int, int] = {}
+    for i in range(n):
+        if la[i] in last_a:
+            after_a[last_a[la[i]]] = i
+        if lb[i] in last_b:
+            after_b[last_b[lb[i]]] = i
+        last_a[la[i]], last_b[lb[i]] = i, i
+    alike = [True] * n  # the names after i in its group are the same on both sides
+    for i in range(n - 1, -1, -1):
+        nxt = after_a[i]
+        alike[i] = nxt == after_b[i] and (nxt is None or alike[nxt])
+    j = alike.index(False)  # the groupings differ, so some name's later group members differ
+    c = j
+    while after_a[c] == after_b[c]:  # both not None: the chains from j part later
+        c = after_a[c]
+    k = min(m for m in (after_a[c], after_b[c]) if m is not None)
+    return j, k
 
 
 def written_on_one_side(traces: Sequence[Trace], written: str | None, name: str, k: int) -> bool:

@@ -21,6 +21,7 @@ copy that merely happens to hold an equal value is exactly what ``keeps`` means.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -132,6 +133,7 @@ class Trace:
     steps: list[StepResult] = field(default_factory=list)
     elapsed_us: int = 0
     _states: list[dict[str, Observation]] | None = field(default=None, repr=False)
+    _changes: dict[str, "Changes"] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_wire(cls, target: str, raw: Mapping[str, Any]) -> "Trace":
@@ -169,6 +171,26 @@ class Trace:
             self._states = out
         return self._states
 
+    def changes(self) -> dict[str, "Changes"]:
+        """Every name's observations, each with the op after which it was made (-1: the initial
+        state): what ``state_after(i)[name]`` is, read without building every state. The
+        verdicts read a few names at a few ops each; a full state per op is quadratic in the
+        program's length."""
+        if self._changes is None:
+            out: dict[str, Changes] = {}
+            for name, obs in self.initial.items():
+                out[name] = Changes([-1], [obs])
+            for i, step in enumerate(self.steps):
+                for name, obs in step.changed.items():
+                    ch = out.get(name)
+                    if ch is None:
+                        out[name] = Changes([i], [obs])
+                    else:
+                        ch.ops.append(i)
+                        ch.observations.append(obs)
+            self._changes = out
+        return self._changes
+
     def state_after(self, i: int) -> dict[str, Observation]:
         """State after op ``i``; ``i = -1`` is the initial state."""
         return self.initial if i < 0 else self.states()[i]
@@ -189,6 +211,25 @@ class Trace:
             ],
             "elapsed_us": self.elapsed_us,
         }
+
+
+@dataclass
+class Changes:
+    """One name's observations in a trace (``Trace.changes``): ``observations[j]`` was made by op
+    ``ops[j]`` (-1: the initial state), ``ops`` ascending."""
+
+    ops: list[int]
+    observations: list[Observation]
+
+    def after(self, i: int) -> Observation | None:
+        """The name's observation after op ``i`` (-1: initially), or None where it is not bound
+        yet."""
+        j = bisect.bisect_right(self.ops, i) - 1
+        return self.observations[j] if j >= 0 else None
+
+    def between(self, start: int, end: int) -> list[int]:
+        """The ops ``k`` with ``start <= k < end`` that changed the name."""
+        return self.ops[bisect.bisect_left(self.ops, start):bisect.bisect_left(self.ops, end)]
 
 
 def alike(a: Trace, b: Trace) -> bool:
@@ -328,17 +369,19 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
     taken = trace.steps[snap.op]
     if taken.status != "ok":
         return Verdict(snap, taken.status, message=taken.message)
-    if snap.name not in trace.state_after(snap.op):
+    changes = trace.changes()
+    source, name = changes.get(snap.source, _NEVER), changes.get(snap.name, _NEVER)
+    if name.after(snap.op) is None:
         return Verdict(snap, "error", message=f"{snap.name} was not observed")
     events = []
-    for k in range(snap.op + 1, relation_end(program, snap, len(trace.steps))):
-        changed = trace.steps[k].changed
-        if snap.source not in changed and snap.name not in changed:
-            continue  # neither side moved: no event (the states are merged from ``changed``)
-        before, after = trace.state_after(k - 1), trace.state_after(k)
-        x0, x1 = _view(snap.method, before.get(snap.source)), _view(snap.method, after.get(snap.source))
-        s0 = before[snap.name].value if snap.name in before else None
-        s1 = after[snap.name].value if snap.name in after else None
+    # Only the ops that changed either side can make an event (the states are merged from
+    # ``changed``): each relation reads its two names' changes, not every op of the program.
+    start, end = snap.op + 1, relation_end(program, snap, len(trace.steps))
+    for k in sorted({*source.between(start, end), *name.between(start, end)}):
+        x0, x1 = _view(snap.method, source.after(k - 1)), _view(snap.method, source.after(k))
+        before, after = name.after(k - 1), name.after(k)
+        s0 = before.value if before is not None else None
+        s1 = after.value if after is not None else None
         # A lazy snapshot getting its first value (burn initialises a clone of an uninitialised
         # parameter with it) is not a change of the snapshot: one that then holds another value
         # than its source (the source was initialised and trained by the same step) keeps. One
@@ -365,6 +408,10 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
     return Verdict(snap, "ok", tuple(events))
 
 
+#: The changes of a name a trace never observed.
+_NEVER = Changes([], [])
+
+
 def relation_end(program: Program, snap: SnapshotInfo, n: int) -> int:
     """The op at which the snapshot's relation ends: the first after it that binds itself again
     from another name, or its source to another object (a ``replace`` puts another tensor in the
@@ -385,13 +432,33 @@ def _relation_ends(program: Program) -> Mapping[SnapshotInfo, int]:
 
 
 def _relation_end(program: Program, snap: SnapshotInfo) -> int:
-    for k in range(snap.op + 1, len(program.ops)):
-        op = program.ops[k]
-        # The snapshot's own link ends at any rebinding; its source's only when the source
-        # becomes another object (``w.data = v`` keeps the object: an alias of w follows it).
-        if ops.rebinds(op, snap.name) or ops.denotes_another_object(op, snap.source):
-            return k
-    return len(program.ops)
+    # The snapshot's own link ends at any rebinding; its source's only when the source becomes
+    # another object (``w.data = v`` keeps the object: an alias of w follows it).
+    rebound, another = _rebinding_ops(program)
+    end = len(program.ops)
+    for at in (rebound.get(snap.name, ()), another.get(snap.source, ())):
+        j = bisect.bisect_right(at, snap.op)
+        if j < len(at):
+            end = min(end, at[j])
+    return end
+
+
+@per_program
+def _rebinding_ops(program: Program) -> tuple[Mapping[str, tuple[int, ...]], Mapping[str, tuple[int, ...]]]:
+    """For each name, the ops that bind it again (``ops.rebinds``), and those after which it
+    denotes another object (``ops.denotes_another_object``), ascending: one pass over the ops,
+    where asking each op about each relation's names was quadratic in the program's length."""
+    rebound: dict[str, list[int]] = {}
+    another: dict[str, list[int]] = {}
+    for k, op in enumerate(program.ops):
+        names = ops.rebound(op)
+        for name in names:
+            rebound.setdefault(name, []).append(k)
+        if not ops.keeps_object(op):
+            for name in names:
+                another.setdefault(name, []).append(k)
+    return (MappingProxyType({n: tuple(ks) for n, ks in rebound.items()}),
+            MappingProxyType({n: tuple(ks) for n, ks in another.items()}))
 
 
 def relation_key(snap: SnapshotInfo, first: bool) -> str:

@@ -13,6 +13,9 @@ upstream reference.
 
 from __future__ import annotations
 
+import shlex
+
+from harness.escaping import md_code, md_fence, md_text
 from harness.judging.finding import FindingRecord
 from harness.judging.pairs import REFERENCE_FRAMEWORK
 
@@ -38,21 +41,21 @@ def _title(framework: str, sentence: str) -> str:
 def _versions(rec: FindingRecord) -> list[str]:
     if not rec.versions:
         return ["- (the run recorded no versions)"]
-    return [f"- `{target}`: " + ", ".join(f"{k} {v}" for k, v in sorted(vs.items()))
+    return [f"- {md_code(target)}: " + md_text(", ".join(f"{k} {v}" for k, v in sorted(vs.items())))
             for target, vs in sorted(rec.versions.items())]
 
 
 def _observed(rec: FindingRecord) -> list[str]:
-    out = [rec.sentence.strip()]
+    out = [md_text(rec.sentence)]
     pairs = [t for t in rec.targets if t != "-"]
     if rec.kind == "metamorphic" and len(pairs) == 2:  # one target, two runs
         pairs = [f"{pairs[0]}, with the inert ops", f"{pairs[0]}, without them"]
     if rec.sides and len(rec.sides) == len(pairs) == 2:
-        got = [f"`{t}`: {side}" + (f" ({rec.values[i]})" if rec.values and len(rec.values) == 2 else "")
+        got = [f"{md_code(t)}: {md_text(side)}" + (f" ({md_text(rec.values[i])})" if rec.values and len(rec.values) == 2 else "")
                for i, (t, side) in enumerate(zip(pairs, rec.sides))]
         out += ["", "Observed: " + "; ".join(got) + "."]
     if rec.detail:
-        out += ["", "```", rec.detail.strip(), "```"]
+        out += ["", *md_fence(rec.detail.strip())]
     return out
 
 
@@ -67,9 +70,9 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
     compared = kind.get(rec.kind, f"{framework} against {REFERENCE_FRAMEWORK}" if framework != REFERENCE_FRAMEWORK
                         else "two targets")
     lines = [
-        f"# {_title(framework, rec.sentence)}",
+        f"# {md_text(_title(framework, rec.sentence))}",
         "",
-        f"> Draft by aliasfuzz from a minimized case ({compared}; signature `{rec.signature}`). Check before "
+        f"> Draft by aliasfuzz from a minimized case ({md_text(compared)}; signature {md_code(rec.signature)}). Check before "
         "filing: a difference the framework documents is a design difference for the aliasfuzz baseline, "
         "not a bug report.",
         "",
@@ -81,16 +84,16 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
         "",
         f"## The program ({rec.ops_after if rec.ops_after is not None else '?'} ops)",
         "",
-        "```toml",
-        case_text.rstrip(),
-        "```",
+        *md_fence(case_text, "toml"),
     ]
     if reproducer is not None:
         path, language, code = reproducer
-        lines += ["", f"## In {framework}'s own calls (`{path}`)", "", f"```{language}", code.rstrip(), "```"]
-    lines += ["", "## To reproduce", "", "```sh", f"aliasfuzz repro {case_path}"]
+        lines += ["", f"## In {md_text(framework)}'s own calls ({md_code(path)})", "", *md_fence(code, language)]
+    # Shell words quoted: a path from the run folder is never a second command.
+    commands = [f"aliasfuzz repro {shlex.quote(case_path)}"]
     if reproducer is not None:
         path = reproducer[0]
-        lines.append(f"python {path}" if path.endswith(".py") else f"cd {path.rsplit('/src/', 1)[0]} && cargo run")
-    lines += ["```", ""]
+        commands.append(f"python {shlex.quote(path)}" if path.endswith(".py")
+                        else f"cd {shlex.quote(path.rsplit('/src/', 1)[0])} && cargo run")
+    lines += ["", "## To reproduce", "", *md_fence("\n".join(commands), "sh"), ""]
     return "\n".join(lines)

@@ -4,24 +4,20 @@ flaky ones, then one table of the known root causes)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from harness.reporting.loading import Run, one_line
+from harness.escaping import md_code, md_fence, md_text
+from harness.reporting.loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
 from harness.reporting.views import (FLAKY_INTRO, HARNESS_INTRO, HARNESS_TITLE, FindingView, KnownCause, href,
                                      known_causes, known_intro, outside_text, shrink_text, summary_facts, versions_text)
 
 
-def _cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _fence(text: str, lang: str = "") -> list[str]:
-    """A fenced block longer than any run of backticks inside ``text``."""
-    longest = max((len(r) for r in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return [ticks + lang, text.rstrip(), ticks]
+# Every field of a finding, a run or a baseline entry is written through harness.escaping
+# (md_text, md_code, md_fence), as report.html writes it through html.escape: a field is text,
+# never Markdown or HTML.
+_cell = md_text
+_fence = md_fence
 
 
 def _link(rel: str | None) -> str:
@@ -45,23 +41,25 @@ def _finding(n: int, v: FindingView) -> list[str]:
     f, rec = v.finding, v.finding.record
     harness = f.harness
     base = f" (baseline {rec.baseline})" if rec.baseline else ""
-    out = [f"### {n}. [{'harness error' if harness else rec.status or '?'}{base}] {one_line(rec.kind)}: "
-           f"{one_line(rec.sentence)}", "", f"- signature: `{one_line(rec.signature)}`",
-           f"- targets: {', '.join(dict.fromkeys(rec.targets))}; {'stage' if harness else 'op'} `{rec.op}`"
-           + ("" if harness else f", method `{rec.method}`")]
+    status = md_text(f"{'harness error' if harness else rec.status or '?'}{base}")
+    # The brackets are the report's own: the text inside is escaped, so "[new]" never becomes a link.
+    out = [f"### {n}. [{status}] {md_text(rec.kind)}: {md_text(rec.sentence)}", "",
+           f"- signature: {md_code(rec.signature)}",
+           f"- targets: {md_text(', '.join(map(str, dict.fromkeys(rec.targets))))}; "
+           f"{'stage' if harness else 'op'} {md_code(rec.op)}" + ("" if harness else f", method {md_code(rec.method)}")]
     if not harness:
-        out.append(f"- {shrink_text(f)}; found after {rec.seconds_to_find}s")
+        out.append(f"- {md_text(shrink_text(f))}; found after {md_text(rec.seconds_to_find)}s")
         if outside_text(rec):
-            out.append(f"- **outside its baseline's versions**: {one_line(outside_text(rec))}")
-    out += [f"- **{why}**: `{one_line(getattr(rec, key))}` (not read)" for key, why in f.refused.items()]
+            out.append(f"- **outside its baseline's versions**: {md_text(outside_text(rec))}")
+    out += [f"- **{md_text(why)}**: {md_code(getattr(rec, key))} (not read)" for key, why in f.refused.items()]
     if rec.case and "case" not in f.refused:
-        out.append(f"- case: {_link(rec.case)} (`aliasfuzz repro {one_line(rec.case)}`); original: "
+        out.append(f"- case: {_link(rec.case)} ({md_code(f'aliasfuzz repro {rec.case}')}); original: "
                    f"{_link(rec.original_case if 'original_case' not in f.refused else None)}")
     out.append("")
     if harness:
         out += ["Traceback (inside aliasfuzz):", "", *_fence(rec.detail or "(none recorded)", "text"), ""]
     elif rec.detail:
-        out += [one_line(rec.detail), ""]
+        out += [md_text(rec.detail), ""]
     if v.case_text:
         out += [*_fence(v.case_text, "toml"), ""]
     if v.table:
@@ -75,7 +73,7 @@ def _finding(n: int, v: FindingView) -> list[str]:
 
 
 def render_markdown(run: Run, views: list[FindingView]) -> str:
-    out = [f"# aliasfuzz report: {run.path.name}", ""]
+    out = [f"# aliasfuzz report: {md_text(run.path.name)}", ""]
     errors = [v for v in views if v.finding.harness]
     if errors:
         out += [f"## {HARNESS_TITLE} ({len(errors)})", "", HARNESS_INTRO, ""]
@@ -109,10 +107,10 @@ def _known_table(causes: list[KnownCause], intro: str) -> list[str]:
            "|---|---|---|---|---|---|---|"]
     for c in causes:
         first = "—" if c.first_found_s is None else f"{c.first_found_s:.1f}s"
-        out.append(f"| `{_cell(c.id)}` | {len(c.signatures)} | {first} | {c.first_seen or '—'} | {_cell(c.reason)} "
+        out.append(f"| {md_code(c.id)} | {len(c.signatures)} | {first} | {md_text(c.first_seen or '—')} | {_cell(c.reason)} "
                    f"| {_cell(c.upstream) or '—'} "
-                   f"| `{_cell(c.case)}` |")
+                   f"| {md_code(c.case)} |")
     out += ["", "<details><summary>Their signatures</summary>", ""]
     for c in causes:
-        out += [f"- `{_cell(c.id)}`: " + ", ".join(f"`{_cell(sig)}`" for sig in c.signatures)]
+        out += [f"- {md_code(c.id)}: " + ", ".join(md_code(sig) for sig in c.signatures)]
     return out + ["", "</details>", ""]

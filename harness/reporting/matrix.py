@@ -21,6 +21,13 @@ from harness.case.ir import CaseError, Program, TensorDecl, check_program, write
 from harness.judging.pairs import REFERENCE_FRAMEWORK, split_target_id
 from harness.judging.trace import Trace, verdicts
 
+#: The line that marks ``matrix.md`` and ``matrix.html`` as written by ``aliasfuzz matrix`` (an
+#: HTML comment: neither page shows it). Only a folder whose pages carry it is written over
+#: (``check_out``): a ``matrix.md`` of the user's own is never replaced.
+MARKER = "<!-- written by `aliasfuzz matrix`: the next run replaces this file -->"
+#: The pages ``write`` puts in its folder (beside ``cases/``).
+PAGES = ("matrix.md", "matrix.html")
+
 #: The op classes of the rows: the ops that change the source after the snapshot is taken.
 OP_CLASSES: dict[str, tuple[dict, ...]] = {
     "write": ({"op": "write", "target": "w", "value": None},),
@@ -124,7 +131,7 @@ def _versions_line(m: Matrix) -> str:
 
 def render_markdown(m: Matrix, case_dir: str = "cases") -> str:
     """The matrix as Markdown; a cell that differs from the reference framework is bold."""
-    out = ["# Semantics matrix", "",
+    out = [MARKER, "# Semantics matrix", "",
            "Does a snapshot of a parameter follow later changes of it (`follows`) or keep its value",
            "(`keeps`)? One row per snapshot method and op class, one column per target; **bold**: not",
            f"what the reference framework ({REFERENCE_FRAMEWORK}) does. `unchanged`: the op left the source",
@@ -152,7 +159,7 @@ def render_html(m: Matrix, case_dir: str = "cases") -> str:
         link = f'<a href="{escape(case_dir)}/{escape(r.stem)}.toml">case</a>'
         body.append(f"<tr><td><code>{escape(r.method)}</code></td><td>{escape(r.op_class)}</td>{tds}<td>{link}</td></tr>")
     return "\n".join([
-        "<!doctype html>", '<html lang="en"><head><meta charset="utf-8"><title>aliasfuzz semantics matrix</title>',
+        "<!doctype html>", MARKER, '<html lang="en"><head><meta charset="utf-8"><title>aliasfuzz semantics matrix</title>',
         f"<style>{CSS}td.differs{{background:#fde2e1;font-weight:bold}}</style></head><body>",
         "<h1>Semantics matrix</h1>",
         f"<p>Snapshot method &times; op class; highlighted: not what {REFERENCE_FRAMEWORK} does. "
@@ -161,11 +168,75 @@ def render_html(m: Matrix, case_dir: str = "cases") -> str:
         "</body></html>", ""])
 
 
+def _written_by_matrix(page: Path) -> bool:
+    """Whether ``page`` (a regular file) is one ``aliasfuzz matrix`` wrote: its first or second
+    line (after ``<!doctype html>``) is ``MARKER``."""
+    try:
+        with open(page, "rb") as f:
+            head = f.read(4096).decode("utf-8", "replace").splitlines()[:2]
+    except OSError:
+        return False
+    return MARKER in head
+
+
+def check_out(out: Path) -> None:
+    """Refuses, before any work (``InputError`` naming ``--out``), a folder ``write`` must not
+    write into: a path that is no folder; a folder holding anything while it holds no
+    ``matrix.md`` that ``aliasfuzz matrix`` wrote (a user's folder, a user's own ``matrix.md``:
+    never overwritten); a page there that is not a regular file or was not written by
+    ``aliasfuzz matrix``; a folder that cannot be written, or cannot be created (its nearest
+    existing parent is no folder, or is not writable). Accepted: a new or empty folder, or one
+    an earlier ``aliasfuzz matrix`` wrote."""
+    import os
+    import tempfile
+
+    from harness.errors import InputError
+    from harness.files import output_file_problem
+
+    def refuse(why: str) -> InputError:
+        return InputError(f"--out {out}: {why}")
+
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise refuse("not a folder (give --out a new or empty folder)")
+        try:
+            held = sorted(e.name for e in os.scandir(out))
+        except OSError as e:
+            raise refuse(f"cannot read the folder ({e.strerror or e})") from None
+        for name in PAGES:
+            page = out / name
+            if not (page.exists() or page.is_symlink()):
+                continue
+            if problem := output_file_problem(page):
+                raise refuse(f"{name}: {problem}")
+            if page.is_symlink() or not _written_by_matrix(page):
+                raise refuse(f"{name} was not written by aliasfuzz matrix: not overwritten (give --out a new or "
+                             f"empty folder)")
+        if held and "matrix.md" not in held:
+            raise refuse(f"not empty and not a matrix folder (it holds {held[0]!r}): give --out a new or empty folder")
+        try:  # a real write, not os.access: a read-only mount, an ACL
+            fd, probe = tempfile.mkstemp(prefix=".aliasfuzz-write-check-", dir=out)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise refuse(f"cannot write ({e.strerror or e})") from None
+        return
+    parent = out.parent
+    while not (parent.exists() or parent.is_symlink()) and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise refuse(f"cannot be created: {parent} is not a folder")
+    if not os.access(parent, os.W_OK):
+        raise refuse(f"cannot be created: {parent} is not writable")
+
+
 def write(m: Matrix, out: Path, reproducers: bool = False) -> list[Path]:
     """``matrix.md``, ``matrix.html`` and ``cases/<method>--<op>.toml`` under ``out``; with
-    ``reproducers``, each case's torch script and candle / burn projects beside it."""
+    ``reproducers``, each case's torch script and candle / burn projects beside it. Refuses a
+    folder it must not write into (``check_out``) before writing anything."""
     from harness.files import atomic_write
 
+    check_out(out)
     cases = out / "cases"
     cases.mkdir(parents=True, exist_ok=True)
     written = [atomic_write(out / "matrix.md", render_markdown(m)), atomic_write(out / "matrix.html", render_html(m))]

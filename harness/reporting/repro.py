@@ -16,7 +16,8 @@ from harness.judging.finding import Finding
 from harness.reporting.table import Cell, Note, Row, Table, build_table
 from harness.targets.runner import Runner
 from harness.targets.base import TargetInfo
-from harness.judging.trace import Trace, Verdict, verdicts
+from harness.judging.pairs import pairs
+from harness.judging.trace import UNSUPPORTED, Trace, Verdict, verdicts
 
 
 @dataclass
@@ -46,6 +47,30 @@ class ReproResult:
         """No target ran the program: "no divergence" would then be agreement of failures."""
         return not any(tr.ok for tr in self.traces.values())
 
+    @property
+    def ran_on(self) -> list[str]:
+        """The targets that took the program (those that refused it whole are left out)."""
+        return sorted(t for t, tr in self.traces.items() if tr.status != UNSUPPORTED)
+
+    @property
+    def compared(self) -> bool:
+        """Whether anything was compared: two targets the oracle holds against each other took
+        the case (``pairs``), a target's failure was held against the others (a finding), or, for
+        a metamorphic case, a target ran it with and without its group. One target is no
+        comparison: "no divergence" would then be agreement with nobody."""
+        if self.ran_nowhere:
+            return False
+        return bool(self.program.inert) or bool(self.findings) or bool(pairs(self.ran_on))
+
+    def not_compared(self) -> str:
+        """Why nothing was compared, in words (for a result that is not ``compared``)."""
+        if self.ran_nowhere:
+            return "no target ran the case, so nothing was compared"
+        if len(self.ran_on) == 1:
+            return f"only {self.ran_on[0]} ran the case: one target is no comparison, so nothing was compared"
+        return (f"no two of the targets that ran the case ({', '.join(self.ran_on)}) are compared with each other, "
+                "so nothing was compared")
+
     def to_json(self) -> dict[str, Any]:
         targets = {}
         for tid, tr in self.traces.items():
@@ -67,7 +92,8 @@ class ReproResult:
             divergences.append({**f.to_json(), "status": "known" if entry else "new",
                                 "baseline": entry.id if entry else None,
                                 "outside_baseline": self.outside.get(f.signature)})
-        doc = {"title": self.program.title, "targets": targets, "divergences": divergences}
+        doc = {"title": self.program.title, "targets": targets, "divergences": divergences,
+               "compared": self.compared}
         if self.without is not None:
             doc["without_inert"] = {
                 "inert": list(self.program.inert),
@@ -164,9 +190,10 @@ def render(result: ReproResult, console=None) -> None:
         console.print("[dim]Ops a target could not run:[/]")
         for n in notes:
             console.print(n, markup=False, highlight=False)
-    if result.ran_nowhere:
-        console.print("[bold red]No target ran this case, so nothing was compared.[/]")
-    elif not result.findings:
+    if not result.compared:
+        console.print(f"[bold red]{escape(result.not_compared()[0].upper() + result.not_compared()[1:])}.[/]")
+        return
+    if not result.findings:
         console.print("[green]No divergence.[/]")
         return
     console.print(f"[bold]{len(result.findings)} divergence(s):[/]")

@@ -4,7 +4,9 @@ as plain text; each view only escapes and lays it out."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from harness.case.ir import Program, load_case
 from harness.errors import InputError
 from harness.reporting.loading import Run, ShownFinding
 from harness.reporting.table import Table, table_of_repro
+from harness.urls import hide_password
 
 HARNESS_TITLE = "Harness errors: aliasfuzz bugs, not framework findings"
 HARNESS_INTRO = ("aliasfuzz itself raised while handling these programs: the run's findings may be "
@@ -104,23 +107,36 @@ class KnownCause:
 
 
 def first_seen_in_store(run: Run) -> dict[str, str]:
-    """Root cause id -> the start of the first run the triage store beside the run folder saw it
-    in ("2026-12-02 15:52 UTC"); empty when there is no store there or it cannot be read (a report
-    is drawn all the same)."""
-    import sqlite3
-
-    from harness.triage import default_store
+    """Root cause id -> the start of the first run the triage store saw it in ("2026-12-02 15:52
+    UTC"): as the run's recording wrote it into the run folder (``triage.json``), or for a run
+    recorded before that was written, from the store beside the run folder, opened read-only.
+    Empty when there is neither; a store beside it that cannot be read is one warning line on
+    stderr, and the report is drawn all the same."""
+    from harness.triage import default_store, read_delta
     from harness.triage.store import TriageError, TriageStore
 
+    def shown(started: str) -> str:
+        return started[:16].replace("T", " ") + " UTC"
+
+    delta = read_delta(run.root)
+    if delta is not None and delta.first_seen_at:
+        return {c: shown(at) for c, at in delta.first_seen_at.items()}
     path = default_store(run.root)
     if not path.is_file():
         return {}
     try:
-        with TriageStore(path) as db:
+        with TriageStore(path, write=False) as db:
             causes = db.causes()
-    except (TriageError, sqlite3.Error, OSError):
+    except TriageError as e:
+        _warn_once(f"aliasfuzz: warning: {e}; the report is drawn without the store's first sightings")
         return {}
-    return {c.id: c.first_seen[:16].replace("T", " ") + " UTC" for c in causes if c.first_seen}
+    return {c.id: shown(c.first_seen) for c in causes if c.first_seen}
+
+
+@lru_cache(maxsize=None)
+def _warn_once(line: str) -> None:
+    """``line`` on stderr, once per process: the Markdown and HTML reports draw the same views."""
+    print(line, file=sys.stderr)
 
 
 def known_causes(run: Run) -> list[KnownCause]:
@@ -192,7 +208,8 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
         ("throughput", f"{run.throughput:.1f} programs/s"),
         ("findings", findings_text(run)),
         ("machine", ", ".join(f"{k} {v}" for k, v in m.items()) if m else "?"),
-        ("corpus", str(c.get("db") or "run folder (corpus/)")),
+        # A folder written before passwords were hidden in campaign.json still shows none.
+        ("corpus", hide_password(str(c.get("db") or "run folder (corpus/)"))),
     ]
     since = since_last_run(run)
     if since:
@@ -208,24 +225,19 @@ def since_last_run(run: Run) -> str | None:
     folder's ``triage.json``), or None when the run was not recorded. "Nothing new" means no root
     cause outside the baseline was seen for the first time and none regressed; baseline entries
     a run reached for the first time, and causes gone since the run before, are listed after it."""
-    import json
+    from harness.triage import read_delta
 
-    from harness.triage import DELTA_NAME
-
-    try:
-        delta = json.loads((run.root / DELTA_NAME).read_text())
-        first = [str(x) for x in delta["first_seen"]]
-        known = [str(x) for x in delta.get("first_seen_known", ())]
-        gone = [str(x) for x in delta["disappeared"]]
-        regressed = [str(x) for x in delta["regressed"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    delta = read_delta(run.root)  # a damaged triage.json: one line naming the file and the field
+    if delta is None:
         return None
+    first, known = list(delta.first_seen), list(delta.first_seen_known)
+    gone, regressed = list(delta.disappeared), list(delta.regressed)
     new = [c for c in first if c not in known]
 
     def listed(ids: list[str], words: str) -> str:
         return f"{len(ids)} {words}" + (f" ({', '.join(ids[:8])}{', ...' if len(ids) > 8 else ''})" if ids else "")
 
-    previous = delta.get("previous_run")
+    previous = delta.previous_run
     tail = [listed(ids, words) for ids, words in ((known, "known first reached"), (gone, "gone")) if ids]
     if previous and not new and not regressed:
         return "; ".join([f"nothing new since {Path(previous).name}", *tail])

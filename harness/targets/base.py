@@ -134,9 +134,12 @@ class ProbeProcess:
 
     # -- process life ---------------------------------------------------------------------------
 
-    def start(self, cancel: Cancellation | None = None) -> dict[str, Any]:
-        """Starts the process and checks its handshake. ``SetupError`` (one line) when it cannot
-        be used; ``_Cancelled`` (the process killed) when ``cancel`` triggers meanwhile."""
+    def start(self, cancel: Cancellation | None = None, timeout_s: float | None = None) -> dict[str, Any]:
+        """Starts the process and checks its handshake, waiting for it ``start_timeout_s``, or
+        ``timeout_s`` when that is shorter (what is left of a campaign's time). ``SetupError``
+        (one line) when it cannot be used; ``_Cancelled`` (the process killed) when ``cancel``
+        triggers meanwhile."""
+        wait = self.start_timeout_s if timeout_s is None else max(0.0, min(self.start_timeout_s, timeout_s))
         self.stop()
         try:
             self.proc = subprocess.Popen(
@@ -151,7 +154,7 @@ class ProbeProcess:
         threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
         try:
             self._send([{"type": "hello", "protocol": PROTOCOL_VERSION}])
-            reply = self._read_reply(lambda r: r.get("type") == "hello", self.start_timeout_s, cancel)
+            reply = self._read_reply(lambda r: r.get("type") == "hello", wait, cancel)
         except _Cancelled:
             self._kill(self.proc)
             self.proc = None
@@ -160,7 +163,10 @@ class ProbeProcess:
             raise SetupError(f"{self.name}: exited during start-up ({e}){self._tail()}") from None
         except _TimedOut:
             self.stop()
-            raise SetupError(f"{self.name}: no handshake within {self.start_timeout_s:.0f}s") from None
+            if wait < self.start_timeout_s:
+                raise SetupError(f"{self.name}: no handshake within {wait:.1f}s, when the campaign's time was up "
+                                 f"(its budget, shrink grace and drain)") from None
+            raise SetupError(f"{self.name}: no handshake within {wait:.0f}s") from None
         if reply.get("protocol") != PROTOCOL_VERSION:
             self.stop()
             raise SetupError(

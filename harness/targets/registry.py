@@ -8,6 +8,7 @@ framework means adding one module here and one line to ``PLUGINS``.
 from __future__ import annotations
 
 import os
+import time
 import re
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -78,14 +79,15 @@ def _why(fw: str, message: str) -> str:
     return re.sub(r" \([^()]*`[^`]+`[^()]*\)$", "", message)
 
 
-def open_runner(wanted: Iterable[str] | None = None):
+def open_runner(wanted: Iterable[str] | None = None, *, start_by: float | None = None):
     """Discovers the wanted targets and returns a ``Runner`` over them plus the discovery (for
     what was unavailable). ``SetupError`` when no target is left, and, when ``wanted`` is None
     (every framework), when any framework is unavailable (``Discovery.missing_error``): a
-    missing probe must not narrow a default run silently."""
+    missing probe must not narrow a default run silently. ``start_by`` (``time.monotonic()``):
+    see ``discover``."""
     from harness.targets.runner import Runner
 
-    found = discover(wanted)
+    found = discover(wanted, start_by=start_by)
     if wanted is None:
         found.require_all()
     if not found.targets:
@@ -113,10 +115,13 @@ def _wanted(target_id: str, wanted: list[str] | None) -> bool:
 
 
 def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
-             env: dict[str, str] | None = None) -> Discovery:
+             env: dict[str, str] | None = None, start_by: float | None = None) -> Discovery:
     """Starts each framework's process once, reads its handshake and returns one ``Target`` per
     device (variants included). With ``wanted``, only those ids or frameworks; a wanted target
-    that does not exist is a ``SetupError``."""
+    that does not exist is a ``SetupError``. With ``start_by`` (``time.monotonic()``, when a
+    campaign's time is up: budget, shrink grace and drain) no handshake is waited for past it: a
+    probe that has not answered by then is unavailable ("no handshake ... when the campaign's
+    time was up")."""
     wanted = list(wanted) if wanted is not None else None
     found = Discovery()
     proc_env = {**os.environ, **(env or {})}
@@ -126,9 +131,11 @@ def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
             continue
         first = ProbeProcess(fw, plugin.command(), cwd=plugin.CWD, env=proc_env, timeout_s=timeout_s)
         try:
-            hello = first.start()
+            hello = first.start(timeout_s=None if start_by is None else start_by - time.monotonic())
         except SetupError as e:
-            found.unavailable[fw] = f"{e} ({plugin.BUILD_HINT})" if "make" not in str(e) else str(e)
+            # A probe the campaign's time ran out on is no missing build: no hint to build it.
+            hint = "make" not in str(e) and "when the campaign's time was up" not in str(e)
+            found.unavailable[fw] = f"{e} ({plugin.BUILD_HINT})" if hint else str(e)
             continue
         used_first = False
         for dev in hello["devices"]:

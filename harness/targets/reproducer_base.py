@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 
 from harness.case.ir import Program
+from harness.escaping import comment_text, visible
 
 
 def statuses(repro: dict | None, framework: str) -> dict[int, tuple[str, str | None]]:
@@ -27,16 +28,19 @@ def statuses(repro: dict | None, framework: str) -> dict[int, tuple[str, str | N
 
 
 def op_text(op: dict) -> str:
-    """The op as one line of JSON (the comment above its translation)."""
-    return json.dumps(op, separators=(", ", ": "))
+    """The op as one line of JSON (the comment above its translation): ASCII only, every line
+    break and control character inside a string escaped, so it stays inside its comment."""
+    return json.dumps(op, separators=(", ", ": "), ensure_ascii=True)
 
 
 def comment_lines(prefix: str, i: int, op: dict, status: str, message: str | None) -> list[str]:
-    """The comment that stands for op ``i`` where the framework did not run it. Every line of a
-    message of several lines is commented (torch's load_state_dict errors are)."""
-    first, *rest = (message or "").splitlines() or [""]
+    """The comment that stands for op ``i`` where the framework did not run it. The status and
+    message come from the repro JSON, written by a probe or another machine: every line of a
+    message of several lines is commented (torch's load_state_dict errors are), and what would end
+    a comment line is escaped (``escaping.comment_text``)."""
+    first, *rest = comment_text(message or "")
     msg = f": {first}" if first else ""
-    return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{status}`{msg}",
+    return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{visible(status)}`{msg}",
             *(f"{prefix}     {line.strip()}" for line in rest if line.strip())]
 
 

@@ -16,7 +16,6 @@ artifacts of a ``CARGO_TARGET_DIR`` shared with the probes (see ``harness/report
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import tomllib
@@ -25,6 +24,7 @@ from typing import Any, Callable, ClassVar, Iterable
 
 from harness.case import ops
 from harness.case.ir import Program
+from harness.escaping import rust_comment, rust_str, toml_str, visible
 from harness.paths import PROBES_WORKSPACE
 from harness.targets.reproducer_base import Run, comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
@@ -50,14 +50,17 @@ def write_cargo_project(dest: Path, package: str, framework: str, main_rs: str,
 
 
 def main_head(framework: str, backend: str, title: str) -> list[str]:
-    """The first lines of a generated main.rs: what it is, and the shared helpers in scope."""
+    """The first lines of a generated main.rs: what it is, and the shared helpers in scope. The
+    case's ``title`` (a finding's sentence, a panic message of several lines) is doc-comment text,
+    every line of it (``escaping.rust_comment``)."""
     return [
-        f"//! aliasfuzz reproducer ({framework}, {backend}): {title}",
+        *rust_comment(f"aliasfuzz reproducer ({framework}, {backend}): {title}", "//!"),
         f"//! Generated from the minimized case; depends only on {framework}. Prints every bound name after every op.",
         f"//! `support.rs` is the {framework} probe's own helper module (rust_probes/{framework}_probe/src/support.rs),",
         "//! copied verbatim: the framework calls behind the ops that take more than one.",
-        "// A program uses only some of the helpers and names (dead_code, unused_*).",
-        "#![allow(unused_variables, unused_mut, unused_imports, deprecated, dead_code, clippy::all)]",
+        "// A program uses only some of the helpers and names (dead_code, unused_*); a variable spells",
+        "// its name's `_` as `__` and an upper-case name keeps its case (non_snake_case).",
+        "#![allow(unused_variables, unused_mut, unused_imports, deprecated, dead_code, non_snake_case, clippy::all)]",
         "mod support;",
         "use support::*;",
     ]
@@ -109,7 +112,7 @@ class MainWriter:
         if key not in self._optimizers:
             self._optimizers[key] = var = f"opt{len(self._optimizers)}"
             f = step_fields(op)
-            fields = {"kind": f'"{f["optimizer"]}"', "lr": rust_float(f["lr"]),
+            fields = {"kind": rust_str(f["optimizer"]), "lr": rust_float(f["lr"]),
                       "momentum": rust_float(f["momentum"]), "dampening": rust_float(f["dampening"]),
                       "betas": f"[{rust_float(f['betas'][0])}, {rust_float(f['betas'][1])}]",
                       "eps": rust_float(f["eps"]), "weight_decay": rust_float(f["weight_decay"])}
@@ -139,7 +142,7 @@ class MainWriter:
     def declare_layer(self, layer) -> None:
         """Declares one of the program's layers, after every tensor (as the probes open a
         session): a writer whose framework has layers overrides it."""
-        self.body.append(f"    // layer {layer.name}: {self.framework} reproducers declare no layers")
+        self.body.append(f"    // layer {visible(layer.name)}: {self.framework} reproducers declare no layers")
 
     def lines(self, program: Program, repro: dict | None, run: Run | None = None) -> list[str]:
         """The body lines for ``program``; ``repro`` (the finding's repro JSON) says which ops the
@@ -198,8 +201,13 @@ def rust_f32_list(values: Iterable[float]) -> str:
 
 
 def ident(name: str) -> str:
-    """A Rust variable name for a program name (``m.w`` -> ``v_m_w``)."""
-    return "v_" + re.sub(r"\W", "_", name)
+    """A Rust variable name for a program name: ``v_`` then the name with ``_`` written ``__`` and
+    ``.`` written ``_d`` (``p0`` -> ``v_p0``, ``m.w_1`` -> ``v_m_dw__1``). Two names never get one
+    variable (``c.w`` and ``c_w`` are ``v_c_dw`` and ``v_c__w``), and a writer's own suffixes
+    (``_map``, ``_cache``, ``_3``: ``_`` then neither ``_`` nor ``d``) never make another name's."""
+    if not re.fullmatch(r"[A-Za-z0-9_.]+", name):  # a case's names are checked (op_checks.NAME_RE)
+        raise ValueError(f"not a program name: {name!r}")
+    return "v_" + name.replace("_", "__").replace(".", "_d")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -269,12 +277,12 @@ def _workspace_deps(table: str) -> dict[str, dict]:
 
 
 def _toml_key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else toml_str(k)
 
 
 def _toml_value(v: Any) -> str:
     if isinstance(v, str):
-        return json.dumps(v)
+        return toml_str(v)
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -341,7 +349,7 @@ def cargo_toml(package: str, framework: str, unify_with_probes: bool = False, ve
         "# Generated by aliasfuzz (harness/targets/rust_project.py): a stand-alone reproducer.",
         f"# Crate versions and features are pinned as in rust_probes/{framework}_probe/Cargo.toml.",
         *(_UNIFIED_NOTE if unify_with_probes else []),
-        "[package]", f'name = "{package}"', 'version = "0.1.0"', 'edition = "2021"', "publish = false", "",
+        "[package]", f"name = {toml_str(package)}", 'version = "0.1.0"', 'edition = "2021"', "publish = false", "",
         "[dependencies]", *_dep_lines(deps), "",
         *(["[build-dependencies]", *_dep_lines(build_deps), ""] if build_deps else []),
         "[features]", *feature_lines, "",

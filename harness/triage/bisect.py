@@ -122,33 +122,60 @@ def bisect(framework: str, versions: Sequence[str], reference: Mapping[str, str]
 # Releases.
 
 
-def published(framework: str, index_url: str = "https://index.crates.io") -> list[str]:
-    """The framework's releases on crates.io (its sparse index), pre-releases and yanked ones
-    left out, oldest first."""
+#: The sparse index releases are listed from; ``ALIASFUZZ_CRATES_INDEX`` names a mirror.
+CRATES_INDEX = "https://index.crates.io"
+#: A release as ``--versions`` names it.
+RELEASE_RE = re.compile(r"\d+\.\d+\.\d+")
+
+
+def published(framework: str, index_url: str | None = None) -> list[str]:
+    """The framework's releases on crates.io (its sparse index, or ``ALIASFUZZ_CRATES_INDEX``),
+    pre-releases and yanked ones left out, oldest first."""
     crate = RELEASE_CRATE[framework]
+    index_url = (index_url or os.environ.get("ALIASFUZZ_CRATES_INDEX") or CRATES_INDEX).rstrip("/")
     url = f"{index_url}/{crate[:2]}/{crate[2:4]}/{crate}"
     try:
         with urllib.request.urlopen(url, timeout=30) as r:
             lines = r.read().decode().splitlines()
-    except OSError as e:
+        out = [d["vers"] for d in map(json.loads, lines) if not d.get("yanked") and "-" not in d["vers"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise BisectError(f"cannot list the releases of {crate} ({url}): {e}") from None
-    out = [d["vers"] for d in map(json.loads, lines) if not d.get("yanked") and "-" not in d["vers"]]
     return sorted(out, key=version_key)
 
 
 def parse_versions(spec: str, releases: Callable[[], Sequence[str]]) -> list[str]:
-    """``A..B`` (every release from A to B, both included) or ``A,B,C`` (those, in that order)."""
+    """``A..B`` (every release from A to B, both included, A not after B) or ``A,B,C`` (those, in
+    that order). Every release named must be published (``releases``); what can be refused
+    without the list of releases (a malformed or reversed range) is refused before asking for it."""
     if ".." in spec:
-        lo, _, hi = spec.partition("..")
-        known = list(releases())
-        for v in (lo, hi):
-            if v not in known:
-                raise BisectError(f"--versions {spec}: {v} is not a release (known: {', '.join(known[-8:])}, ...)")
-        return [v for v in known if version_key(lo) <= version_key(v) <= version_key(hi)]
-    out = [v.strip() for v in spec.split(",") if v.strip()]
-    if not out or any(not re.fullmatch(r"\d+\.\d+\.\d+", v) for v in out):
-        raise BisectError(f"--versions {spec}: expected A..B or a comma-separated list of releases like 0.9.1")
+        lo, _, hi = (v.strip() for v in spec.partition(".."))
+        if not RELEASE_RE.fullmatch(lo) or not RELEASE_RE.fullmatch(hi):
+            raise BisectError(f"--versions {spec}: expected A..B with releases like 0.9.1")
+        if version_key(lo) > version_key(hi):
+            raise BisectError(f"--versions {spec}: the range is reversed ({lo} is after {hi}); give {hi}..{lo}")
+        named, known = [lo, hi], list(releases())
+        out = [v for v in known if version_key(lo) <= version_key(v) <= version_key(hi)]
+    else:
+        named = [v.strip() for v in spec.split(",") if v.strip()]
+        if not named or any(not RELEASE_RE.fullmatch(v) for v in named):
+            raise BisectError(f"--versions {spec}: expected A..B or a comma-separated list of releases like 0.9.1")
+        known, out = list(releases()), named
+    for v in named:
+        if v not in known:
+            raise BisectError(f"--versions {spec}: {v} is not a published release (known: {', '.join(known[-8:])}, ...)")
     return out
+
+
+def check_cache(cache: Path) -> Path:
+    """``--cache``: a folder, made when missing; a one-line ``BisectError`` when it is a file or
+    cannot be made."""
+    if cache.exists() and not cache.is_dir():
+        raise BisectError(f"--cache {cache}: not a folder")
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BisectError(f"--cache {cache}: cannot make the folder ({e.strerror or e})") from None
+    return cache
 
 
 # ------------------------------------------------------------------------------------------------

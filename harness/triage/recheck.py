@@ -7,6 +7,11 @@ when a finding has its signature; a case whose findings are all others *changed 
 without findings *no longer shows* (fixed, or the case no longer reaches it); one that cannot be
 read or run *cannot run*. Each result is recorded in the store with the targets' versions.
 
+A cause whose targets are absent *cannot run*, never *no longer shows*: a baseline entry needs a
+target of each framework it names (``frameworks``), a store cause the two targets of its
+signature, and a case that fewer than two targets took (with no metamorphic group) compared
+nothing (``ReproResult.compared``). Absent targets say nothing about a fix.
+
 A result *changed* when it differs from the cause's previous recheck (a fix, a regression, another
 signature), or, at a cause's first recheck, when its case does not show it: what a nightly run
 fails on (``--fail-on-change``), next to new and regressed findings. *cannot run* is never a
@@ -54,17 +59,23 @@ def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
     entries = {e.id: e for e in baseline.entries}
     todo = [(e.id, str(ROOT / e.case), e.id) for e in baseline.entries]
     todo += [(c.id, store.latest_case(c.id), None) for c in store.causes() if c.id not in entries]
+    present = sorted(runner.infos)
     out = []
     for cause, case, entry in todo:
+        needs = _needs(cause, entries.get(entry))
+        absent = _absent(needs, present)
         if case is None or not Path(case).is_file():
             out.append(Recheck(cause, case, "cannot run", note="no minimized case kept"))
+        elif absent:
+            out.append(Recheck(cause, case, "cannot run", note=f"needs {absent}, absent from the targets here "
+                                                                f"({', '.join(present) or 'none'})"))
         else:
             try:
                 result = run_case(load_case(case), runner, runner.infos, baseline)
             except InputError as e:
                 out.append(Recheck(cause, case, "cannot run", note=str(e)))
             else:
-                out.append(_outside(_judge(cause, case, entry, result), entries.get(entry), result, installed))
+                out.append(_outside(_judge(cause, case, entry, result, needs), entries.get(entry), result, installed))
         last = store.last_recheck(cause)
         out[-1] = replace(out[-1], previous=last[1] if last else None)
         store.record_recheck(cause, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -82,12 +93,34 @@ def _outside(r: Recheck, entry, result, installed) -> Recheck:
     return r if why is None else replace(r, note=f"{why}: widen the entry's versions")
 
 
-def _judge(cause: str, case: str, entry: str | None, result) -> Recheck:
+def _needs(cause: str, entry) -> tuple[str, ...]:
+    """What a cause cannot be seen without: the frameworks a baseline entry names, or the two
+    targets in a store cause's signature (``kind|a~b|...``; ``-`` is no target)."""
+    if entry is not None:
+        return tuple(sorted(set(entry.frameworks)))
+    parts = cause.split("|")
+    return tuple(sorted({t for t in parts[1].split("~") if t and t != "-"})) if len(parts) > 2 else ()
+
+
+def _absent(needs: tuple[str, ...], targets) -> str:
+    """The frameworks or targets of ``needs`` that none of ``targets`` is, in words ("" when none)."""
+    targets = list(targets)
+    missing = [n for n in needs if not any(t == n or t.split(":", 1)[0] == n for t in targets)]
+    return ", ".join(missing)
+
+
+def _judge(cause: str, case: str, entry: str | None, result, needs: tuple[str, ...] = ()) -> Recheck:
     findings = [f for f in result.findings if not is_harness_error(f)]
     if len(findings) < len(result.findings):
         return Recheck(cause, case, "cannot run", note="a harness error (see `aliasfuzz repro`)")
     if not findings and result.ran_nowhere:
         return Recheck(cause, case, "cannot run", note="no target ran the case")
+    refused = _absent(needs, result.ran_on)
+    if refused:
+        return Recheck(cause, case, "cannot run", note=f"needs {refused}, which did not take the case "
+                                                        f"(it ran on {', '.join(result.ran_on)})")
+    if not result.compared:
+        return Recheck(cause, case, "cannot run", note=result.not_compared())
     signatures = tuple(sorted({f.signature for f in findings}))
     if entry is not None:
         shows = any((k := result.known.get(f.signature)) is not None and k.id == entry for f in findings)

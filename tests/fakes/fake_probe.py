@@ -17,7 +17,8 @@ a ``null`` value element and a shape that is not a list), ``--slow-ms N`` (sleep
 bug shows only from the process's N+1-th program on: a divergence that depends on what the
 process ran before, which a confirmation on fresh processes calls flaky), ``--hang-always`` (answers the handshake, then never answers a ``run``: it sleeps in the first
 one, reading nothing more, as a probe stuck in a framework call would; it exits once the process
-that started it is gone, so a failed test leaks nothing), ``--planted-inert-read`` (on every
+that started it is gone, so a failed test leaks nothing), ``--hang-at-hello`` (reads the
+handshake request and never answers it, exiting as ``--hang-always`` does), ``--planted-inert-read`` (on every
 device, a ``read`` of a param makes later ``sgd`` steps leave it alone: an inert op that changes
 the run, for the metamorphic oracle's tests), ``--planted-inert-read-until N`` (that planted read
 works only in the process's first N programs: a metamorphic divergence that the shrinker sees and
@@ -148,6 +149,7 @@ def main() -> None:
     ap.add_argument("--bad-hello", action="store_true")
     ap.add_argument("--slow-ms", type=float, default=0)
     ap.add_argument("--hang-always", action="store_true")
+    ap.add_argument("--hang-at-hello", action="store_true")
     ap.add_argument("--fail-always", action="store_true")
     ap.add_argument("--planted-after", type=int, default=0)
     ap.add_argument("--planted-inert-read", action="store_true")
@@ -170,6 +172,8 @@ def main() -> None:
         if flags.garbage:
             out.write("stray debug output {not json\n")
         if req.get("type") == "hello":
+            if flags.hang_at_hello:
+                hang_until_orphaned()
             reply = {"type": "hello", "protocol": flags.protocol, "framework": "fake",
                      "versions": {"fake": "0", **dict(v.split("=", 1) for v in flags.version)},
                      "devices": [{"name": "ref", "alt": None, "kind": "cpu"},

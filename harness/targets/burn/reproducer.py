@@ -30,6 +30,7 @@ from harness.case.ir import Program
 from harness.case.layers import RUNNING_STATS
 from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.reproducer_base import step_fields
+from harness.escaping import rust_str, visible
 from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
 _USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "use burn::optim::GradientsParams;",
@@ -151,26 +152,27 @@ class _Writer(MainWriter):
             if s is None:
                 continue
             if s[0] == "stat":
-                self.body.append(f'    show_t("{label}", "{n}", &{self.value(n)});')
+                self.body.append(f"    show_t({rust_str(label)}, {rust_str(n)}, &{self.value(n)});")
             else:
-                self.body.append(f'    {"show_t" if s[0] == "tensor" else "show_p"}("{label}", "{n}", &{self.ref(n)});')
+                show = "show_t" if s[0] == "tensor" else "show_p"
+                self.body.append(f"    {show}({rust_str(label)}, {rust_str(n)}, &{self.ref(n)});")
 
     def declare_layer(self, layer) -> None:
         """``batch_norm`` / ``dropout`` (support.rs) into the model's field; its statistics bound."""
         if layer.kind == "batch_norm":
             i = len(self.bn_names)
             self.body.append(f"    model.bn.push(batch_norm({layer.features}, {rust_float(layer.momentum)}, dtype, &dev));"
-                             f"  // {layer.name}")
+                             f"  // {visible(layer.name)}")
             self.layers[layer.name] = ("bn", i)
             self.bn_names.append((layer.name, i))
             for stat in _STATS:
                 self.bind(f"{layer.name}.{stat}", ("stat", "model", i, stat))
         elif layer.p < 1.0:
             n = sum(1 for at in self.layers.values() if at is not None and at[0] == "dropout")
-            self.body.append(f"    model.dropout.push(dropout({rust_float(layer.p)}));  // {layer.name}")
+            self.body.append(f"    model.dropout.push(dropout({rust_float(layer.p)}));  // {visible(layer.name)}")
             self.layers[layer.name] = ("dropout", n)
         else:
-            self.body.append(f"    // {layer.name}: DropoutConfig::init panics for p = {rust_float(layer.p)} "
+            self.body.append(f"    // {visible(layer.name)}: DropoutConfig::init panics for p = {rust_float(layer.p)} "
                              "(its range is [0, 1)): no layer")
             self.layers[layer.name] = None
 
@@ -209,7 +211,7 @@ class _Writer(MainWriter):
     def snapshot(self, op: dict) -> None:
         of, m, name = op["of"], op["method"], op["name"]
         if m not in _TENSOR_METHODS and m not in ("alias", "state_dict", "save_load"):
-            self.body.append(f"    // {m}: not translated")
+            self.body.append(f"    // {visible(m)}: not translated")
             self.slots.setdefault(name, None)
             return
         s, v = self.slots[of], self.new_var(name)

@@ -27,6 +27,7 @@ from harness.case import layers as layer_table
 from harness.case import ops
 from harness.case.ir import Program
 from harness.targets.protocol import PROGRAM_SEED
+from harness.escaping import rust_str, visible
 from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
 
 _USES = ["use candle_core::{DType, Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
@@ -89,14 +90,14 @@ class _Writer(MainWriter):
         return f"{ident(name)}.as_tensor()" if self.kinds[name] == "var" else f"&{ident(name)}"
 
     def show(self, label: str) -> None:
-        self.body += [f'    show("{label}", "{n}", {self.ten_ref(n)});' for n in self.order]
+        self.body += [f"    show({rust_str(label)}, {rust_str(n)}, {self.ten_ref(n)});" for n in self.order]
 
     def declare(self, t) -> None:
         v, shape = ident(t.name), "(" + ", ".join(str(d) for d in t.shape) + ",)"
         if t.kind == "param":
             made = (f"Var::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?" if self.f32 else
                     f"Var::from_tensor(&Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?.to_dtype(dt)?)?")
-            self.body += [f"    let {v} = {made};", f'    insert_var(&varmap, "{t.name}", &{v});']
+            self.body += [f"    let {v} = {made};", f"    insert_var(&varmap, {rust_str(t.name)}, &{v});"]
         elif t.kind == "buffer":
             convert = "" if self.f32 else ".to_dtype(dt)?"
             self.body.append(f"    let {v} = Tensor::from_vec({rust_f32_list(t.value)}, {shape}, &dev)?{convert};")
@@ -108,21 +109,21 @@ class _Writer(MainWriter):
             init = (f"Init::Const({rust_f32(rust_float(t.fill or 0.0))} as f64)" if t.init == "const"
                     else "Init::Uniform { lo: -1.0, up: 1.0 }")
             dims = "vec![" + ", ".join(str(d) for d in t.shape) + "]"
-            self.body.append(f'    let {v} = lazy_var(&varmap, {dims}, "{t.name}", {init}, dt, &dev)?;')
+            self.body.append(f"    let {v} = lazy_var(&varmap, {dims}, {rust_str(t.name)}, {init}, dt, &dev)?;")
         self.bind(t.name, "tensor" if t.kind == "buffer" else "var")
         if t.kind != "buffer":
             grad = list(t.grad) if t.grad is not None else [1.0] * t.numel
-            self.body.append(f'    grads.insert("{t.name}".to_string(), {rust_f32_list(grad)});')
+            self.body.append(f"    grads.insert({rust_str(t.name)}.to_string(), {rust_f32_list(grad)});")
 
     def declare_layer(self, layer) -> None:
         """A layer, as the probe's ``add_layer`` builds it, after the tensors; after the last one
         the ``train`` flag (true)."""
         v = _layer_var(layer.name)
         if layer.kind == "batch_norm":
-            self.body.append(f'    let {v} = batch_norm_layer(&varmap, "{layer.name}", {layer.features}, '
+            self.body.append(f"    let {v} = batch_norm_layer(&varmap, {rust_str(layer.name)}, {layer.features}, "
                              f"{rust_float(layer.momentum)}, {rust_float(layer_table.BATCH_NORM_EPS)}, dt, &dev)?;")
             for stat, _, _ in layer.states():
-                self.body.append(f'    let {ident(stat)} = var_of(&varmap, "{stat}").expect("batch_norm puts '
+                self.body.append(f"    let {ident(stat)} = var_of(&varmap, {rust_str(stat)}).expect(\"batch_norm puts "
                                  'its stats in the VarMap");')
                 self.bind(stat, "var")
         else:  # Dropout::new takes any p; only the training forward refuses p = 1
@@ -142,7 +143,7 @@ class _Writer(MainWriter):
             self.body.append(f"    let {name} = {_TENSOR_METHODS[m].format(t=self.ten(of), r=self.ten_ref(of))};")
             self.bind(op["name"], "tensor")
         elif m == "state_dict":
-            self.body.append(f'    let {name} = var_of(&varmap, "{of}").expect("a param or layer stat is in the VarMap");')
+            self.body.append(f"    let {name} = var_of(&varmap, {rust_str(of)}).expect(\"a param or layer stat is in the VarMap\");")
             self.bind(op["name"], "var")
         elif m == "save_load":
             self.body += [f"    let {name} = {{",
@@ -150,11 +151,11 @@ class _Writer(MainWriter):
                           "std::process::id()));",
                           "        let _removed = RemoveOnDrop(path.clone());",
                           "        let fresh = save_and_load(&varmap, &path)?;",
-                          f'        var_of(&fresh, "{of}").expect("the fresh VarMap has the model\'s structure")',
+                          f"        var_of(&fresh, {rust_str(of)}).expect(\"the fresh VarMap has the model's structure\")",
                           "    };"]
             self.bind(op["name"], "var")
         else:
-            self.body.append(f"    // {m}: candle has no such call")
+            self.body.append(f"    // {visible(m)}: candle has no such call")
 
     def write(self, op: dict) -> None:
         tgt, value = op["target"], rust_f32_list(op["value"])
@@ -223,7 +224,7 @@ class _Writer(MainWriter):
             entries, kind = f"{c}_read", "tensor"
         for p in self.params:
             n = f"{op['name']}.{p}"
-            self.body.append(f'    let {ident(n)} = {entries}["{p}"].clone();')
+            self.body.append(f"    let {ident(n)} = {entries}[{rust_str(p)}].clone();")
             self.bind(n, kind)
 
     def load(self, op: dict) -> None:
@@ -240,7 +241,7 @@ class _Writer(MainWriter):
             self.body.append(f"    let {ident(tgt)} = {ident(op['value'])}.clone();  // the same Var")
         else:
             self.body.append(f"    let {ident(tgt)} = Var::from_tensor({self.ten_ref(op['value'])})?;")
-        self.body.append(f'    insert_var(&varmap, "{tgt}", &{ident(tgt)});')
+        self.body.append(f"    insert_var(&varmap, {rust_str(tgt)}, &{ident(tgt)});")
         self.bind(tgt, "var")
 
     def append(self, op: dict) -> None:
@@ -264,14 +265,14 @@ class _Writer(MainWriter):
     def move(self, op: dict) -> None:
         tgt = op["target"]
         self.body.append(f"    let {ident(tgt)} = {self.ten(tgt)}.to_device(&Device::Cpu)?;  "
-                         f"// `{op['device']}` is the CPU here")
+                         f"// `{visible(op['device'])}` is the CPU here")
         self.bind(tgt, "tensor")
 
     def module_clone(self, op: dict) -> None:
         self.body.append("    let cloned: HashMap<String, Var> = varmap.data().lock().unwrap().clone();")
         for p in self.params:
             n = f"{op['name']}.{p}"
-            self.body.append(f'    let {ident(n)} = cloned["{p}"].clone();')
+            self.body.append(f"    let {ident(n)} = cloned[{rust_str(p)}].clone();")
             self.bind(n, "var")
 
     def forward(self, op: dict) -> None:

@@ -1,13 +1,16 @@
 """The torch target's layers (a program's ``[layers]``) and ``forward``: ``nn.BatchNorm1d`` and
 ``nn.Dropout`` submodules of the model, so ``eval()``/``train()``, ``copy.deepcopy``,
 ``state_dict()`` and ``load_state_dict`` carry them. A mixin of ``TorchSession``: it uses the
-session's ``model``, ``bound``, ``home``, ``_bind`` and ``_seen``."""
+session's ``model``, ``bound``, ``home``, ``_bind`` and ``_seen``. The model holds each layer under
+its ``model_key`` (``harness.targets.torch.names``); ``layer_stats`` and the bound names are the
+case's (``bn.running_mean``)."""
 
 from __future__ import annotations
 
 from torch import nn
 
 from harness.case.layers import RUNNING_STATS
+from harness.targets.torch.names import model_key
 
 
 class LayerOps:
@@ -20,18 +23,18 @@ class LayerOps:
             layer = nn.BatchNorm1d(spec["features"], momentum=spec["momentum"], affine=False)
         else:
             layer = nn.Dropout(spec["p"])
-        self.model.add_module(spec["name"], layer.to(self.home, self.dtype))
+        self.model.add_module(model_key(spec["name"]), layer.to(self.home, self.dtype))
         for stat, _ in RUNNING_STATS if spec["kind"] == "batch_norm" else ():
             name = f"{spec['name']}.{stat}"
             self.layer_stats.append(name)
-            self._bind(name, self.model.get_buffer(name))
+            self._bind(name, self.model.get_buffer(model_key(name)))
 
     def _op_forward(self, op: dict) -> None:
         # `y = layer(x)` as a training loop writes it. BatchNorm1d in training mode normalises with
         # the batch's statistics and updates its running buffers in place (running_var with the
         # unbiased variance); in eval mode it reads them. nn.Dropout returns its input itself when
         # p = 0 or in eval mode (ATen Dropout.cpp `_dropout_impl`), and input * 0 when p = 1.
-        layer = self.model.get_submodule(op["layer"])
+        layer = self.model.get_submodule(model_key(op["layer"]))
         self._bind(op["name"], layer(self.bound[op["input"]]))
         # The batch_norm kernel updates the running buffers without bumping their version
         # counters: forget their last observations, so that they and every name over their
@@ -46,5 +49,5 @@ class LayerOps:
         self.model.train()
 
     def _stat_tensors(self) -> dict:
-        """The model's layers' running statistics by name (``bn.running_mean``)."""
-        return {name: self.model.get_buffer(name) for name in self.layer_stats}
+        """The model's layers' running statistics by model key (``model_key("bn.running_mean")``)."""
+        return {model_key(name): self.model.get_buffer(model_key(name)) for name in self.layer_stats}

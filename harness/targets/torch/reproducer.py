@@ -3,7 +3,13 @@ CPU with the calls the torch target makes (``harness/targets/torch/``) and print
 bound name after every op (``after op 0: s0 = [1.0, 2.0]``). An op torch did not run in the
 finding's repro result is a comment.
 
-Each op kind has an emitter (``EMITTERS``): the op's fields in, the script lines out.
+Each op kind has an emitter (``EMITTERS``): the op's fields in, the script lines out. Text from
+the case or the repro JSON (the title, names, messages) is written only as a literal or inside a
+comment or the docstring, through ``harness.escaping``: never as code. A case name is never a
+Python identifier or a module attribute of the script: the model holds each tensor, layer and
+layer state under its ``model_key`` (``harness.targets.torch.names``, as the torch target does),
+so a tensor named ``training``, ``forward`` or ``class`` is registered, replaced and loaded like
+any other; the script's ``names`` dict is keyed by the case's own names.
 """
 
 from __future__ import annotations
@@ -12,7 +18,9 @@ from typing import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
+from harness.escaping import python_docstring, python_str, visible
 from harness.targets.protocol import PROGRAM_SEED
+from harness.targets.torch.names import KEY_PREFIX, model_key
 from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
 
 _PRELUDE = '''#!/usr/bin/env python3
@@ -39,6 +47,11 @@ def _save_load(t):
     return torch.load(buf)
 
 
+def case_name(key):
+    """The case's name of a model key (the model holds case name n under KEY_PREFIX + n)."""
+    return key[len(KEY_PREFIX):]
+
+
 def loss():
     """The sum of (p * grad) over the model's slots (a tied parameter once per slot)."""
     total = None
@@ -54,22 +67,23 @@ class Model(nn.Module):
     pass
 
 
+KEY_PREFIX = {key_prefix}  # the model's key of case name n is KEY_PREFIX + n: any name is a tensor name
 model = Model()
-names = {{}}
-grads = {{}}
+names = {{}}  # case name -> tensor
+grads = {{}}  # model key -> the gradient the loss gives the param
 optimizers = {{}}
 checkpoints = {{}}  # name -> the state dict as returned (memory) or the bytes torch.save wrote (file)
 accumulating = False  # a backward pass ran since the last step: its gradients are kept
 caches = {{}}  # name -> [the KV-cache buffer of its cache appends, rows filled]
-stats = []  # the layers' running statistics by name: bn.running_mean, ...
+stats = []  # the layers' running statistics by model key: KEY_PREFIX + bn.running_mean, ...
 '''
 
-# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its name).
+# Snapshot method -> the expression of the snapshot (``{t}``: the source tensor, ``{of}``: its model key as a literal).
 _METHODS = {
     "alias": "{t}", "clone": "{t}.clone()", "detach": "{t}.detach()", "copy": "copy.copy({t})",
     "mul1": "{t} * 1.0", "to_home": "{t}.to({t}.device)", "to_cpu": "{t}.cpu()",
     "contiguous": "{t}.contiguous()", "reshape": "{t}.reshape(-1)", "view_row": "{t}.narrow(0, 0, 1)",
-    "transpose": "{t}.transpose(-2, -1)", "state_dict": "model.state_dict()[{of!r}]",
+    "transpose": "{t}.transpose(-2, -1)", "state_dict": "model.state_dict()[{of}]",
     "deepcopy": "copy.deepcopy({t})",
     "to_host": "torch.from_numpy({t}.detach().cpu().numpy()).to({t}.device)",
     "save_load": "_save_load({t})",
@@ -87,7 +101,12 @@ _TORCH_DTYPES = {"f32": "torch.float32", "bf16": "torch.bfloat16", "f16": "torch
 
 
 def _name(n: str) -> str:
-    return f"names[{n!r}]"
+    return f"names[{python_str(n)}]"
+
+
+def _key(n: str) -> str:
+    """The literal of the model's key of case name ``n`` (``names.model_key``)."""
+    return python_str(model_key(n))
 
 
 def _tensor_lines(t) -> list[str]:
@@ -102,30 +121,31 @@ def _tensor_lines(t) -> list[str]:
         out = [f"_t = torch.empty({shape}, dtype=DTYPE).uniform_(-1.0, 1.0, generator=program_rng)"]
     else:
         out = [f"_t = torch.full({shape}, {float(t.fill or 0.0)!r}, dtype=DTYPE)"]
+    n, k = python_str(t.name), _key(t.name)
     if t.kind == "buffer":
-        return out + [f'model.register_buffer("{t.name}", _t)', f'names["{t.name}"] = model._buffers["{t.name}"]']
-    return out + [f'model.register_parameter("{t.name}", nn.Parameter(_t))',
-                  f'names["{t.name}"] = model._parameters["{t.name}"]',
-                  f'grads["{t.name}"] = {list(t.grad) if t.grad is not None else None!r}']
+        return out + [f"model.register_buffer({k}, _t)", f"names[{n}] = model._buffers[{k}]"]
+    return out + [f"model.register_parameter({k}, nn.Parameter(_t))",
+                  f"names[{n}] = model._parameters[{k}]",
+                  f"grads[{k}] = {list(t.grad) if t.grad is not None else None!r}"]
 
 
 def _layer_lines(layer) -> list[str]:
     """One layer, a submodule of the model; a batch norm's running buffers bound by name."""
     if layer.kind == "dropout":
-        return [f"model.add_module({layer.name!r}, nn.Dropout({float(layer.p)!r}))"]
-    out = [f"model.add_module({layer.name!r}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
+        return [f"model.add_module({_key(layer.name)}, nn.Dropout({float(layer.p)!r}))"]
+    out = [f"model.add_module({_key(layer.name)}, nn.BatchNorm1d({layer.features}, momentum={float(layer.momentum)!r}, "
            "affine=False, dtype=DTYPE))"]
     for name, _, _ in layer.states():
-        out += [f"stats.append({name!r})", f"names[{name!r}] = model.get_buffer({name!r})"]
+        out += [f"stats.append({_key(name)})", f"names[{python_str(name)}] = model.get_buffer({_key(name)})"]
     return out
 
 
 def _forward(op: dict) -> list[str]:
-    return [f"{_name(op['name'])} = model.get_submodule({op['layer']!r})({_name(op['input'])})"]
+    return [f"{_name(op['name'])} = model.get_submodule({_key(op['layer'])})({_name(op['input'])})"]
 
 
 def _snapshot(op: dict) -> list[str]:
-    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=op["of"])]
+    return [f"{_name(op['name'])} = " + _METHODS[op["method"]].format(t=_name(op["of"]), of=_key(op["of"]))]
 
 
 def _write(op: dict) -> list[str]:
@@ -151,17 +171,17 @@ def _append(op: dict) -> list[str]:
     t, src, n = _name(op["target"]), _name(op["source"]), op["target"]
     out = [f"_src = {src} if {src}.dim() == {t}.dim() else {src}.unsqueeze(0)"]
     if op["how"] == "cat":
-        return out + [f"caches.pop({n!r}, None)", f"{t} = torch.cat([{t}, _src])"]
+        return out + [f"caches.pop({python_str(n)}, None)", f"{t} = torch.cat([{t}, _src])"]
     return out + [
-        f"if {n!r} not in caches:  # a buffer of {ops.CACHE_ROWS} rows, starting with the name's",
+        f"if {python_str(n)} not in caches:  # a buffer of {ops.CACHE_ROWS} rows, starting with the name's",
         f"    _buf = torch.zeros(({ops.CACHE_ROWS},) + tuple({t}.shape[1:]))",
         "    with torch.no_grad():",
         f"        _buf[:{t}.shape[0]] = {t}",
-        f"    caches[{n!r}] = [_buf, {t}.shape[0]]",
-        f"_buf, _n = caches[{n!r}]",
+        f"    caches[{python_str(n)}] = [_buf, {t}.shape[0]]",
+        f"_buf, _n = caches[{python_str(n)}]",
         "with torch.no_grad():",
         "    _buf[_n:_n + _src.shape[0]] = _src",
-        f"caches[{n!r}] = [_buf, _n + _src.shape[0]]",
+        f"caches[{python_str(n)}] = [_buf, _n + _src.shape[0]]",
         f"{t} = _buf[:_n + _src.shape[0]]  # a view of the buffer"]
 
 
@@ -172,12 +192,12 @@ _MAP_CALLS = {"neg": "torch.neg({t})", "relu": "torch.relu({t})", "add_scalar": 
 
 def _map(op: dict) -> list[str]:
     t = _name(op["target"])
-    return [f"caches.pop({op['target']!r}, None)", f"{t} = " + _MAP_CALLS[op["fn"]].format(t=t)]
+    return [f"caches.pop({python_str(op['target'])}, None)", f"{t} = " + _MAP_CALLS[op["fn"]].format(t=t)]
 
 
 def _add(op: dict) -> list[str]:
     t = _name(op["target"])
-    return [f"caches.pop({op['target']!r}, None)", f"{t} = {t} + {_name(op['other'])}  # a row broadcasts"]
+    return [f"caches.pop({python_str(op['target'])}, None)", f"{t} = {t} + {_name(op['other'])}  # a row broadcasts"]
 
 
 def _fill(op: dict) -> list[str]:
@@ -230,56 +250,58 @@ def _save(op: dict) -> list[str]:
     n = op["name"]
     out = ["_sd = model.state_dict()  # param.detach() and the buffers: no copy"]
     if op["to"] == "memory":
-        out.append(f"checkpoints[{n!r}] = _sd")
+        out.append(f"checkpoints[{python_str(n)}] = _sd")
     else:
-        out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{n!r}] = _buf.getvalue()",
-                f"_sd = torch.load(io.BytesIO(checkpoints[{n!r}]))  # what the file holds"]
-    return out + ["for _k in [*grads, *stats]:", f"    names[{n!r} + '.' + _k] = _sd[_k]"]
+        out += ["_buf = io.BytesIO()", "torch.save(_sd, _buf)", f"checkpoints[{python_str(n)}] = _buf.getvalue()",
+                f"_sd = torch.load(io.BytesIO(checkpoints[{python_str(n)}]))  # what the file holds"]
+    return out + ["for _k in [*grads, *stats]:", f"    names[{python_str(n)} + '.' + case_name(_k)] = _sd[_k]"]
 
 
 def _replace(op: dict) -> list[str]:
-    t, v = op["target"], _name(op["value"])
+    # ``setattr(model, key, ...)`` is ``model.<key> = ...`` (nn.Module.__setattr__) for any key;
+    # the key is the case name's ``model_key``, never one of nn.Module's own attributes.
+    n, k, v = python_str(op["target"]), _key(op["target"]), _name(op["value"])
     if op["how"] == "new":
-        return [f"_old = model._parameters[{t!r}]", f"model.{t} = nn.Parameter({v})",
-                f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
+        return [f"_old = model._parameters[{k}]", f"setattr(model, {k}, nn.Parameter({v}))",
+                f"if names.get({n}) is _old:", f"    names[{n}] = model._parameters[{k}]"]
     if op["how"] == "data":
-        return [f"model._parameters[{t!r}].data = {v}"]
+        return [f"model._parameters[{k}].data = {v}"]
     if op["how"] == "tie":
-        return [f"_old = model._parameters[{t!r}]", f"model.{t} = {v}  # the same Parameter in two slots",
-                f"if names.get({t!r}) is _old:", f"    names[{t!r}] = model._parameters[{t!r}]"]
-    return ["with torch.no_grad():", f"    model._parameters[{t!r}].set_({v})"]
+        return [f"_old = model._parameters[{k}]", f"setattr(model, {k}, {v})  # the same Parameter in two slots",
+                f"if names.get({n}) is _old:", f"    names[{n}] = model._parameters[{k}]"]
+    return ["with torch.no_grad():", f"    model._parameters[{k}].set_({v})"]
 
 
 def _load(op: dict) -> list[str]:
     """``load_state_dict``; with ``assign=True`` the model's slots hold new objects, which the
     declared names read from then on (as the torch target rebinds them)."""
-    return [f"_ck = checkpoints[{op['from']!r}]",
+    return [f"_ck = checkpoints[{python_str(op['from'])}]",
             "_sd = torch.load(io.BytesIO(_ck)) if isinstance(_ck, bytes) else _ck",
             "_before = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
             f"model.load_state_dict(_sd, assign={bool(op['assign'])!r})",
             "_after = {**model._parameters, **model._buffers, **{_k: model.get_buffer(_k) for _k in stats}}",
-            "for _k, _old in _before.items():",
-            "    if _after[_k] is not _old and names.get(_k) is _old:",
-            "        names[_k] = _after[_k]"]
+            "for _k, _old in _before.items():  # model keys",
+            "    if _after[_k] is not _old and names.get(case_name(_k)) is _old:",
+            "        names[case_name(_k)] = _after[_k]"]
 
 
 def _move(op: dict) -> list[str]:
     """What ``module.to`` does to a param (``.data`` swapped) or a buffer (rebound); else ``.to``."""
     tgt, t = op["target"], _name(op["target"])
-    return [f"# CPU only: `{op['device']}` is the CPU here. What module.to does to a param/buffer:",
-            f"if {tgt!r} in model._parameters and model._parameters[{tgt!r}] is {t}:",
+    return [f"# CPU only: `{visible(op['device'])}` is the CPU here. What module.to does to a param/buffer:",
+            f"if {_key(tgt)} in model._parameters and model._parameters[{_key(tgt)}] is {t}:",
             "    with torch.no_grad():",
             f"        {t}.data = {t}.data.to('cpu')",
-            f"elif {tgt!r} in model._buffers and model._buffers[{tgt!r}] is {t}:",
-            f"    model._buffers[{tgt!r}] = {t} = {t}.to('cpu')",
+            f"elif {_key(tgt)} in model._buffers and model._buffers[{_key(tgt)}] is {t}:",
+            f"    model._buffers[{_key(tgt)}] = {t} = {t}.to('cpu')",
             "else:",
             f"    {t} = {t}.to('cpu')"]
 
 
 def _module_clone(op: dict) -> list[str]:
     return ["_m = copy.deepcopy(model)", "for _k, _p in _m.named_parameters(remove_duplicate=False):",
-            f"    names[{op['name']!r} + '.' + _k] = _p", "for _k in stats:",
-            f"    names[{op['name']!r} + '.' + _k] = _m.get_buffer(_k)"]
+            f"    names[{python_str(op['name'])} + '.' + case_name(_k)] = _p", "for _k in stats:",
+            f"    names[{python_str(op['name'])} + '.' + case_name(_k)] = _m.get_buffer(_k)"]
 
 
 EMITTERS: dict[str, Callable[[dict], list[str]]] = {
@@ -298,7 +320,7 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
 def torch_script(program: Program, repro: dict | None = None) -> str:
     """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran.
     A metamorphic case runs twice: as it is, then without its inert ops (``without: ...`` lines)."""
-    out = [_PRELUDE.format(title=program.title or "case")]
+    out = [_PRELUDE.format(title=python_docstring(program.title or "case"), key_prefix=python_str(KEY_PREFIX))]
     out += _run_lines(program, repro, "", range(len(program.ops)))
     second = without_run(program, repro)
     if second is not None:

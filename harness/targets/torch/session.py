@@ -28,6 +28,7 @@ from harness.targets.driver import OpError, Unsupported
 from harness.targets.protocol import PROGRAM_SEED, Program, unreadable
 from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
+from harness.targets.torch.names import case_name, model_key
 from harness.targets.torch.observe import TORCH_DTYPES, observation
 from harness.targets.torch.training import TrainingOps
 from harness.targets.torch.views import CONVERSIONS, VIEWS
@@ -75,7 +76,9 @@ VARIANT_DIFFERS_ON = ("step",)
 
 class Model(nn.Module):
     """The program's model: every param/lazy tensor an ``nn.Parameter`` and every buffer a registered
-    buffer, in declaration order. ``forward`` is never called; ``step`` builds its loss directly."""
+    buffer, in declaration order, each under its ``model_key`` (``harness.targets.torch.names``:
+    a case may name a tensor ``training``). ``forward`` is never called; ``step`` builds its loss
+    directly."""
 
     def forward(self):  # pragma: no cover - not used
         raise NotImplementedError
@@ -116,12 +119,13 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             if spec["name"] in self.bound:
                 raise ValueError(f"tensor {spec['name']!r} declared twice")
             t = self._create(spec)
+            key = model_key(spec["name"])
             if spec["kind"] == "buffer":
-                self.model.register_buffer(spec["name"], t)
-                t = self.model._buffers[spec["name"]]
+                self.model.register_buffer(key, t)
+                t = self.model._buffers[key]
             else:
                 t = nn.Parameter(t)
-                self.model.register_parameter(spec["name"], t)
+                self.model.register_parameter(key, t)
                 self.grads[spec["name"]] = spec["grad"]
             self._bind(spec["name"], t)
         self.layer_stats: list[str] = []  # `<layer>.running_mean`, ...: the model's buffers by name
@@ -195,10 +199,11 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             return CONVERSIONS[method](t, self.dtype)  # views.py: the dtype conversions
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
-            if of not in self.model._parameters and of not in self.model._buffers and of not in self.layer_stats:
+            key = model_key(of)
+            if key not in self.model._parameters and key not in self.model._buffers and of not in self.layer_stats:
                 raise Unsupported(f"state_dict: {of!r} is not a parameter or buffer of the model "
                                   "(a snapshot has no state_dict entry)")
-            return self.model.state_dict()[of]
+            return self.model.state_dict()[key]
         if method == "deepcopy":
             return copy.deepcopy(t)
         if method == "to_host":
@@ -235,12 +240,13 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def _op_replace(self, op: dict) -> None:
         name, value = op["target"], self.bound[op["value"]]
-        old = self.model._parameters[name]
+        key = model_key(name)
+        old = self.model._parameters[key]
         if op["how"] == "new":
             # `module.w = nn.Parameter(v)`: a new Parameter over v's storage (no copy,
             # pytorch/pytorch#22821); nn.Module.__setattr__ puts it in _parameters.
-            setattr(self.model, name, nn.Parameter(value))
-            self._rebind_slot(self.model, name, old, self.model._parameters[name], name)
+            setattr(self.model, key, nn.Parameter(value))
+            self._rebind_slot(self.model, key, old, self.model._parameters[key], name)
         elif op["how"] == "data":
             old.data = value  # the same object, now over v's storage (Tensor.data setter)
         elif op["how"] == "set":
@@ -249,8 +255,8 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         else:
             # `model.b = model.a`: the same Parameter in two slots (tied weights). Module.__setattr__
             # refuses a tensor that is not a Parameter (TypeError).
-            setattr(self.model, name, value)
-            self._rebind_slot(self.model, name, old, self.model._parameters[name], name)
+            setattr(self.model, key, value)
+            self._rebind_slot(self.model, key, old, self.model._parameters[key], name)
 
     def _op_append(self, op: dict) -> None:
         name, t, src = op["target"], self.bound[op["target"]], self.bound[op["source"]]
@@ -310,11 +316,12 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self._bind(name, t.to(dev))
 
     def _rebind_slot(self, module: nn.Module, key: str, old, new, target: str) -> None:
-        """The module now holds `new` where it held `old`: the name that reads the module's slot
-        (the declared name for the model, `<clone>.<key>` for a module_clone) reads `new` from now
-        on, and so does the name the move went through (`t = module.<key>` after `module.to`).
-        Other names bound to `old` keep it, as a user's other variables would."""
-        slot_name = key if module is self.model else self.clone_prefix.get(id(module), "") + key
+        """The module now holds `new` where it held `old` under its ``key`` (a ``model_key``): the
+        name that reads the module's slot (the declared name for the model, `<clone>.<name>` for a
+        module_clone) reads `new` from now on, and so does the name the move went through
+        (`t = module.<key>` after `module.to`). Other names bound to `old` keep it, as a user's
+        other variables would."""
+        slot_name = case_name(key) if module is self.model else self.clone_prefix.get(id(module), "") + case_name(key)
         for n in (slot_name, target):
             if self.bound.get(n) is old:
                 self._bind(n, new)
@@ -323,10 +330,10 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         clone = copy.deepcopy(self.model)
         self.modules.append(clone)
         self.clone_prefix[id(clone)] = op["name"] + "."
-        for pname, p in clone.named_parameters(remove_duplicate=False):  # a tied one under each name
-            self._bind(f"{op['name']}.{pname}", p)
+        for key, p in clone.named_parameters(remove_duplicate=False):  # a tied one under each name
+            self._bind(f"{op['name']}.{case_name(key)}", p)
         for stat in self.layer_stats:  # deepcopy copies the layers' buffers too
-            self._bind(f"{op['name']}.{stat}", clone.get_buffer(stat))
+            self._bind(f"{op['name']}.{stat}", clone.get_buffer(model_key(stat)))
 
     def _op_no_grad(self, op: dict) -> None:
         # torch has no module-level no-grad or freeze flag: both are requires_grad_(False) on every

@@ -15,6 +15,7 @@ import io
 import torch
 
 from harness.targets.driver import Skipped, Unsupported
+from harness.targets.torch.names import case_name, model_key
 
 # The fused implementations are picked by keyword; SGD only gained ``fused`` in later releases.
 SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters
@@ -97,8 +98,8 @@ class TrainingOps:
         loss = None
         # Every slot, a tied parameter once per slot (as each use of a tied weight adds to its
         # gradient); the optimizer holds it once (parameters() removes duplicates).
-        for name, p in self.model.named_parameters(remove_duplicate=False):
-            g = self.grads.get(name)
+        for key, p in self.model.named_parameters(remove_duplicate=False):
+            g = self.grads.get(case_name(key))
             g = (torch.ones(p.shape, dtype=p.dtype, device=p.device) if g is None
                  else torch.tensor(g, dtype=p.dtype, device=p.device).reshape(p.shape))
             term = (p * g).sum()
@@ -130,7 +131,7 @@ class TrainingOps:
             self.checkpoints[op["name"]] = ("file", data)
             entries = _read_checkpoint(data)  # what the file holds, as a user reading it sees it
         for p in [*self.grads, *self.layer_stats]:  # the model's names, in declaration order
-            self._bind(f"{op['name']}.{p}", entries[p])
+            self._bind(f"{op['name']}.{p}", entries[model_key(p)])
 
     def _op_load(self, op: dict) -> None:
         taken = self.checkpoints.get(op["from"])
@@ -144,9 +145,9 @@ class TrainingOps:
         # model held Parameters) in the model's slots (Module._load_from_state_dict).
         self.model.load_state_dict(sd, assign=op["assign"])
         after = {**self.model._parameters, **self.model._buffers, **self._stat_tensors()}
-        for key, old in before.items():
+        for key, old in before.items():  # model keys (``harness.targets.torch.names``)
             if after[key] is not old:
-                self._rebind_slot(self.model, key, old, after[key], key)
+                self._rebind_slot(self.model, key, old, after[key], case_name(key))
 
 
 def _read_checkpoint(data: bytes) -> dict:

@@ -1,0 +1,230 @@
+"""Text from a case, a finding or a store is written as text, never as code or markup: the
+reproducers (Python, Rust), report.md and the issue drafts, and what ``triage`` prints.
+
+A hostile run folder (its case's title, its repro JSON's statuses and messages, its finding's
+fields) is reported with ``aliasfuzz report`` in a real process; the torch reproducer is parsed
+with ``ast`` and run with the venv's python (a planted statement would write a marker file and
+exit 99), the Rust ones are parsed by ``rustfmt`` (no cargo build), the Markdown is rendered by
+markdown-it-py (rich's own dependency) with HTML on.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tomllib
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import need, run_cli
+from tests.test_report_reliability import make_run, record
+
+#: A payload each language would run if the text left its comment, docstring or literal.
+MARKER_NAME = "INJECTED-MARKER"
+PY_PAYLOAD = f"import pathlib; pathlib.Path({MARKER_NAME!r}).write_text('x'); raise SystemExit(99)"
+RS_PAYLOAD = "fn injected_by_aliasfuzz_text() {}"
+HOSTILE = (f'title """\n{PY_PAYLOAD}\n""" \'\'\'\n{PY_PAYLOAD}\n\'\'\' */ /* \r{RS_PAYLOAD}\r\n{RS_PAYLOAD}\u2028'
+           f'{RS_PAYLOAD}\u2029 back\\slash \\" \u202e\x1b[31m red <script>alert(1)</script>')
+
+# A case whose names are legal but awkward: `class` (a Python keyword, the target of a replace),
+# `c_w` beside the `c.w` a save named `c` binds (one Rust variable before), `fn` (a Rust keyword).
+CASE = f'''format = "aliasfuzz-case/1"
+title = {json.dumps(HOSTILE)}
+
+[tensors]
+w = {{ kind = "param", value = [1.0, 2.0] }}
+class = {{ kind = "param", value = [3.0, 4.0] }}
+c_w = {{ kind = "buffer", value = [5.0, 6.0] }}
+fn = {{ kind = "buffer", value = [7.0, 8.0] }}
+
+[[ops]]
+op = "snapshot"
+name = "s"
+of = "w"
+method = "detach"
+
+[[ops]]
+op = "replace"
+target = "class"
+value = "w"
+how = "new"
+
+[[ops]]
+op = "save"
+name = "c"
+
+[[ops]]
+op = "scale"
+target = "fn"
+factor = 2.0
+'''
+
+TARGETS = ["torch:cpu", "candle:cpu", "burn:flex"]
+
+
+def _repro() -> dict:
+    """Every target reports op 1 and 3 with a hostile status and message (a probe's answer, or
+    another machine's stored repro JSON)."""
+    ops = [{"status": "ok"}, {"status": f"error\n{PY_PAYLOAD}\n{RS_PAYLOAD}", "message": HOSTILE},
+           {"status": "ok"}, {"status": "unsupported", "message": HOSTILE}]
+    return {"targets": {t: {"status": "ok", "ops": ops} for t in TARGETS}}
+
+
+def _hostile_run(tmp_path: Path) -> tuple[Path, str]:
+    rec = record(1, targets=TARGETS, sentence=HOSTILE, detail=HOSTILE + "\n```\n" + HOSTILE,
+                 kind="framework <img src=x onerror=alert(1)>", op="scale`` <b>x</b>")
+    run = make_run(tmp_path / "run", [rec])
+    (run / rec["case"]).write_text(CASE, encoding="utf-8")
+    (run / rec["repro"]).write_text(json.dumps(_repro()), encoding="utf-8")
+    r = run_cli("report", str(run))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return run, rec["case"][: -len(".toml")]
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory) -> tuple[Path, str]:
+    return _hostile_run(tmp_path_factory.mktemp("hostile"))
+
+
+def _benign_script(tmp_path: Path) -> str:
+    """The torch reproducer of the same program with a plain title and plain messages."""
+    from harness.case.ir import load_case
+    from harness.targets.torch.reproducer import torch_script
+
+    plain = tmp_path / "plain.toml"
+    plain.write_text(CASE.replace(f"title = {json.dumps(HOSTILE)}", 'title = "plain"'), encoding="utf-8")
+    repro = _repro()
+    for t in repro["targets"].values():
+        t["ops"][1] = {"status": "error", "message": "plain"}
+        t["ops"][3] = {"status": "unsupported", "message": "plain"}
+    return torch_script(load_case(plain), repro)
+
+
+def test_torch_reproducer_of_a_hostile_case_runs_no_planted_statement(hostile_run, tmp_path):
+    run, stem = hostile_run
+    script = (run / f"{stem}.torch.py").read_text(encoding="utf-8")
+    tree = ast.parse(script)
+    docstring = ast.get_docstring(tree, clean=False)
+    assert docstring is not None and HOSTILE in docstring  # the title, exactly, as text
+    expected = ast.parse(_benign_script(tmp_path))
+    assert [ast.dump(s) for s in tree.body[1:]] == [ast.dump(s) for s in expected.body[1:]]
+    r = subprocess.run([sys.executable, str(run / f"{stem}.torch.py")], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=300)
+    assert not (tmp_path / MARKER_NAME).exists()
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def _rust_tokens_outside_comments(src: str) -> list[str]:
+    """The lines holding the payload that are not comments (a line comment or a string literal's
+    escaped text never has a raw line break, so a payload on its own line is code)."""
+    return [line for line in src.split("\n") if RS_PAYLOAD in line and not line.lstrip().startswith("//")]
+
+
+@pytest.mark.parametrize("framework", ["candle", "burn"])
+def test_rust_reproducers_of_a_hostile_case_parse_and_hold_the_text_as_comments(hostile_run, framework):
+    if shutil.which("rustfmt") is None:
+        need("rustfmt", "rustup component add rustfmt")
+    run, stem = hostile_run
+    project = run / f"{stem}-{framework}"
+    raw = (project / "src" / "main.rs").read_bytes()
+    src = raw.decode("utf-8")
+    for bad in ("\r", "\u2028", "\u2029", "\u202e", "\x1b"):  # a line ending to some reader; refused by rustc
+        assert bad not in src, repr(bad)
+    assert not _rust_tokens_outside_comments(src)
+    # rustfmt parses the file (stdin: `mod support;` is not followed) without compiling anything.
+    r = subprocess.run(["rustfmt", "--edition", "2021", "--emit", "stdout"], input=src, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # The names are bound to distinct variables: `c_w` and the save's `c.w`.
+    assert "let v_c__w" in src and ("let v_c_dw" in src or "v_c_dw_" in src)
+    tomllib.loads((project / "Cargo.toml").read_text(encoding="utf-8"))
+
+
+def test_rust_and_toml_escapers_round_trip():
+    """``toml_str`` is a TOML string of any text (json.dumps writes a surrogate pair for a
+    character outside the BMP, which TOML refuses); ``rust_str`` holds no raw line break."""
+    from harness.escaping import rust_str, toml_str
+
+    text = HOSTILE + "\U0001F600\x00\x7f"
+    assert tomllib.loads(f"k = {toml_str(text)}")["k"] == text
+    lit = rust_str(text)
+    assert "\n" not in lit and "\r" not in lit and lit.startswith('"') and lit.endswith('"')
+
+
+# ------------------------------------------------------------------------------------------------
+# Markdown: report.md and the issue draft, rendered with HTML on.
+
+
+class _Elements(HTMLParser):
+    """The elements and attributes of rendered HTML, and the text of its code blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[str] = []
+        self.attrs: list[str] = []
+        self.code: list[str] = []
+        self._in_pre = False
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += [k for k, _ in attrs]
+        self._in_pre = self._in_pre or tag == "pre"
+        if tag == "code" and self._in_pre:
+            self.code.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "pre":
+            self._in_pre = False
+
+    def handle_data(self, data):
+        if self._in_pre and self.code:
+            self.code[-1] += data
+
+
+def _render(md: str) -> _Elements:
+    from markdown_it import MarkdownIt
+
+    page = MarkdownIt("commonmark", {"html": True}).enable("table").render(md)
+    parsed = _Elements()
+    parsed.feed(page)
+    return parsed
+
+
+def test_report_md_and_draft_carry_no_markup_from_a_finding(hostile_run):
+    run, stem = hostile_run
+    for path in (run / "report.md", run / f"{stem}.issue.md"):
+        md = path.read_text(encoding="utf-8")
+        assert "\x1b" not in md and "\r" not in md, path
+        html = _render(md)
+        assert not {"script", "img", "b"} & set(html.tags), (path, set(html.tags))
+        assert not [a for a in html.attrs if a.startswith("on")], path
+    draft = _render((run / f"{stem}.issue.md").read_text(encoding="utf-8"))
+    # Fences intact: the detail (with its own ``` inside), the case, the reproducer, the commands.
+    assert len(draft.code) == 4, draft.code
+    assert "```" in draft.code[0] and "<script>" in draft.code[0]
+    assert draft.code[1].startswith("format = ")
+    assert "fn main()" in draft.code[2] and draft.code[3].startswith("aliasfuzz repro ")
+
+
+# ------------------------------------------------------------------------------------------------
+# triage: what it prints of a store.
+
+
+def test_triage_list_prints_control_characters_as_escapes(tmp_path):
+    run = make_run(tmp_path / "run", [record(1, signature="framework|x|\x1b[31mred\x1b[0m\nforged line|y")])
+    store = tmp_path / "triage.sqlite"
+    r = run_cli("triage", "--record", str(run), "--store", str(store))
+    assert r.returncode == 0, r.stderr
+    with sqlite3.connect(store) as db:  # a stored id as another machine may have written it
+        assert db.execute("select count(*) from causes").fetchone()[0] == 1
+    r = run_cli("triage", "--store", str(store))
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "forged line" in r.stdout
+    lines = r.stdout.strip().split("\n")
+    assert len(lines) == 3 and lines[-1] == "1 root causes", lines

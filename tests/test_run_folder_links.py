@@ -1,0 +1,102 @@
+"""A run folder whose own entries are symbolic links: ``fuzz --resume`` never writes through one.
+
+Each test builds a real run folder (a campaign set up that has run nothing yet, so that a resume
+runs programs, finds the TEST DOUBLE fake probe's planted bug and writes cases, journal lines and
+corpus entries), replaces one of its entries with a link to a file or folder outside it, and runs
+the real command line. The resume is refused with one line naming the entry, exit 2, and what the
+link points to is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.errors import CampaignError
+from harness.fuzzing.campaign import CampaignConfig
+from harness.fuzzing.run_folder import RunFolder
+from tests.conftest import run_cli
+from tests.test_campaign import fake_probe_dir
+from tests.test_run_folder import one_line_error, snapshot
+
+
+def unstarted_run_folder(tmp_path: Path) -> Path:
+    """A run folder as a campaign leaves it before its first chunk: a resume runs chunk 0 on."""
+    out = tmp_path / "run"
+    folder = RunFolder(out)
+    folder.create()
+    config = CampaignConfig(out=str(out), seed=7, max_programs=16, targets=["candle"], profile="quick",
+                            chunk_size=8, shrink_time_s=2.0, confirm_runs=0).to_json()
+    folder.save_state({"config": config, "started": time.time(), "next_chunk": 0, "programs": 0,
+                       "elapsed_s": 0.0, "replayed": 0, "machine": {}, "targets": {}, "unavailable": {}, "runs": []})
+    return out
+
+
+def resume(tmp_path: Path, out: Path):
+    return run_cli("fuzz", "--resume", str(out), "--max-programs", "16", "--confirm", "0", "--no-report",
+                   env=fake_probe_dir(tmp_path), timeout=300)
+
+
+def test_the_unlinked_folder_resumes_and_writes_cases_journal_and_corpus(tmp_path):
+    """The control: without a link the same resume writes into each of the entries the tests
+    below link out (so each of those tests would see a write through its link)."""
+    out = unstarted_run_folder(tmp_path)
+    r = resume(tmp_path, out)
+    assert r.returncode in (0, 1), r.stdout[-2000:] + r.stderr[-2000:]
+    assert (out / "findings.jsonl").read_text().strip()
+    assert any((out / "cases").iterdir())
+    assert any(p.is_file() for p in (out / "corpus").rglob("*"))
+
+
+@pytest.mark.parametrize("name", ["campaign.lock", "findings.jsonl"])
+def test_a_file_linked_out_of_the_folder_is_never_written(tmp_path, name):
+    out = unstarted_run_folder(tmp_path)
+    victim = tmp_path / "victim.txt"
+    # An empty file reads as an empty journal: a resume would append its findings to it (and,
+    # as findings.json is ahead of it, first restore the one that list holds).
+    text = "" if name == "findings.jsonl" else "the user's own file\n"
+    victim.write_text(text)
+    if name == "findings.jsonl":
+        (out / "findings.json").write_text(json.dumps([{"signature": "sig-01", "kind": "device", "status": "new"}]))
+    (out / name).symlink_to(victim)
+    one_line_error(resume(tmp_path, out), f"{out / name}: a symbolic link", "nothing is written through a link")
+    assert victim.read_text() == text
+    assert (out / name).is_symlink()  # the link itself is left as it was too
+
+
+@pytest.mark.parametrize("name", ["cases", "corpus"])
+def test_a_folder_linked_out_of_the_folder_is_never_written(tmp_path, name):
+    out = unstarted_run_folder(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("the user's own file\n")
+    if (out / name).exists():
+        (out / name).rmdir()
+    (out / name).symlink_to(victim, target_is_directory=True)
+    before = snapshot(victim)
+    one_line_error(resume(tmp_path, out), f"{out / name}: a symbolic link", "nothing is written through a link")
+    assert snapshot(victim) == before
+
+
+def test_a_link_between_the_folders_own_files_is_refused_too(tmp_path):
+    """A lock file linked to the folder's own campaign.json would truncate the campaign's state."""
+    out = unstarted_run_folder(tmp_path)
+    state = (out / "campaign.json").read_bytes()
+    (out / "campaign.lock").symlink_to("campaign.json")
+    with pytest.raises(CampaignError, match="campaign.lock: a symbolic link"):
+        RunFolder.open_existing(out)
+    assert (out / "campaign.json").read_bytes() == state
+
+
+def test_a_campaign_json_linked_out_is_not_even_read_by_a_resume(tmp_path):
+    out = unstarted_run_folder(tmp_path)
+    victim = tmp_path / "victim.json"
+    os.replace(out / "campaign.json", victim)
+    (out / "campaign.json").symlink_to(victim)
+    before = victim.read_bytes()
+    one_line_error(resume(tmp_path, out), f"{out / 'campaign.json'}: a link out of the run folder")
+    assert victim.read_bytes() == before
