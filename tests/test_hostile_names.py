@@ -103,10 +103,19 @@ def back(trace: Trace, old_of: dict[str, str]) -> Trace:
                  [StepResult(s.status, s.message, names(s.changed)) for s in trace.steps], trace.elapsed_us)
 
 
+#: Cases whose outcome on a target is drawn afresh on every run, so that two runs which agree
+#: say nothing about a third: candle's VarMap visits its vars in the order of a HashMap with its
+#: own random hasher keys (the case is about that order).
+DRAWN_PER_RUN = {"candle_failed_load_sets_a_subset_in_hashmap_order.toml"}
+
+
 def hostile_cases() -> list[tuple[str, Program, Program, dict[str, str]]]:
-    """Every case of tests/cases, as written and renamed (``(file name, case, renamed, new -> old)``)."""
+    """Every case of tests/cases but ``DRAWN_PER_RUN``, as written and renamed (``(file name,
+    case, renamed, new -> old)``)."""
     out = []
     for k, path in enumerate(sorted(CASES.glob("*.toml"))):
+        if path.name in DRAWN_PER_RUN:
+            continue
         program = load_case(path)
         renamed, old_of = rename(program, hostile_names(3 * k, names_bound_count(program)))
         out.append((path.name, program, renamed, old_of))

@@ -364,6 +364,25 @@ def _related(finding: Finding, program: Program) -> set[str]:
 
 
 @per_program
+def _binding_order(program: Program) -> dict[str, int]:
+    """Each name's place in the program's binding order: its declared tensors, its layers'
+    states, then what each op binds. Renaming the tensors keeps it, as sorting by name does not,
+    so the name a finding is about, and so its signature, does not depend on what names are called."""
+    order: dict[str, int] = {}
+    names = [t.name for t in program.tensors] + [n for layer in program.layers for n, _, _ in layer.states()]
+    names += [s.name for s in snapshots(program)]
+    for name in names:
+        order.setdefault(name, len(order))
+    return order
+
+
+def _binding_rank(program: Program):
+    """A sort key by ``_binding_order`` (a name it does not know last, by name)."""
+    order = _binding_order(program)
+    return lambda name: (order.get(name, len(order)), name)
+
+
+@per_program
 def _ancestors(program: Program) -> dict[str, frozenset[str]]:
     """Name -> every name it is a snapshot of, however indirectly (its sources' sources)."""
     edges = {(s.name, s.source) for s in snapshots(program)}
@@ -437,7 +456,7 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
                     related_at_op.setdefault(name, j)
         # After op 0 only names that changed on either side can newly differ: everything else
         # was compared equal at the op before (or set apart, or the loop would have returned).
-        for name in sorted(sa if i == 0 else changed):
+        for name in sorted(sa if i == 0 else changed, key=_binding_rank(ctx.program)):
             if name in skip or name not in sa or name not in sb:
                 continue
             x, y = sa[name].value, sb[name].value
@@ -493,7 +512,8 @@ def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
         if i in hidden:
             return
         sa, sb = a.state_after(i), b.state_after(i)
-        for name in sorted(sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys()):
+        for name in sorted(sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys(),
+                           key=_binding_rank(ctx.program)):
             x, y = sa.get(name), sb.get(name)
             if x is not None and y is not None and x.dtype and y.dtype and x.dtype != y.dtype:
                 label = ops.label(ctx.program.ops[i]) if i >= 0 else "program"
