@@ -88,3 +88,15 @@ def test_a_copy_that_keeps_the_models_sharing_is_no_finding(torch_alone):
     program = load_case(CASES / "module_clone_of_tied_parameters.toml")
     findings = compare(program, torch_alone.run_one(program, every_target=True))
     assert not [f for f in findings if f.kind == "sharing"], [f.signature for f in findings]
+
+
+def test_a_sharing_findings_draft_says_before_and_after_the_op_not_one_target_twice():
+    import json
+
+    from harness.judging.finding import FindingRecord
+    from harness.reporting.issue_draft import issue_markdown
+
+    line = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
+    draft = issue_markdown(FindingRecord.from_json(line), "cases/001.toml", "", None)
+    assert "one target against itself, before and after a copy of its model" in draft
+    assert "`torch:cpu, before the op`: shared; `torch:cpu, after it`: split." in draft

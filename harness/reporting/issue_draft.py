@@ -50,6 +50,8 @@ def _observed(rec: FindingRecord) -> list[str]:
     pairs = [t for t in rec.targets if t != "-"]
     if rec.kind == "metamorphic" and len(pairs) == 2:  # one target, two runs
         pairs = [f"{pairs[0]}, with the inert ops", f"{pairs[0]}, without them"]
+    if rec.kind == "sharing" and len(pairs) == 2:  # one target, before and after the op
+        pairs = [f"{pairs[0]}, before the op", f"{pairs[0]}, after it"]
     if rec.sides and len(rec.sides) == len(pairs) == 2:
         got = [f"{md_code(t)}: {md_text(side)}" + (f" ({md_text(rec.values[i])})" if rec.values and len(rec.values) == 2 else "")
                for i, (t, side) in enumerate(zip(pairs, rec.sides))]
@@ -66,7 +68,8 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
     the draft is addressed to, or None when there is none."""
     framework = filed_against(rec)
     kind = {"device": "two devices of one framework", "variant": "two implementations of one framework",
-            "metamorphic": "one target against itself, with and without an inert op"}
+            "metamorphic": "one target against itself, with and without an inert op",
+            "sharing": "one target against itself, before and after a copy of its model"}
     compared = kind.get(rec.kind, f"{framework} against {REFERENCE_FRAMEWORK}" if framework != REFERENCE_FRAMEWORK
                         else "two targets")
     lines = [
