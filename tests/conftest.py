@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -23,6 +24,16 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=ROOT)
     """Runs the real ``aliasfuzz`` command line in a subprocess."""
     return subprocess.run([PY, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def repro_json_alone(case, target: str) -> dict:
+    """The ``repro --json`` document of ``case`` on ``target`` alone. One target is no
+    comparison (exit 2, one line saying so) unless the case is metamorphic (compared with its run
+    without the inert ops); the trace is in the JSON either way."""
+    r = run_cli("repro", "--json", "--targets", target, str(case))
+    alone = r.returncode == 2 and [f"only {target} ran the case" in line for line in r.stderr.splitlines()] == [True]
+    assert r.returncode in (0, 1) or alone, r.stderr
+    return json.loads(r.stdout)
 
 
 @pytest.fixture(scope="session", autouse=True)

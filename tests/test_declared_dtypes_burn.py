@@ -28,7 +28,6 @@ where it is asserted:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -42,7 +41,7 @@ from harness.case.layers import LayerDecl
 from harness.paths import cargo_target_dir, probe_binary
 from harness.reporting.reproducers import parse_output, prepare_cargo_build, trace_states, write_project
 from harness.targets.burn.reproducer import burn_main
-from tests.conftest import need, run_cli, targets_runner
+from tests.conftest import need, repro_json_alone, targets_runner
 
 W = TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0))
 X = TensorDecl("x", "buffer", (2, 2), (1.0, 2.0, 3.0, 6.0))
@@ -292,9 +291,7 @@ def test_the_bf16_reproducer_prints_what_the_probe_observed(tmp_path):
         need("cargo", "install Rust from https://rustup.rs")
     case = tmp_path / "bf16.toml"
     case.write_text(CASE)
-    r = run_cli("repro", "--json", "--targets", "burn:flex", str(case))
-    assert r.returncode in (0, 1), r.stderr
-    doc = json.loads(r.stdout)
+    doc = repro_json_alone(case, "burn:flex")
     tj = doc["targets"]["burn:flex"]
     assert tj["status"] == "ok" and all(s["status"] == "ok" for s in tj["ops"]), tj
     proj = write_project(load_case(case), "burn", tmp_path / "repro-burn", doc, unify_with_probes=True)

@@ -16,7 +16,7 @@ import pytest
 from harness.case.ir import load_case
 from harness.paths import cargo_target_dir, probe_binary
 from harness.reporting.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
-from tests.conftest import CASES, need, run_cli
+from tests.conftest import CASES, need, repro_json_alone, run_cli
 from tests.test_campaign import fake_probe_dir
 
 
@@ -101,16 +101,6 @@ def test_report_html_renders_in_headless_chromium(fake_run, tmp_path):
 # Reproducers against the targets.
 
 
-def _repro_json(case: Path, target: str) -> dict:
-    """The repro JSON of ``case`` on ``target`` alone. One target is no comparison (exit 2, one
-    line saying so) unless the case is metamorphic (compared with its run without the inert ops);
-    the trace is in the JSON either way."""
-    r = run_cli("repro", "--json", "--targets", target, str(case))
-    alone = r.returncode == 2 and [f"only {target} ran the case" in line for line in r.stderr.splitlines()] == [True]
-    assert r.returncode in (0, 1) or alone, r.stderr
-    return json.loads(r.stdout)
-
-
 def _compare(printed: dict, expected: dict, label: str, ops_status: list[dict]) -> None:
     assert None in printed, f"{label}: no initial line"
     for step, names in expected.items():
@@ -157,7 +147,7 @@ def _cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
         need(f"the {framework} probe", "build the probes with `make probes`")
     if shutil.which("cargo") is None:
         need("cargo", "install Rust from https://rustup.rs")
-    doc = _repro_json(case, target)
+    doc = repro_json_alone(case, target)
     tj = doc["targets"][target]
     assert tj["status"] == "ok", tj
     # unify_with_probes: the probe workspace's dependency set, so the shared target dir's compiled
@@ -196,7 +186,7 @@ def test_reproducers_of_a_metamorphic_case_print_both_runs(tmp_path):
     assert parse_output(out)[2]["l"] == [0.5, 0.5] and second[2]["l"] == [-0.5, -0.5]
     assert 0 not in second  # the inert op is not in the second run
     # torch's script prints both runs too (and agrees with itself).
-    tdoc = _repro_json(case, "torch:cpu")
+    tdoc = repro_json_alone(case, "torch:cpu")
     script = tmp_path / "repro.torch.py"
     script.write_text(torch_script(program, tdoc))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)

@@ -29,6 +29,7 @@ PROGRAMS = 3000
 ALIASING = Profile("snapshots-and-writes", max_ops=10, weights=(
     ("snapshot", 6), ("write", 3), ("fill", 3), ("scale", 2), ("map", 1), ("append", 1)))
 IDENTITY = OBS_FIELDS.index("identity")
+STORAGE = OBS_FIELDS.index("storage")
 
 
 class ReadEverythingSession(TorchSession):
@@ -47,18 +48,41 @@ class ReadEverythingProbe(TorchProbe):
 
 
 def canonical(reply: dict) -> dict:
-    """``reply`` with each identity token replaced by the order of its first appearance."""
+    """``reply`` with each identity token replaced by the order of its first appearance (``id()``
+    values differ between two runs), its storage tokens dropped (an address freed in one run may
+    be reused in the other: ``storage_partitions`` compares them) and their partition of every
+    state's names added."""
     order: dict[str, str] = {}
 
     def tokens(obs: list) -> list:
+        obs = list(obs)
         if obs[IDENTITY] is not None:
-            obs = list(obs)
             obs[IDENTITY] = order.setdefault(obs[IDENTITY], f"#{len(order)}")
+        if len(obs) > STORAGE:
+            obs = obs[:STORAGE]  # compared as a partition of each state's names: ``storage_partitions``
         return obs
 
     out = {k: v for k, v in reply.items() if k != "elapsed_us"}
     out["initial"] = {n: tokens(o) for n, o in reply["initial"].items()}
     out["steps"] = [{**s, "changed": {n: tokens(o) for n, o in s["changed"].items()}} for s in reply["steps"]]
+    out["storage"] = storage_partitions(reply)
+    return out
+
+
+def storage_partitions(reply: dict) -> list[list[list[str]]]:
+    """After each op, the names of the state that share one storage token, in groups (sorted):
+    what the sharing oracle reads of the tokens, whatever the addresses are."""
+    if "initial" not in reply:
+        return []
+    state = dict(reply["initial"])
+    out = []
+    for step in [{"changed": {}}] + reply["steps"]:
+        state.update(step["changed"])
+        groups: dict[str, list[str]] = {}
+        for name, obs in state.items():
+            if len(obs) > STORAGE and obs[STORAGE] is not None:
+                groups.setdefault(obs[STORAGE], []).append(name)
+        out.append(sorted(sorted(g) for g in groups.values()))
     return out
 
 
