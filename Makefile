@@ -15,7 +15,7 @@ BUDGET ?= 2m
 # the nightly workflow passes its run number.
 SEED   ?= 1
 
-.PHONY: all fuzz latest test probes venv bench schema matrix clean distclean
+.PHONY: all fuzz latest test probes venv bench schema matrix drafts clean distclean
 
 all: test
 
@@ -71,6 +71,12 @@ schema: $(STAMP)
 # every CPU target); tests/test_matrix.py fails when it is stale.
 matrix: probes
 	$(VENV)/bin/aliasfuzz matrix --out docs/matrix
+
+# Upstream report drafts of the project's candidate bugs (the cases under tests/cases that call
+# themselves candidates and no baseline entry names), with an index, in docs/candidates/.
+drafts: probes
+	rm -rf docs/candidates
+	$(VENV)/bin/aliasfuzz draft --candidates --out docs/candidates
 
 bench: probes
 	$(VENV)/bin/aliasfuzz bench

@@ -101,7 +101,8 @@ def _benign_script(tmp_path: Path) -> str:
     plain.write_text(CASE.replace(f"title = {json.dumps(HOSTILE)}", 'title = "plain"'), encoding="utf-8")
     repro = _repro()
     for t in repro["targets"].values():
-        t["ops"][1] = {"status": "error", "message": "plain"}
+        # The same status as the hostile one (not a plain `error`), so the op is the same comment.
+        t["ops"][1] = {"status": "error\nplain", "message": "plain"}
         t["ops"][3] = {"status": "unsupported", "message": "plain"}
     return torch_script(load_case(plain), repro)
 
@@ -205,11 +206,12 @@ def test_report_md_and_draft_carry_no_markup_from_a_finding(hostile_run):
         assert not {"script", "img", "b"} & set(html.tags), (path, set(html.tags))
         assert not [a for a in html.attrs if a.startswith("on")], path
     draft = _render((run / f"{stem}.issue.md").read_text(encoding="utf-8"))
-    # Fences intact: the detail (with its own ``` inside), the case, the reproducer, the commands.
-    assert len(draft.code) == 4, draft.code
-    assert "```" in draft.code[0] and "<script>" in draft.code[0]
-    assert draft.code[1].startswith("format = ")
-    assert "fn main()" in draft.code[2] and draft.code[3].startswith("aliasfuzz repro ")
+    # Fences intact: the reproducer, what it prints, the detail (with its own ``` inside), the case,
+    # the commands.
+    assert len(draft.code) == 5, draft.code
+    assert "fn main()" in draft.code[0] and draft.code[1].startswith("(candle:cpu)")
+    assert "```" in draft.code[2] and "<script>" in draft.code[2]
+    assert draft.code[3].startswith("format = ") and draft.code[4].startswith("aliasfuzz repro ")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -98,5 +98,7 @@ def test_a_sharing_findings_draft_says_before_and_after_the_op_not_one_target_tw
 
     line = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
     draft = issue_markdown(FindingRecord.from_json(line), "cases/001.toml", "", None)
-    assert "one target against itself, before and after a copy of its model" in draft
-    assert "`torch:cpu, before the op`: shared; `torch:cpu, after it`: split." in draft
+    assert draft.startswith("# torch: `module_clone` splits parameters that were one storage\n")
+    assert "- Observed, on `torch:cpu` after the op: split." in draft
+    assert "- Expected, as on `torch:cpu` before it: shared." in draft
+    assert "- Where the expectation comes from: the model before the op" in draft

@@ -425,3 +425,21 @@ def test_known_findings_are_one_table_of_root_causes_after_the_new(tmp_path):
     page = (run / "report.html").read_text()
     assert '<section id="known"><h2>Known root causes (2)</h2>' in page and 'id="known-candle-clone-shares-storage"' in page
     assert page.index('<section id="findings">') < page.index('<section id="known">')
+
+
+def test_only_new_and_flaky_findings_get_reproducers_and_a_known_one_names_its_baseline_case(tmp_path):
+    """A run folder a person can open: reproducers for what is to be read, not for every known
+    finding; the draft for a new one only."""
+    from harness.reporting.report import write_reports
+
+    statuses = {1: "new", 2: "flaky", 3: "known"}
+    run = make_run(tmp_path / "run", [record(n, status=s, baseline="known-entry" if s == "known" else None,
+                                             baseline_case="tests/cases/x.toml" if s == "known" else None)
+                                      for n, s in statuses.items()])
+    write_reports(run)
+    md = (run / "report.md").read_text()
+    for n, status in statuses.items():
+        stem = f"cases/{n:03d}-0000000{n}"
+        assert (run / f"{stem}.torch.py").exists() == (status != "known"), (status, sorted(tree(run)))
+        assert (run / f"{stem}.issue.md").exists() == (status == "new"), status
+    assert "tests/cases/x.toml" in md

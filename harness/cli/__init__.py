@@ -23,12 +23,12 @@ def _err(message: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.cli import bench, bisect, fuzz, matrix, minimize, repro, report, targets, triage
+    from harness.cli import bench, bisect, draft, fuzz, matrix, minimize, repro, report, targets, triage
 
     parser = argparse.ArgumentParser(prog="aliasfuzz", description="Differential fuzzing of tensor aliasing "
                                      "across PyTorch, candle and burn.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (targets, repro, minimize, fuzz, report, triage, matrix, bisect, bench):
+    for module in (targets, repro, draft, minimize, fuzz, report, triage, matrix, bisect, bench):
         module.register(sub)  # each sets its command's ``handler``
     return parser
 

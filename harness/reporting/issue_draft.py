@@ -1,26 +1,83 @@
-"""The upstream report draft of a new finding: ``<stem>.issue.md`` beside its case.
+"""The upstream report draft of a finding: ``<stem>.issue.md`` beside its case.
 
-It reads as an issue of the framework the finding is about (``filed_against``): a title, the
-versions each target ran, what was observed on each side, the minimized program as a case and in
-that framework's own calls (its stand-alone reproducer), and the commands that replay it. It is
-a draft for a person to check: whether a difference is a bug (a framework against its own
-documentation, or two of its devices or backends apart) or a design difference (then it belongs
-in ``harness/baseline.toml``, not upstream) is theirs to say, and the draft says so.
+It reads as an issue of the framework the finding is about (``filed_against``), shaped like the
+reports that maintainers of candle, burn and PyTorch act on quickly: a title that names the call
+and what it does, the reproducer first with what it prints, expected against observed with where
+the expectation comes from, why it matters to a training loop, the versions, and the bisection
+when one was run. The aliasfuzz case and the commands that replay it come last, for the person
+filing it.
 
-Only new findings get one: a known one already has its baseline entry, with its reason and
-upstream reference.
+Where the expectation comes from depends on the finding's kind, and the draft says which:
+
+- ``device``, ``variant``: the same framework on its other device or implementation;
+- ``metamorphic``: the same target without ops that change nothing the program reads;
+- ``sharing``: the same model before the op;
+- any other: PyTorch, the reference framework, said as such. PyTorch's behaviour is no claim
+  about another framework's documentation: the person filing checks that documentation first.
+
+It is a draft for a person to check: a difference the framework documents is a design
+difference for ``harness/baseline.toml``, not a bug report, and the draft says so.
 """
 
 from __future__ import annotations
 
 import shlex
+from typing import Any, Mapping
 
+from harness.case.ir import Program
 from harness.escaping import md_code, md_fence, md_text
 from harness.judging.finding import FindingRecord
 from harness.judging.pairs import REFERENCE_FRAMEWORK
 
 #: A title longer than this is cut at a word (GitHub shows about this much in a list).
 TITLE_CHARS = 120
+
+#: What each verdict of a snapshot means, as a phrase after "the snapshot".
+_VERDICT_WORDS = {
+    "follows": "follows the write",
+    "keeps": "keeps its value",
+    "rev follows": "carries a write back into its source",
+    "rev keeps": "takes a write without changing its source",
+    "rev other": "carries a write into its source, which then holds neither value",
+    "none": "sees no change",
+    "other": "holds neither value",
+}
+
+#: Why a divergence of each aspect matters to a training loop.
+_WHY = {
+    "verdict": (
+        "Training code keeps copies of tensors: a best-weights snapshot, an EMA, a KV cache. Whether a copy "
+        "follows later writes to its source decides whether the snapshot is a snapshot; when it silently "
+        "follows (or silently does not), the saved weights or the cache are wrong and nothing errors."
+    ),
+    "value": (
+        "The same training step gives other parameter values, with no error: a model ported from one "
+        "framework (or moved to another device) trains to a different result."
+    ),
+    "status": (
+        "Code written against the documented call stops with an error on one side only, so a port or a "
+        "device change breaks a working training loop."
+    ),
+    "identity": (
+        "Tied weights (an embedding shared with an output layer) and optimizer state are keyed by object: "
+        "whether two names are one object decides whether they are trained as one parameter or as two."
+    ),
+    "storage": (
+        "Tied weights and views share storage: a copy of the model that splits (or joins) them trains the "
+        "copy differently from the original, and a checkpoint of it restores a different model."
+    ),
+    "draw": (
+        "An incidental call changes what a lazily initialised parameter draws, so a seeded run is not "
+        "reproducible once a harmless call is added or removed."
+    ),
+    "dtype": "A tensor changes its dtype on one side only, so later arithmetic differs or fails.",
+}
+
+_METAMORPHIC_WHY = (
+    "The ops left out (a mode round trip, a read, a copy nobody writes) change nothing a program reads, "
+    "so a training loop's result should not depend on them. Here it does: adding a harmless call, for "
+    "logging or evaluation, changes what training computes."
+)
 
 
 def filed_against(rec: FindingRecord) -> str:
@@ -31,11 +88,140 @@ def filed_against(rec: FindingRecord) -> str:
     return others[0] if others else (frameworks[0] if frameworks else "?")
 
 
-def _title(framework: str, sentence: str) -> str:
-    title = f"{framework}: {sentence.strip() or 'a divergence found by aliasfuzz'}"
-    if len(title) <= TITLE_CHARS:
-        return title
-    return title[:TITLE_CHARS].rsplit(" ", 1)[0] + " ..."
+def _side_index(rec: FindingRecord, framework: str) -> int:
+    """The index of the side the draft is about (its framework's), 0 when both are."""
+    for i, t in enumerate(rec.targets[:2]):
+        if t.split(":", 1)[0] == framework:
+            return i
+    return 0
+
+
+def _call(rec: FindingRecord) -> str:
+    """The op as the title names it: a snapshot op by its method (``flip``), a step by its
+    optimizer (``adamw`` step), any other by its label."""
+    op = rec.op or "?"
+    if op == "snapshot" and rec.method and not rec.method.startswith("+"):
+        return f"`{rec.method}`"
+    if op.startswith("step:"):
+        return f"an `{op[5:]}` step" if op[5] in "aeiou" else f"a `{op[5:]}` step"
+    return f"`{op}`"
+
+
+def _made_by(program: Program | None, divergence: Mapping[str, Any] | None) -> str:
+    """", on a tensor made by `expand`" when the divergent op reads a snapshot: what the input
+    is matters to a maintainer (a strided view, a copy); empty when it is a declared tensor."""
+    if program is None or not divergence:
+        return ""
+    index = divergence.get("op_index")
+    if not isinstance(index, int) or not 0 <= index < len(program.ops):
+        return ""
+    source = program.ops[index].get("of") or program.ops[index].get("target")
+    for op in reversed(program.ops[:index]):
+        if op.get("op") == "snapshot" and op.get("name") == source:
+            return f" on a tensor made by `{op.get('method')}`"
+    return ""
+
+
+def _first_line(text: str | None, limit: int = 70) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= limit else line[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def title(rec: FindingRecord, program: Program | None = None, divergence: Mapping[str, Any] | None = None) -> str:
+    """The draft's title: the framework, the call, and what it does that it should not."""
+    fw = filed_against(rec)
+    i = _side_index(rec, fw)
+    sides = tuple(rec.sides or ("?", "?"))
+    mine, theirs = (sides[i], sides[1 - i]) if len(sides) == 2 else ("?", "?")
+    other = rec.targets[1 - i] if len(rec.targets) == 2 else "the other side"
+    call = _call(rec)
+    if rec.kind == "metamorphic":
+        group = "`, `".join(g for g in (rec.method or "+?").lstrip("+").split("+"))
+        what = {"value": "the values", "status": "whether it runs", "identity": "object identity",
+                "draw": "a lazy parameter's draw"}.get(rec.aspect or "", "the result")
+        text = f"an inert `{group}` changes {what} of {call}"
+    elif rec.kind == "sharing":
+        what = "one object" if rec.aspect == "identity" else "one storage"
+        verb = "splits" if sides[0] == "shared" else "joins"
+        text = f"{call} {verb} parameters that were {what}"
+    elif rec.kind in ("device", "variant"):
+        a, b = (t.split(":", 1)[-1] for t in rec.targets[:2])
+        what = {"value": "values", "status": "outcomes", "verdict": "copy semantics", "identity": "object identity",
+                "dtype": "dtypes"}.get(rec.aspect or "", "results")
+        text = f"{call} gives different {what} on `{a}` and `{b}`"
+    elif rec.aspect == "status":
+        if mine in ("error", "crash", "timeout"):
+            text = f"{call} fails{_made_by(program, divergence)}"
+            reason = _first_line(rec.detail)
+            text += f": {reason}" if reason else f" ({other} runs it)"
+        else:
+            text = f"{call} runs{_made_by(program, divergence)} where {other} refuses it"
+    elif rec.aspect == "verdict":
+        text = f"a `{rec.method}` copy {_VERDICT_WORDS.get(mine, mine)} after {call} ({other}: {_VERDICT_WORDS.get(theirs, theirs)})"
+    elif rec.aspect == "identity":
+        text = f"after {call}, two names are {mine} objects ({other}: {theirs})"
+    elif rec.aspect == "value":
+        if (mine, theirs) == ("changed", "unchanged"):
+            text = f"{call} moves a tensor that {other} leaves as it is"
+        elif (mine, theirs) == ("unchanged", "changed"):
+            text = f"{call} leaves a tensor as it is where {other} moves it"
+        else:
+            text = f"{call} gives other values than {other}"
+    else:
+        text = rec.sentence.strip() or "a divergence found by aliasfuzz"
+    full = f"{fw}: {text}"
+    return full if len(full) <= TITLE_CHARS else full[:TITLE_CHARS].rsplit(" ", 1)[0] + " ..."
+
+
+def _what(side: str, value: str | None, aspect: str | None) -> str:
+    words = _VERDICT_WORDS.get(side, side) if aspect == "verdict" else side
+    return md_text(words) + (f" ({md_code(value)})" if value else "")
+
+
+def expectation(rec: FindingRecord) -> tuple[str, str, str, str, str]:
+    """(observed side's label, its words, expected side's label, its words, where the
+    expectation comes from) for the draft's "Expected and observed" section."""
+    fw = filed_against(rec)
+    targets = [t for t in rec.targets if t != "-"]
+    sides = list(rec.sides or ("?", "?"))
+    values = list(rec.values) if rec.values and len(rec.values) == 2 else [None, None]
+    if rec.kind == "metamorphic" and targets:
+        group = (rec.method or "+?").lstrip("+")
+        agrees = {"with": f"{REFERENCE_FRAMEWORK} agrees with the run with them.",
+                  "without": f"{REFERENCE_FRAMEWORK} agrees with the run without them.",
+                  "both": f"{REFERENCE_FRAMEWORK} agrees with both.",
+                  "neither": f"{REFERENCE_FRAMEWORK} agrees with neither."}.get(_agrees(rec), "")
+        return (f"{md_code(targets[0])} with the inert `{md_text(group)}`", _what(sides[0], values[0], rec.aspect),
+                f"{md_code(targets[0])} without it", _what(sides[1], values[1], rec.aspect),
+                "the same target without the inert ops: they change nothing the program reads, so the two runs "
+                f"should agree. {agrees}".strip())
+    if rec.kind == "sharing" and targets:
+        return (f"{md_code(targets[0])} after the op", _what(sides[1], values[1], rec.aspect),
+                f"{md_code(targets[0])} before it", _what(sides[0], values[0], rec.aspect),
+                "the model before the op: a copy, a save or a load of a model keeps which of its parameters are "
+                "one object or one storage (`copy.deepcopy` keeps shared objects shared through its memo).")
+    i = _side_index(rec, fw) if len(targets) == 2 else 0
+    j = 1 - i
+    if len(targets) < 2:
+        return (md_code(targets[0] if targets else "?"), _what(sides[0], values[0], rec.aspect), "-", "-", "-")
+    if rec.kind == "device":
+        source = (f"the same framework on another device ({md_code(targets[j])}): one program computes the same "
+                  "on every device, up to rounding.")
+    elif rec.kind == "variant":
+        source = (f"another implementation of the same call in the same framework ({md_code(targets[j])}), which "
+                  "should compute the same: implementations of one call differ in speed, not in result, up to rounding.")
+    else:
+        source = (f"the reference framework, PyTorch ({md_code(targets[j])}). This is what PyTorch does, not a "
+                  f"statement of {md_text(fw)}'s documentation: check {md_text(fw)}'s documentation of the call "
+                  "before filing; a documented difference belongs in the aliasfuzz baseline instead.")
+    return (md_code(targets[i]), _what(sides[i], values[i], rec.aspect), md_code(targets[j]),
+            _what(sides[j], values[j], rec.aspect), source)
+
+
+def _agrees(rec: FindingRecord) -> str:
+    """A metamorphic finding's agreement with the reference (the signature's last field)."""
+    last = rec.signature.rsplit("|", 1)[-1]
+    return last.split(":", 1)[1] if last.startswith("agrees:") else ""
 
 
 def _versions(rec: FindingRecord) -> list[str]:
@@ -45,53 +231,52 @@ def _versions(rec: FindingRecord) -> list[str]:
             for target, vs in sorted(rec.versions.items())]
 
 
-def _observed(rec: FindingRecord) -> list[str]:
-    out = [md_text(rec.sentence)]
-    pairs = [t for t in rec.targets if t != "-"]
-    if rec.kind == "metamorphic" and len(pairs) == 2:  # one target, two runs
-        pairs = [f"{pairs[0]}, with the inert ops", f"{pairs[0]}, without them"]
-    if rec.kind == "sharing" and len(pairs) == 2:  # one target, before and after the op
-        pairs = [f"{pairs[0]}, before the op", f"{pairs[0]}, after it"]
-    if rec.sides and len(rec.sides) == len(pairs) == 2:
-        got = [f"{md_code(t)}: {md_text(side)}" + (f" ({md_text(rec.values[i])})" if rec.values and len(rec.values) == 2 else "")
-               for i, (t, side) in enumerate(zip(pairs, rec.sides))]
-        out += ["", "Observed: " + "; ".join(got) + "."]
-    if rec.detail:
-        out += ["", *md_fence(rec.detail.strip())]
-    return out
-
-
 def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
-                   reproducer: tuple[str, str, str] | None) -> str:
+                   reproducer: tuple[str, str, str] | None, *, program: Program | None = None,
+                   divergence: Mapping[str, Any] | None = None, output: str | None = None,
+                   bisection: str | None = None) -> str:
     """The draft of ``rec``, whose minimized case is ``case_text`` at ``case_path`` (relative to
-    the run folder). ``reproducer``: (its path, its code's language, its code) in the framework
-    the draft is addressed to, or None when there is none."""
+    the draft). ``reproducer``: (its path, its code's language, its code) in the framework the
+    draft is addressed to, or None when there is none; ``output``: what it prints, as the probe
+    observed it; ``divergence``: the finding's entry in the case's repro JSON (its op index);
+    ``bisection``: the ``aliasfuzz bisect`` table, when one was run."""
     framework = filed_against(rec)
-    kind = {"device": "two devices of one framework", "variant": "two implementations of one framework",
-            "metamorphic": "one target against itself, with and without an inert op",
-            "sharing": "one target against itself, before and after a copy of its model"}
-    compared = kind.get(rec.kind, f"{framework} against {REFERENCE_FRAMEWORK}" if framework != REFERENCE_FRAMEWORK
-                        else "two targets")
+    seen, seen_words, wanted, wanted_words, source = expectation(rec)
     lines = [
-        f"# {md_text(_title(framework, rec.sentence))}",
+        f"# {md_text(title(rec, program, divergence))}",
         "",
-        f"> Draft by aliasfuzz from a minimized case ({md_text(compared)}; signature {md_code(rec.signature)}). Check before "
-        "filing: a difference the framework documents is a design difference for the aliasfuzz baseline, "
-        "not a bug report.",
+        f"> Draft by aliasfuzz from a minimized case (signature {md_code(rec.signature)}). Check it before filing: "
+        "a difference the framework documents is a design difference for the aliasfuzz baseline, not a bug.",
         "",
-        "## Versions",
-        *_versions(rec),
-        "",
-        "## What happens",
-        *_observed(rec),
-        "",
-        f"## The program ({rec.ops_after if rec.ops_after is not None else '?'} ops)",
-        "",
-        *md_fence(case_text, "toml"),
+        md_text(rec.sentence),
     ]
     if reproducer is not None:
         path, language, code = reproducer
-        lines += ["", f"## In {md_text(framework)}'s own calls ({md_code(path)})", "", *md_fence(code, language)]
+        lines += ["", f"## Reproducer ({md_code(path)})", "", *md_fence(code, language)]
+        if output:
+            lines += ["", "It prints (the values aliasfuzz's probe observed; the reproducer prints the same lines):",
+                      "", *md_fence(output)]
+    if rec.detail:
+        lines += ["", "The error or detail, as reported:", "", *md_fence(rec.detail.strip())]
+    lines += [
+        "",
+        "## Expected and observed",
+        "",
+        f"- Observed, on {seen}: {seen_words}.",
+        f"- Expected, as on {wanted}: {wanted_words}.",
+        f"- Where the expectation comes from: {source}",
+        "",
+        "## Why it matters",
+        "",
+        md_text(_METAMORPHIC_WHY if rec.kind == "metamorphic" else _WHY.get(rec.aspect or "", _WHY["value"])),
+        "",
+        "## Versions",
+        *_versions(rec),
+    ]
+    if bisection:
+        lines += ["", "## Bisection", "", *md_fence(bisection.strip())]
+    lines += ["", f"## The minimized case ({rec.ops_after if rec.ops_after is not None else '?'} ops, aliasfuzz)", "",
+              *md_fence(case_text, "toml")]
     # Shell words quoted: a path from the run folder is never a second command.
     commands = [f"aliasfuzz repro {shlex.quote(case_path)}"]
     if reproducer is not None:

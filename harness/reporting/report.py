@@ -1,6 +1,6 @@
 """Reports of a run folder: ``report.md`` and a single-file ``report.html`` (inline CSS, no
-network, no JavaScript), with each finding's stand-alone reproducers and, for a new finding, its
-upstream report draft (``issue_draft``). The history page over many run folders is
+network, no JavaScript), with the stand-alone reproducers of each new or flaky finding and, for a
+new finding, its upstream report draft (``hand_over``). The history page over many run folders is
 ``harness.reporting.history``.
 
 Everything is rendered from the run folder alone (campaign.json, findings.json or the journal,
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from harness.files import atomic_write
@@ -45,12 +46,18 @@ __all__ = ["HISTORY_HTML", "REPORT_HTML", "REPORT_MD", "ReportError", "Run", "Wa
 
 
 def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
-    """Writes the reproducers of one finding next to its case, staged inside the run folder; a
-    failure is noted in the view (``reps_note``), never raised."""
-    from harness.reporting import reproducers
+    """Writes the reproducers and the draft of one new or flaky finding next to its case, staged
+    inside the run folder (``hand_over``); a known finding gets a note naming its baseline case,
+    which ``aliasfuzz draft`` turns into reproducers. A failure is noted in the view
+    (``reps_note``), never raised."""
+    from harness.reporting.hand_over import HANDED_OVER, write_hand_over
 
     f, rec = view.finding, view.finding.record
     if f.harness or f.blocked or view.program is None or view.case_text is None:
+        return
+    if rec.status not in HANDED_OVER:
+        if rec.baseline_case:
+            view.reps_note = f"known: `aliasfuzz draft {rec.baseline_case}` writes the reproducers of its baseline case"
         return
     rel = PurePosixPath(rec.case)
     if not rel.name.endswith(".toml"):
@@ -63,10 +70,9 @@ def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
         repro_text = f.read("repro")
         if repro_text is not None:
             (stage / "repro.json").write_text(repro_text, encoding="utf-8")
-        made = reproducers.write_reproducers(stage, {"targets": list(rec.targets), "case": rel.name,
-                                                     "repro": "repro.json" if repro_text is not None else None})
-        if rec.status == "new":
-            made.append(_write_issue_draft(stage, rel, view))
+        staged = replace(rec, repro="repro.json" if repro_text is not None else None)
+        prefix = "" if rel.parent == PurePosixPath(".") else f"{rel.parent.as_posix()}/"
+        made = write_hand_over(stage, rel.name[: -len(".toml")], staged, draft=rec.status == "new", shown_in=prefix)
         for p in made:
             for src in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
                 dest_rel = (rel.parent / src.relative_to(stage).as_posix()).as_posix()
@@ -80,26 +86,6 @@ def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
     finally:
         if stage is not None:
             _remove_stage(stage, warn)
-
-
-def _write_issue_draft(stage: Path, rel: PurePosixPath, view: FindingView) -> Path:
-    """``<stem>.issue.md`` in the staging folder, with the reproducer of the framework it is
-    addressed to (its cargo project's main.rs, or the torch script)."""
-    from harness.reporting.issue_draft import filed_against, issue_markdown
-
-    rec, stem = view.finding.record, rel.name[: -len(".toml")]
-    framework = filed_against(rec)
-    code = stage / f"{stem}-{framework}" / "src" / "main.rs"
-    language = "rust"
-    if not code.is_file():
-        code, language = stage / f"{stem}.torch.py", "python"
-    reproducer = None
-    if code.is_file():
-        reproducer = ((rel.parent / code.relative_to(stage).as_posix()).as_posix(), language,
-                      code.read_text(encoding="utf-8"))
-    draft = stage / f"{stem}.issue.md"
-    draft.write_text(issue_markdown(rec, rel.as_posix(), view.case_text or "", reproducer), encoding="utf-8")
-    return draft
 
 
 def _remove_stage(stage: Path, warn: Warn | None) -> None:

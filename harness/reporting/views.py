@@ -168,9 +168,10 @@ def known_intro(run: Run) -> str:
     """The intro of the reports' table of known root causes. It says whether the run shrank its known
     findings (``--shrink-known``) or left them as found, since the entry's case is their minimal form."""
     head = "Divergences the baseline explains (documented framework semantics), one row per baseline entry"
+    on_demand = " `aliasfuzz draft CASE --known` writes the reproducers of a row's case."
     if run.config.get("shrink_known"):
-        return head + ": the run shrank each finding it matched; the entry's case is their reference form."
-    return head + ": its case is the minimal form of every finding it matched, so they were not shrunk."
+        return head + ": the run shrank each finding it matched; the entry's case is their reference form." + on_demand
+    return head + ": its case is the minimal form of every finding it matched, so they were not shrunk." + on_demand
 
 
 def findings_text(run: Run) -> str:

@@ -16,6 +16,7 @@ artifacts of a ``CARGO_TARGET_DIR`` shared with the probes (see ``harness/report
 
 from __future__ import annotations
 
+import copy
 import re
 import shutil
 import tomllib
@@ -126,10 +127,42 @@ class MainWriter:
         """After a ``set_lr``: its optimizer is named by learning rate ``to`` from now on."""
         self._optimizers[optimizer_key(op, op["to"])] = self._optimizers.pop(optimizer_key(op))
 
+    #: How a call that fails is made and its error caught: ``"result"``, a closure returning the
+    #: framework's ``Result`` (candle's calls return errors); ``"panic"``, ``catch_unwind``
+    #: (burn's calls panic).
+    ERRORS: ClassVar[str] = "result"
+    #: The ``Result`` type of a ``"result"`` closure.
+    RESULT: ClassVar[str] = "candle_core::Result<()>"
+
+    def failing(self, i: int, op: dict, message: str | None, label: str) -> None:
+        """Op ``i``, which the framework reported an error for: its call is made, inside a closure
+        that catches the error, which is printed (``op 1: error: ...``). Like the probe, whose
+        state a failed op leaves as it was, the writer then binds nothing the op would have."""
+        state = {k: copy.deepcopy(v) for k, v in vars(self).items() if k != "body"}
+        start = len(self.body)
+        self.EMITTERS[op["op"]](self, op)
+        inner = ["    " + line for line in self.body[start:]]
+        del self.body[start:]
+        vars(self).update(state)
+        self.not_run(op)
+        self.body += [f"    // op {i}: {op_text(op)}",
+                      *("    " + x for x in rust_comment(f"{self.framework} reported an error here: " + (message or "")))]
+        if self.ERRORS == "panic":
+            self.body += ["    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {", *inner, "    }));",
+                          "    if let Err(payload) = failed {",
+                          "        let message = payload.downcast_ref::<String>().cloned()",
+                          '            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();',
+                          f'        println!("{label}: error: {{message}}");', "    }"]
+        else:
+            self.body += [f"    let failed = (|| -> {self.RESULT} {{", *inner, "        Ok(())", "    })();",
+                          f'    if let Err(e) = failed {{ println!("{label}: error: {{e}}"); }}']
+
     def op(self, i: int, op: dict, status: str, message: str | None, label: str | None = None) -> None:
         if status == "ok":
             status, message = self.untranslatable(op) or (status, message)
-        if status != "ok":
+        if status == "error" and op["op"] in self.EMITTERS:
+            self.failing(i, op, message, (label or f"after op {i}").replace("after op", "op"))
+        elif status != "ok":
             self.body += ["    " + x for x in comment_lines("//", i, op, status, message)]
             self.not_run(op)
         elif op["op"] in self.EMITTERS:

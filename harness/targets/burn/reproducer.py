@@ -92,6 +92,7 @@ class _Writer(MainWriter):
     """The body of ``main`` for one program, op by op."""
 
     framework = "burn"
+    ERRORS = "panic"
 
     def __init__(self, dtype: str = "f32") -> None:
         super().__init__()

@@ -18,7 +18,7 @@ from typing import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
-from harness.escaping import python_docstring, python_str, visible
+from harness.escaping import python_comment, python_docstring, python_str, visible
 from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.torch.names import KEY_PREFIX, model_key
 from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
@@ -348,7 +348,13 @@ def _run_lines(program: Program, repro: dict | None, prefix: str, numbers) -> li
     for k, (i, op) in enumerate(zip(numbers, program.ops)):
         out.append("")
         status, message = st.get(k, ("ok", None))
-        if status != "ok":
+        if status == "error" and op["op"] in EMITTERS:
+            # The call is made and its error printed, as torch raised it for the target.
+            label = f"{prefix}op {i}"
+            out += [f"# op {i}: {op_text(op)}", *python_comment(f"torch reported an error here: {message or ''}"),
+                    "try:", *("    " + line for line in EMITTERS[op["op"]](op)),
+                    "except Exception as e:", f'    print(f"{label}: error: {{type(e).__name__}}: {{e}}")']
+        elif status != "ok":
             out += comment_lines("#", i, op, status, message)
         else:
             out.append(f"# op {i}: {op_text(op)}")

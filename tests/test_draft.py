@@ -1,0 +1,44 @@
+"""``aliasfuzz draft``: the reproducers and the upstream report draft of any case file, made by the
+code a campaign's report uses, on the real frameworks."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import CASES, run_cli
+
+
+def test_draft_of_a_candidate_names_the_call_and_makes_it(tmp_path):
+    r = run_cli("draft", str(CASES / "candle_flip_of_a_strided_tensor_fails.toml"), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    stem = "candle_flip_of_a_strided_tensor_fails"
+    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
+    title = draft.splitlines()[0]
+    assert title.startswith("# candle: `flip` fails on a tensor made by `transpose`"), title
+    main = (tmp_path / f"{stem}-candle" / "src" / "main.rs").read_text(encoding="utf-8")
+    assert ".flip(&[0])?" in main and "println!(\"op 1: error: {e}\")" in main
+    assert main.strip() in draft  # the reproducer inline
+    assert "op 1: error: index-select only supports contiguous tensors" in draft  # what it prints
+    assert "- Where the expectation comes from: the reference framework, PyTorch (`torch:cpu`)" in draft
+    assert (tmp_path / f"{stem}.toml").read_text() == (CASES / f"{stem}.toml").read_text()
+
+
+def test_a_case_with_only_known_divergences_has_nothing_to_draft_unless_asked(tmp_path):
+    case = CASES / "candle_clone_shares_storage.toml"
+    r = run_cli("draft", str(case), "--out", str(tmp_path / "plain"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert str(case) in r.stderr and "nothing to draft: every divergence is known" in r.stderr
+    assert not list((tmp_path / "plain").glob("*.issue.md"))
+    r = run_cli("draft", str(case), "--known", "--out", str(tmp_path / "known"))
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "known").glob("*.issue.md"))
+
+
+def test_a_bad_bisection_file_is_one_line_naming_the_file_and_field(tmp_path):
+    bad = tmp_path / "bisect.json"
+    bad.write_text(json.dumps({"framework": "candle", "reference": {}}))
+    r = run_cli("draft", str(CASES / "candle_flip_of_a_strided_tensor_fails.toml"), "--bisect", str(bad),
+                "--out", str(tmp_path / "out"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert str(bad) in r.stderr and "`releases`" in r.stderr
+    assert not (tmp_path / "out").exists()  # nothing written before every input was checked
