@@ -94,3 +94,20 @@ def test_a_reproducer_that_stops_at_an_ops_error_reads_as_that_ops_error():
                lambda v: Observed(v, "ok", verdict_words(program, trace), 1.0, said))
     assert b.summary() == "the divergence shows in every release observed (0.11.1 to 0.11.1)"
     assert "| 0.11.1 | 1s | unchanged | error | yes (index-select only supports contiguous tensors) |" in b.table()
+
+
+def test_a_checked_bisection_is_decided_by_what_each_reproducer_said():
+    """TEST DOUBLE observer: rows from checked reproducers (``shows``) decide the divergence, with
+    no snapshot verdict to compare (a failing call, a value after a step)."""
+    said = {"0.9.1": False, "0.10.0": True, "0.10.2": True}
+
+    def observe(v: str) -> Observed:
+        message = "op 1: error: index-select only supports contiguous tensors" if said[v] else ""
+        return Observed(v, "ok", {}, build_s=3.0, message=message, shows=said[v])
+
+    result = bisect("candle", list(said), {}, observe)
+    assert result.summary() == "appears in 0.10.0 (absent in 0.9.1)"
+    table = result.table().splitlines()
+    assert table[0] == "| candle | build | divergence | what the reproducer said |"
+    assert "| 0.9.1 | 3s | does not show |  |" in table
+    assert "| 0.10.0 | 3s | shows | op 1: error: index-select only supports contiguous tensors |" in table

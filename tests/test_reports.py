@@ -294,6 +294,64 @@ def test_a_reproducer_makes_the_failing_call_and_prints_its_error(framework, tar
         assert f"op {failed[0]}: error: RuntimeError: " in r.stdout, r.stdout
 
 
+def _checked(framework: str, case: Path, target: str, check, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The reproducer of ``case`` with ``check``, built and run (torch: the script)."""
+    doc = repro_json_alone(case, target)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    if framework == "torch":
+        script = tmp_path / "checked.torch.py"
+        script.write_text(torch_script(load_case(case), doc, check))
+        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    proj = write_project(load_case(case), framework, tmp_path / f"checked-{framework}", doc,
+                         unify_with_probes=True, check=check)
+    prepare_cargo_build(proj)
+    env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
+    return subprocess.run(["cargo", "run", "-q"], cwd=proj, env=env, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.mark.parametrize("framework,target,case,op,subject", [
+    ("candle", "candle:cpu", "candle_flip_of_a_strided_tensor_fails.toml", 1, None),  # the call fails
+    ("candle", "candle:cpu", "candle_clone_shares_storage.toml", 1, "c"),  # a clone follows a step
+    ("burn", "burn:flex", "burn_param_from_tensor_of_a_computed_tensor.toml", 1, None),  # a panic
+    ("torch", "torch:cpu", "candle_clone_shares_storage.toml", 1, "c"),
+])
+def test_a_checked_reproducer_exits_1_exactly_when_the_divergence_shows(framework, target, case, op, subject,
+                                                                       tmp_path):
+    """Checked against the other side's value (or against the op running), the reproducer says
+    the divergence shows and exits 1; checked against its own target's value (or against an op
+    that runs), it says it does not and exits 0."""
+    from harness.reporting.reproducers import Check
+
+    doc = repro_json_alone(CASES / case, target)
+    own = trace_states(doc["targets"][target])
+    if subject is None:
+        shows, agrees = Check(op, None, None, "it fails"), Check(0, None, None, "op 0 fails")
+    else:
+        mine = own[op][subject]
+        shows = Check(op, subject, tuple(v + 1.0 for v in mine), "another value")
+        agrees = Check(op, subject, tuple(mine), target)
+    r = _checked(framework, CASES / case, target, shows, tmp_path / "shows")
+    assert r.returncode == 1 and "the divergence shows" in r.stdout, r.stdout + r.stderr[-2000:]
+    r = _checked(framework, CASES / case, target, agrees, tmp_path / "agrees")
+    assert r.returncode == 0 and "the divergence does not show" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("case,shows", [("torch_foreach_adamw_over_two_parameters_on_one_storage.toml", True),
+                                        ("example_sgd_snapshots.toml", False)])
+def test_a_variant_script_runs_both_implementations_and_compares_them(case, shows, tmp_path):
+    """A finding between torch:cpu and torch:cpu+foreach: the script builds the optimizers with
+    foreach=False, then with foreach=True on a fresh model, and exits 1 when they disagree."""
+    doc = repro_json_alone(CASES / case, "torch:cpu")
+    script = tmp_path / "variants.torch.py"
+    script.write_text(torch_script(load_case(CASES / case), doc, None, ("plain", "foreach")))
+    text = script.read_text()
+    assert "IMPL = {'foreach': False}" in text and "IMPL = {'foreach': True}" in text
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == (1 if shows else 0), r.stdout + r.stderr[-2000:]
+    assert ("the divergence shows" if shows else "the divergence does not show") in r.stdout
+    _compare(parse_output(r.stdout), trace_states(doc["targets"]["torch:cpu"]), case, doc["targets"]["torch:cpu"]["ops"])
+
+
 def test_a_message_of_several_lines_is_commented_line_by_line():
     from harness.targets.reproducer_base import comment_lines
 

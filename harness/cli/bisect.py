@@ -1,5 +1,7 @@
 """``aliasfuzz bisect CASE --framework candle --versions 0.9.1..0.11.1``: the case's reproducer
-built against each release, its verdicts against the reference framework's (``harness/triage/bisect.py``)."""
+built against each release (``harness/triage/bisect.py``). Where the case shows a divergence on
+the installed release that a reproducer can check, each release's reproducer says whether it
+shows; otherwise (or with ``--verdicts``) its snapshot verdicts are compared with torch's."""
 
 from __future__ import annotations
 
@@ -19,30 +21,49 @@ def register(sub) -> None:
     p.add_argument("--versions", required=True, help="A..B (every release from crates.io between them) or A,B,C")
     p.add_argument("--cache", help="where each release's project and target directory are kept "
                                    "(default: ~/.cache/aliasfuzz/bisect)")
+    p.add_argument("--verdicts", action="store_true",
+                   help="compare snapshot verdicts with torch's, even where the case's divergence can be checked")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=cmd_bisect)
+
+
+#: The framework's target a bisection checks the case on, for the installed release.
+CPU_TARGET = {"candle": "candle:cpu", "burn": "burn:flex"}
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from harness.case.ir import load_case
     from harness.triage.bisect import (BisectError, bisect, cache_dir, cargo_observer, check_cache, parse_versions,
                                        published, verdict_words)
+    from harness.reporting.hand_over import check_of
+    from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner
 
     # Every input checked before anything is listed, run or built.
     program = load_case(args.case)
     cache = check_cache(Path(args.cache) if args.cache else cache_dir())
     versions = parse_versions(args.versions, lambda: published(args.framework))
-    runner, found = open_runner(["torch:cpu"])
+    installed = CPU_TARGET[args.framework]
+    runner, found = open_runner(["torch:cpu", installed])
     try:
         if "torch:cpu" not in runner.ids:
             raise BisectError(f"the reference torch:cpu is not available: {dict(found.unavailable)}")
-        reference = verdict_words(program, runner.run_one(program)["torch:cpu"])
+        ran = run_case(program, runner, runner.infos)
+        reference = verdict_words(program, ran.traces["torch:cpu"])
     finally:
         runner.close()
-    if not reference:
-        raise BisectError(f"{args.case}: the case binds no snapshot, so there is no verdict to bisect")
-    result = bisect(args.framework, versions, reference, cargo_observer(program, args.framework, cache),
+    # The case's first divergence the reproducer can check, on the installed release: each
+    # release's reproducer then says whether that divergence shows (any finding kind, not only
+    # snapshot verdicts). Without one, the snapshot verdicts are compared with torch's.
+    repro, check = None, None
+    if not args.verdicts and installed in ran.traces:
+        repro = ran.to_json()
+        check = next((c for f in ran.findings if (c := check_of(f, repro, args.framework)) is not None), None)
+    if check is None and not reference:
+        raise BisectError(f"{args.case}: no divergence on {installed} to check and no snapshot verdict to compare, "
+                          "so there is nothing to bisect")
+    observer = cargo_observer(program, args.framework, cache, repro=repro if check else None, check=check)
+    result = bisect(args.framework, versions, reference, observer,
                     log=lambda line: print(f"aliasfuzz bisect: {line}", file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps({"case": args.case, "framework": args.framework, "reference": result.reference,

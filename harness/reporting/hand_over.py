@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from harness.case.ir import Program, load_case
-from harness.judging.finding import FindingRecord
+from harness.judging.finding import Finding, FindingRecord
 from harness.reporting import reproducers
 from harness.reporting.issue_draft import filed_against, issue_markdown
+from harness.targets.reproducer_base import Check
 
 #: The statuses of a finding that get reproducers and a draft in a campaign's run folder.
 HANDED_OVER = ("new", "flaky")
@@ -28,6 +29,60 @@ def divergence_of(repro: Mapping[str, Any] | None, signature: str) -> Mapping[st
         if isinstance(d, dict) and d.get("signature") == signature:
             return d
     return None
+
+
+#: The aspects a reproducer can check by values or by a failing call; identity, storage sharing
+#: and draw order are shown by the printed lines, not checked.
+_CHECKED_ASPECTS = ("value", "verdict", "status")
+
+
+def check_of(record: FindingRecord | Finding, repro: Mapping[str, Any] | None, framework: str) -> Check | None:
+    """What the reproducer of ``framework`` checks to say whether ``record``'s divergence shows:
+    the subject's values after the op, as the other side of the divergence holds them (the other
+    target, or for a metamorphic finding the run without the inert ops), or the op failing. None
+    where there is nothing to check: another kind or aspect, a side not of ``framework``, or a
+    value the repro JSON does not hold."""
+    d = divergence_of(repro, record.signature)
+    targets = list(record.targets)
+    if d is None or len(targets) != 2 or record.aspect not in _CHECKED_ASPECTS:
+        return None
+    if record.kind in ("device", "variant", "sharing"):  # one framework on both sides: no other side to run
+        return None
+    index, subject = d.get("op_index"), d.get("subject")
+    if not isinstance(index, int) or index < 0:
+        return None
+    mine = 0 if record.kind == "metamorphic" else next(
+        (k for k, t in enumerate(targets) if t.split(":", 1)[0] == framework), None)
+    if mine is None or targets[mine].split(":", 1)[0] != framework:
+        return None
+    sides = list(record.sides or ())
+    if record.aspect == "status":
+        if len(sides) == 2 and sides[mine] == "error":
+            other = "the run without the inert ops" if record.kind == "metamorphic" else targets[1 - mine]
+            return Check(index, None, None, f"it fails; {other} runs it")
+        return None
+    if not subject:
+        return None
+    docs = (repro or {}).get("targets") or {}
+    if record.kind == "metamorphic":
+        without = ((repro or {}).get("without_inert") or {})
+        numbers = [i for i in range(len(((docs.get(targets[0]) or {}).get("ops") or [])))
+                   if i not in set(without.get("inert") or [])]
+        other = (without.get("targets") or {}).get(targets[0])
+        if other is None or index not in numbers:
+            return None
+        state = reproducers.trace_states(other).get(numbers.index(index), {})
+        source = f"{targets[0]} without the inert ops"
+    else:
+        other = docs.get(targets[1 - mine])
+        if other is None:
+            return None
+        state = reproducers.trace_states(other).get(index, {})
+        source = targets[1 - mine]
+    want = state.get(subject)
+    if not isinstance(want, list):  # uninitialized or unreadable there
+        return None
+    return Check(index, subject, tuple(want), source)
 
 
 def _short(values: Any) -> str:
@@ -73,15 +128,31 @@ def write_hand_over(folder: Path, stem: str, record: FindingRecord, *, draft: bo
             repro = json.loads((folder / record.repro).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             repro = None
+    framework = filed_against(record)
+    check = check_of(record, repro, framework)
     made = reproducers.write_reproducers(folder, {"targets": list(record.targets), "case": case_path.name,
-                                                  "repro": record.repro if repro is not None else None})
+                                                  "repro": record.repro if repro is not None else None},
+                                         check, framework)
     if draft:
-        made.append(_write_draft(folder, stem, record, program, repro, bisection, shown_in))
+        made.append(_write_draft(folder, stem, record, program, repro, bisection, shown_in, check))
     return made
 
 
+def _check_lines(check: Check, repro: Mapping[str, Any] | None, target: str | None) -> list[str]:
+    """What a checked reproducer prints at its end, as the probe's observations say it will."""
+    if check.want is None:
+        return ["the divergence shows"]
+    doc = ((repro or {}).get("targets") or {}).get(target or "")
+    got = reproducers.trace_states(doc).get(check.op, {}).get(check.subject or "") if doc else None
+    if not isinstance(got, list):
+        return []
+    want = "[" + ", ".join(f"{v:g}" for v in check.want) + "]"
+    return [f"check: {check.subject} = {_short(got)}; the divergence expects {want} ({check.source}): it differs",
+            "the divergence shows"]
+
+
 def _write_draft(folder: Path, stem: str, record: FindingRecord, program: Program,
-                 repro: Mapping[str, Any] | None, bisection: str | None, shown_in: str) -> Path:
+                 repro: Mapping[str, Any] | None, bisection: str | None, shown_in: str, check: Check | None) -> Path:
     """``<stem>.issue.md``, with the reproducer of the framework it is addressed to (its cargo
     project's main.rs, or the torch script)."""
     framework = filed_against(record)
@@ -92,9 +163,14 @@ def _write_draft(folder: Path, stem: str, record: FindingRecord, program: Progra
     if code.is_file():
         reproducer = (shown_in + code.relative_to(folder).as_posix(), language, code.read_text(encoding="utf-8"))
     shown = framework if language == "rust" else "torch"
+    output = observed_output(repro, shown, record.targets)
+    checked = check is not None and shown == framework
+    if output is not None and checked:
+        target = output.splitlines()[0].strip("()")
+        output += "".join("\n" + line for line in _check_lines(check, repro, target))
     draft = folder / f"{stem}.issue.md"
     text = issue_markdown(record, f"{shown_in}{stem}.toml", (folder / f"{stem}.toml").read_text(encoding="utf-8"), reproducer,
                           program=program, divergence=divergence_of(repro, record.signature),
-                          output=observed_output(repro, shown, record.targets), bisection=bisection)
+                          output=output, bisection=bisection, checked=checked)
     draft.write_text(text, encoding="utf-8")
     return draft

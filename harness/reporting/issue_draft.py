@@ -234,12 +234,13 @@ def _versions(rec: FindingRecord) -> list[str]:
 def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
                    reproducer: tuple[str, str, str] | None, *, program: Program | None = None,
                    divergence: Mapping[str, Any] | None = None, output: str | None = None,
-                   bisection: str | None = None) -> str:
+                   bisection: str | None = None, checked: bool = False) -> str:
     """The draft of ``rec``, whose minimized case is ``case_text`` at ``case_path`` (relative to
     the draft). ``reproducer``: (its path, its code's language, its code) in the framework the
     draft is addressed to, or None when there is none; ``output``: what it prints, as the probe
     observed it; ``divergence``: the finding's entry in the case's repro JSON (its op index);
-    ``bisection``: the ``aliasfuzz bisect`` table, when one was run."""
+    ``bisection``: the ``aliasfuzz bisect`` table, when one was run; ``checked``: the reproducer
+    checks the divergence and exits 1 while it shows."""
     framework = filed_against(rec)
     seen, seen_words, wanted, wanted_words, source = expectation(rec)
     lines = [
@@ -254,8 +255,11 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
         path, language, code = reproducer
         lines += ["", f"## Reproducer ({md_code(path)})", "", *md_fence(code, language)]
         if output:
-            lines += ["", "It prints (the values aliasfuzz's probe observed; the reproducer prints the same lines):",
+            lines += ["", "What it prints, in short (the values aliasfuzz's probe observed; after each op, the names that changed):",
                       "", *md_fence(output)]
+        if checked:
+            lines += ["", "It exits 1 while the divergence shows and 0 once it is gone, so it can serve as a "
+                      "regression test."]
     if rec.detail:
         lines += ["", "The error or detail, as reported:", "", *md_fence(rec.detail.strip())]
     lines += [

@@ -43,25 +43,30 @@ from harness.case.ir import Program, load_case
 from harness.paths import PROBES_WORKSPACE
 from harness.targets.burn.reproducer import burn_main
 from harness.targets.candle.reproducer import candle_main
+from harness.targets.reproducer_base import Check
 from harness.targets.rust_project import write_cargo_project
-from harness.targets.torch.reproducer import torch_script
+from harness.targets.torch.reproducer import torch_script, variant_of
 
-__all__ = ["burn_main", "candle_main", "parse_output", "prepare_cargo_build", "torch_script", "trace_states",
+__all__ = ["Check", "burn_main", "candle_main", "parse_output", "prepare_cargo_build", "torch_script", "trace_states",
            "write_project", "write_reproducers"]
 
 LINE_RE = re.compile(r"^(initial|after op (\d+)): (\S+) = (.*)$")
 
 # The frameworks with a cargo reproducer, and the writer of its src/main.rs.
-RUST_WRITERS: dict[str, Callable[[Program, dict | None], str]] = {"candle": candle_main, "burn": burn_main}
+RUST_WRITERS: dict[str, Callable[..., str]] = {"candle": candle_main, "burn": burn_main}
 
 
 def _frameworks(finding: dict) -> set[str]:
     return {t.split(":", 1)[0] for t in finding.get("targets", [])}
 
 
-def write_reproducers(run_dir: str | Path, finding: dict) -> list[Path]:
+def write_reproducers(run_dir: str | Path, finding: dict, check: Check | None = None,
+                      checked: str | None = None) -> list[Path]:
     """Writes the reproducers of one finding (a findings.json record) next to its case; returns
-    their paths (the script, and each cargo project's folder)."""
+    their paths (the script, and each cargo project's folder). ``check`` goes into the reproducer
+    of the framework ``checked``, which then exits 1 when the divergence shows. A finding between
+    two torch variants (``torch:cpu`` against ``torch:cpu+foreach``) gets a script that runs the
+    program with each implementation and compares them."""
     run_dir = Path(run_dir)
     case_path = run_dir / finding["case"]
     program = load_case(case_path)
@@ -74,22 +79,28 @@ def write_reproducers(run_dir: str | Path, finding: dict) -> list[Path]:
     stem = case_path.name[: -len(".toml")]
     out: list[Path] = []
     script = case_path.with_name(f"{stem}.torch.py")
-    script.write_text(torch_script(program, repro), encoding="utf-8")
+    targets = list(finding.get("targets") or [])
+    variants = None
+    if len(targets) == 2 and all(t.startswith("torch:") for t in targets) and targets[0] != targets[1] \
+            and {t.split("+", 1)[0] for t in targets} == {targets[0].split("+", 1)[0]}:
+        variants = (variant_of(targets[0]), variant_of(targets[1]))
+    script.write_text(torch_script(program, repro, check if checked == "torch" else None, variants), encoding="utf-8")
     out.append(script)
     fws = _frameworks(finding)
     for fw, writer in RUST_WRITERS.items():
         if fw in fws:
             pkg = re.sub(r"[^a-z0-9_]", "_", f"repro_{stem}_{fw}".lower())
-            out.append(write_cargo_project(case_path.with_name(f"{stem}-{fw}"), pkg, fw, writer(program, repro)))
+            main = writer(program, repro, check if checked == fw else None)
+            out.append(write_cargo_project(case_path.with_name(f"{stem}-{fw}"), pkg, fw, main))
     return out
 
 
 def write_project(program: Program, framework: str, dest: Path, repro: dict | None = None,
-                  unify_with_probes: bool = False) -> Path:
+                  unify_with_probes: bool = False, check: Check | None = None) -> Path:
     """One cargo project for ``framework`` (candle or burn) at ``dest`` (used by the tests).
     ``unify_with_probes``: depend on the whole probe workspace's dependency set, so that a build
     sharing the probes' CARGO_TARGET_DIR compiles only this crate (see the module docstring)."""
-    return write_cargo_project(dest, f"repro_{framework}", framework, RUST_WRITERS[framework](program, repro),
+    return write_cargo_project(dest, f"repro_{framework}", framework, RUST_WRITERS[framework](program, repro, check),
                                unify_with_probes)
 
 

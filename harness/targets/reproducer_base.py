@@ -1,6 +1,7 @@
 """What every reproducer writer (``harness/targets/<framework>/reproducer.py``) shares: which ops
 the finding's repro result says a framework ran, the comment an op it did not run becomes, and
-the fields of a ``step`` with their defaults, and a metamorphic case's second run."""
+the fields of a ``step`` with their defaults, a metamorphic case's second run, and the check that
+says whether a finding's divergence shows (``Check``)."""
 
 from __future__ import annotations
 
@@ -85,3 +86,21 @@ def without_run(program: Program, repro: dict | None) -> Run | None:
     numbers = tuple(i for i in range(len(program.ops)) if i not in group.ops)
     other = ((repro or {}).get("without_inert") or {}).get("targets")
     return Run(without(program, group), {"targets": other} if other else None, "without: ", numbers)
+
+
+@dataclass(frozen=True)
+class Check:
+    """What a reproducer checks, to say whether its finding's divergence shows and exit 1 when it
+    does (a regression test, and what ``bisect`` can run): after op ``op`` of the case (its first
+    run, for a metamorphic case), ``subject`` holds ``want``, the values the divergence expects
+    (``source`` says whose they are); with ``want`` None, the divergence is that op ``op``
+    fails. Values agree within 1e-4, relative above 1; NaN agrees with NaN."""
+
+    op: int
+    subject: str | None
+    want: tuple[float, ...] | None
+    source: str
+
+    def label(self) -> str:
+        """The line label of the op the check is after, as the reproducer prints it."""
+        return f"after op {self.op}" if self.want is not None else f"op {self.op}"

@@ -27,7 +27,8 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.escaping import rust_comment, rust_str, toml_str, visible
 from harness.paths import PROBES_WORKSPACE
-from harness.targets.reproducer_base import Run, comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
+from harness.targets.reproducer_base import (Check, Run, comment_lines, op_text, optimizer_key, statuses, step_fields,
+                                             without_run)
 
 # The crates a reproducer of each framework depends on (their version and features are read from
 # the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
@@ -77,6 +78,7 @@ class MainWriter:
 
     def __init__(self) -> None:
         self.body: list[str] = []
+        self.check: Check | None = None  # set for the first run of a case whose finding is known
         self._optimizers: dict[tuple, str] = {}
         self.checkpoints: dict[str, str] = {}  # what each translated ``save`` kept: "memory" | "file"
         self.accumulating = False  # a translated ``backward`` ran since the last step
@@ -147,15 +149,31 @@ class MainWriter:
         self.not_run(op)
         self.body += [f"    // op {i}: {op_text(op)}",
                       *("    " + x for x in rust_comment(f"{self.framework} reported an error here: " + (message or "")))]
+        # The finding's divergence is this op failing: it shows when the call fails here too.
+        shows = (" divergence = true;" if self.check is not None and self.check.want is None and self.check.op == i
+                 and label == self.check.label() else "")
         if self.ERRORS == "panic":
             self.body += ["    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {", *inner, "    }));",
                           "    if let Err(payload) = failed {",
                           "        let message = payload.downcast_ref::<String>().cloned()",
                           '            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();',
-                          f'        println!("{label}: error: {{message}}");', "    }"]
+                          f'        println!("{label}: error: {{message}}");{shows}', "    }"]
         else:
             self.body += [f"    let failed = (|| -> {self.RESULT} {{", *inner, "        Ok(())", "    })();",
-                          f'    if let Err(e) = failed {{ println!("{label}: error: {{e}}"); }}']
+                          f'    if let Err(e) = failed {{ println!("{label}: error: {{e}}");{shows} }}']
+
+    def values_of(self, name: str) -> str:
+        """A Rust expression of ``name``'s values as a ``Vec<f32>`` (for the check)."""
+        raise NotImplementedError
+
+    def check_after(self, label: str) -> None:
+        """The check's comparison, after the op it is about has been shown."""
+        c = self.check
+        if c is None or c.want is None or label != c.label() or not c.subject or not self.bound(c.subject):
+            return
+        want = rust_f32_list(c.want)
+        self.body.append(f"    divergence |= check_values({rust_str(c.subject)}, &{self.values_of(c.subject)}, "
+                         f"&{want}, {rust_str(c.source)});")
 
     def op(self, i: int, op: dict, status: str, message: str | None, label: str | None = None) -> None:
         if status == "ok":
@@ -171,6 +189,7 @@ class MainWriter:
         else:
             self.body += [f"    // op {i}: {op_text(op)}", f"    // {op['op']}: {self.framework} has no such call"]
         self.show(label or f"after op {i}")
+        self.check_after(label or f"after op {i}")
 
     def declare_layer(self, layer) -> None:
         """Declares one of the program's layers, after every tensor (as the probes open a
@@ -194,17 +213,45 @@ class MainWriter:
         return self.body
 
 
-def main_body(program: Program, repro: dict | None, writer: Callable[[], MainWriter], prelude: list[str]) -> list[str]:
+def main_body(program: Program, repro: dict | None, writer: Callable[[], MainWriter], prelude: list[str],
+              check: Check | None = None) -> list[str]:
     """The lines of ``main`` after its header: ``prelude`` then the program's run; for a
-    metamorphic case, both runs, each in a block of its own (the second prints ``without: ...``)."""
+    metamorphic case, both runs, each in a block of its own (the second prints ``without: ...``).
+    With a ``check``, the first run compares what the divergence expects and ``main`` ends by
+    saying whether it shows, exiting 1 when it does (``check_tail``)."""
+    first = writer()
+    first.check = check
+    head = ["    let mut divergence = false;  // set where the finding's divergence shows"] if check else []
     second = without_run(program, repro)
     if second is None:
-        return [*prelude, *writer().lines(program, repro)]
+        return [*head, *prelude, *first.lines(program, repro)]
     group = list(program.inert)
-    return ["    // A metamorphic case: the program with its inert ops " + f"{group}, then without them.", "    {",
-            *prelude, *writer().lines(program, repro), "    }",
+    return [*head, "    // A metamorphic case: the program with its inert ops " + f"{group}, then without them.", "    {",
+            *prelude, *first.lines(program, repro), "    }",
             f'    println!("== without the inert ops {group} ==");', "    {",
             *prelude, *writer().lines(second.program, second.repro, second), "    }"]
+
+
+def check_tail(check: Check | None) -> list[str]:
+    """The last lines of a checked ``main``: whether the divergence shows, and exit 1 when it does."""
+    if check is None:
+        return []
+    return ["    if divergence {", '        println!("the divergence shows");', "        std::process::exit(1);", "    }",
+            '    println!("the divergence does not show");']
+
+
+#: ``check_values``, written after ``main`` of a checked reproducer.
+CHECK_VALUES = [
+    "",
+    "/// Prints the values the divergence expects beside those observed; true when they differ.",
+    "fn check_values(name: &str, got: &[f32], want: &[f32], source: &str) -> bool {",
+    "    let same = |a: f32, b: f32| (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 * b.abs().max(1.0);",
+    "    let differ = got.len() != want.len() || got.iter().zip(want).any(|(a, b)| !same(*a, *b));",
+    '    println!("check: {name} = {got:?}; the divergence expects {want:?} ({source}): {}",',
+    '             if differ { "it differs" } else { "it agrees" });',
+    "    differ",
+    "}",
+]
 
 
 # ------------------------------------------------------------------------------------------------

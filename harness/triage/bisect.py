@@ -54,6 +54,9 @@ class Observed:
     verdicts: dict[str, str] = field(default_factory=dict)
     build_s: float = 0.0
     message: str = ""
+    #: What a checked reproducer (``reproducer_base.Check``) said: whether the finding's
+    #: divergence shows; None when the reproducer was not checked (then ``verdicts`` decide).
+    shows: bool | None = None
 
 
 @dataclass
@@ -66,6 +69,8 @@ class Bisection:
         """Whether the release's verdicts differ from the reference's (None: nothing observed)."""
         if row.status != "ok":
             return None
+        if row.shows is not None:
+            return row.shows
         return any(row.verdicts.get(n) != v for n, v in self.reference.items())
 
     def changes(self) -> list[tuple[str, str, bool]]:
@@ -93,6 +98,8 @@ class Bisection:
                          for before, v, d in changes)
 
     def table(self) -> str:
+        if any(r.shows is not None for r in self.rows):
+            return self._checked_table()
         names = list(self.reference)
         lines = [f"| {self.framework} | build | " + " | ".join(f"`{n}`" for n in names) + " | divergence |",
                  "|---|---|" + "---|" * len(names) + "---|",
@@ -105,6 +112,16 @@ class Bisection:
             said = f" ({r.message})" if r.message else ""
             lines.append(f"| {r.version} | {r.build_s:.0f}s | " + " | ".join(r.verdicts.get(n, "—") for n in names)
                          + f" | {d}{said} |")
+        return "\n".join(lines)
+
+    def _checked_table(self) -> str:
+        """The table of a checked bisection: whether the divergence shows in each release, and the
+        check's own line (or the failing call's error)."""
+        lines = [f"| {self.framework} | build | divergence | what the reproducer said |", "|---|---|---|---|"]
+        for r in self.rows:
+            shown = r.status if r.status != "ok" else ("shows" if self.diverges(r) else "does not show")
+            said = r.message.replace("|", "\\|")
+            lines.append(f"| {r.version} | {r.build_s:.0f}s | {shown} | {said} |")
         return "\n".join(lines)
 
 
@@ -226,16 +243,19 @@ def cache_dir() -> Path:
     return Path(base) / "aliasfuzz" / "bisect"
 
 
-def cargo_observer(program: Program, framework: str, cache: Path,
-                   timeout_s: float = 3600) -> Callable[[str], Observed]:
-    """Builds and runs ``program``'s reproducer against one release, in ``cache/<fw>-<release>``."""
+def cargo_observer(program: Program, framework: str, cache: Path, timeout_s: float = 3600,
+                   repro: dict | None = None, check=None) -> Callable[[str], Observed]:
+    """Builds and runs ``program``'s reproducer against one release, in ``cache/<fw>-<release>``.
+    With a ``check`` (and the ``repro`` JSON of the installed run, so that an op that failed there
+    is made inside the call that catches its error), the reproducer says whether the finding's
+    divergence shows, and that decides the row."""
     from harness.reporting.reproducers import RUST_WRITERS, parse_output
     from harness.targets.rust_project import write_cargo_project
 
     def observe(version: str) -> Observed:
         dest = cache / f"{framework}-{version}"
         pkg = f"bisect_{framework}"
-        write_cargo_project(dest, pkg, framework, RUST_WRITERS[framework](program), version=version)
+        write_cargo_project(dest, pkg, framework, RUST_WRITERS[framework](program, repro, check), version=version)
         env = {**os.environ, "CARGO_TARGET_DIR": str(dest / "target")}
         start = time.monotonic()
         b = subprocess.run(["cargo", "build", "-q"], cwd=dest, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -245,6 +265,11 @@ def cargo_observer(program: Program, framework: str, cache: Path,
             return Observed(version, "does not build", build_s=build_s,
                             message=f"this reproducer does not build against {framework} {version}: {first}")
         r = subprocess.run([str(dest / "target" / "debug" / pkg)], capture_output=True, text=True, timeout=600)
+        said = r.stdout.splitlines()
+        if check is not None and ("the divergence shows" in said or "the divergence does not show" in said):
+            shows = "the divergence shows" in said
+            note = next((x for x in said if x.startswith(("check: ", f"op {check.op}: error: "))), "")
+            return Observed(version, "ok", {}, build_s, message=note, shows=shows)
         printed = parse_output(r.stdout)
         if r.returncode != 0 and not printed:
             return Observed(version, "failed", build_s=build_s, message=error_line(r.stderr, r.returncode))

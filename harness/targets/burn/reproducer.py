@@ -29,9 +29,10 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.case.layers import RUNNING_STATS
 from harness.targets.protocol import PROGRAM_SEED
-from harness.targets.reproducer_base import step_fields
+from harness.targets.reproducer_base import Check, step_fields
 from harness.escaping import rust_str, visible
-from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
+from harness.targets.rust_project import (CHECK_VALUES, MainWriter, check_tail, ident, main_body, main_head, rust_f32,
+                                         rust_f32_list, rust_float)
 
 _USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "use burn::optim::GradientsParams;",
          "use burn::tensor::{Device, FloatDType, Tensor, TensorData};", ""]
@@ -146,6 +147,13 @@ class _Writer(MainWriter):
         v = self.new_var(name)
         self.body.append(f"    let {v} = {call(self.cur[name])};")
         self.cur[name] = v
+
+    def values_of(self, name: str) -> str:
+        # A lazy param not yet initialised reads as no values: a check never forces one.
+        if self.slots[name][0] in ("model", "param"):
+            return (f"(if {self.ref(name)}.is_initialized() {{ read_values(&{self.value(name)}).unwrap_or_default() }} "
+                    "else { Vec::new() })")
+        return f"read_values(&{self.value(name)}).unwrap_or_default()"
 
     def show(self, label: str) -> None:
         for n in self.order:
@@ -467,9 +475,11 @@ class _Writer(MainWriter):
             self.slots.setdefault(op["name"], None)
 
 
-def burn_main(program: Program, repro: dict | None = None) -> str:
-    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops burn ran."""
+def burn_main(program: Program, repro: dict | None = None, check: Check | None = None) -> str:
+    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops burn ran;
+    ``check``: what says whether the finding's divergence shows (exit 1 when it does)."""
     prelude = [*_MAIN[1:3], f"    let dtype = {_FLOAT_DTYPES[program.dtype]};  // the case's dtype: every tensor's", *_MAIN[3:]]
-    body = main_body(program, repro, lambda: _Writer(program.dtype), prelude)
+    body = main_body(program, repro, lambda: _Writer(program.dtype), prelude, check)
     head = main_head("burn", "CPU flex backend with autodiff", program.title or "case")
-    return "\n".join([*head, *_USES, _MAIN[0], *body, "}", ""])
+    checks = CHECK_VALUES if check is not None else []
+    return "\n".join([*head, *_USES, _MAIN[0], *body, *check_tail(check), "}", *checks, ""])

@@ -28,7 +28,9 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.targets.protocol import PROGRAM_SEED
 from harness.escaping import rust_str, visible
-from harness.targets.rust_project import MainWriter, ident, main_body, main_head, rust_f32, rust_f32_list, rust_float
+from harness.targets.reproducer_base import Check
+from harness.targets.rust_project import (CHECK_VALUES, MainWriter, check_tail, ident, main_body, main_head, rust_f32,
+                                         rust_f32_list, rust_float)
 
 _USES = ["use candle_core::{DType, Device, Tensor, Var};", "use candle_nn::{Init, ModuleT, VarMap};",
          "use std::collections::HashMap;", ""]
@@ -91,6 +93,9 @@ class _Writer(MainWriter):
 
     def show(self, label: str) -> None:
         self.body += [f"    show({rust_str(label)}, {rust_str(n)}, {self.ten_ref(n)});" for n in self.order]
+
+    def values_of(self, name: str) -> str:
+        return f"values({self.ten_ref(name)}).unwrap_or_default()"
 
     def declare(self, t) -> None:
         v, shape = ident(t.name), "(" + ", ".join(str(d) for d in t.shape) + ",)"
@@ -316,14 +321,16 @@ def _layer_var(layer: str) -> str:
     return f"layer_{layer}"
 
 
-def candle_main(program: Program, repro: dict | None = None) -> str:
-    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops candle ran."""
+def candle_main(program: Program, repro: dict | None = None, check: Check | None = None) -> str:
+    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops candle ran;
+    ``check``: what says whether the finding's divergence shows (exit 1 when it does)."""
     # Both runs of a metamorphic case have the program's tensors and layers: one writer kind.
     prelude = [line.replace("{dtype}", _CANDLE_DTYPES[program.dtype]) for line in _MAIN[1:]]
-    body = main_body(program, repro, lambda: _Writer(program), prelude)
+    body = main_body(program, repro, lambda: _Writer(program), prelude, check)
     head = main_head("candle", "CPU", program.title or "case")
     tail = _REMOVE_ON_DROP if any("RemoveOnDrop(" in line for line in body) else []
-    return "\n".join([*head, *_USES, _MAIN[0], *body, "    Ok(())", "}", *tail, ""])
+    checks = CHECK_VALUES if check is not None else []
+    return "\n".join([*head, *_USES, _MAIN[0], *body, *check_tail(check), "    Ok(())", "}", *tail, *checks, ""])
 
 
 #: The checkpoint files a replay writes are removed when ``main`` returns, by ``Ok`` or by an

@@ -14,6 +14,7 @@ any other; the script's ``names`` dict is keyed by the case's own names.
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from harness.case import ops
@@ -21,7 +22,8 @@ from harness.case.ir import Program
 from harness.escaping import python_comment, python_docstring, python_str, visible
 from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.torch.names import KEY_PREFIX, model_key
-from harness.targets.reproducer_base import comment_lines, op_text, optimizer_key, statuses, step_fields, without_run
+from harness.targets.reproducer_base import (Check, comment_lines, op_text, optimizer_key, statuses, step_fields,
+                                             without_run)
 
 _PRELUDE = '''#!/usr/bin/env python3
 """aliasfuzz reproducer (PyTorch, CPU): {title}
@@ -209,13 +211,15 @@ def _scale(op: dict) -> list[str]:
 
 
 def _optimizer(op: dict) -> str:
+    """The optimizer's constructor; ``**IMPL`` is the implementation (``foreach=False`` as the
+    plain target makes it, or the variant's), set before each run of the script."""
     f = step_fields(op)
     params, lr = "list(model.parameters())", f["lr"]
     adam = (f"lr={lr!r}, betas={tuple(f['betas'])!r}, eps={f['eps']!r}, weight_decay={f['weight_decay']!r}, "
-            "foreach=False")
-    return {"sgd": f"torch.optim.SGD({params}, lr={lr!r}, foreach=False)",
+            "**IMPL")
+    return {"sgd": f"torch.optim.SGD({params}, lr={lr!r}, **IMPL)",
             "sgd_momentum": f"torch.optim.SGD({params}, lr={lr!r}, momentum={f['momentum']!r}, "
-                            f"dampening={f['dampening']!r}, foreach=False)",
+                            f"dampening={f['dampening']!r}, **IMPL)",
             "adam": f"torch.optim.Adam({params}, {adam})",
             "adamw": f"torch.optim.AdamW({params}, {adam})"}[f["optimizer"]]
 
@@ -317,16 +321,68 @@ EMITTERS: dict[str, Callable[[dict], list[str]]] = {
 }
 
 
-def torch_script(program: Program, repro: dict | None = None) -> str:
+def _float_list(values) -> str:
+    """A list literal of floats; NaN and the infinities as ``float("nan")`` and so on."""
+    return "[" + ", ".join(repr(float(v)) if math.isfinite(v) else f'float("{v}")' for v in values) + "]"
+
+
+#: The check of a checked script (``Check``): defined after the prelude, called after the op.
+_CHECK = '''divergence = False  # set where the finding's divergence shows
+
+
+def check_values(name, got, want, source):
+    """Prints the values the divergence expects beside those observed; True when they differ."""
+    got = [float(x) for x in got.detach().cpu().reshape(-1).tolist()]
+    same = lambda a, b: (a != a and b != b) or abs(a - b) <= 1e-4 * max(abs(b), 1.0)
+    differ = len(got) != len(want) or not all(same(a, b) for a, b in zip(got, want))
+    print(f"check: {name} = {got}; the divergence expects {want} ({source}): {'it differs' if differ else 'it agrees'}")
+    return differ
+'''
+
+
+#: The optimizer implementation of each torch device variant (``TorchSession._new_optimizer``).
+IMPLS = {"plain": "{'foreach': False}", "foreach": "{'foreach': True}", "fused": "{'fused': True}"}
+
+
+def variant_of(target: str) -> str:
+    """The optimizer implementation a torch target id names: ``torch:cpu+foreach`` -> ``foreach``."""
+    return target.split("+", 1)[1] if "+" in target else "plain"
+
+
+def torch_script(program: Program, repro: dict | None = None, check: Check | None = None,
+                 variants: tuple[str, str] | None = None) -> str:
     """The script of ``program``; ``repro`` (the finding's repro JSON) says which ops torch ran.
-    A metamorphic case runs twice: as it is, then without its inert ops (``without: ...`` lines)."""
+    A metamorphic case runs twice: as it is, then without its inert ops (``without: ...`` lines).
+    ``check``: what says whether the finding's divergence shows; the script then ends by saying
+    so, and exits 1 when it does. ``variants`` (two of ``IMPLS``): a finding between two
+    optimizer implementations; the script runs the program with each, from a fresh model (the
+    second's lines labelled ``<variant>: ...``), and its check compares the two runs."""
     out = [_PRELUDE.format(title=python_docstring(program.title or "case"), key_prefix=python_str(KEY_PREFIX))]
-    out += _run_lines(program, repro, "", range(len(program.ops)))
-    second = without_run(program, repro)
+    if check is not None or variants is not None:
+        out.append(_CHECK)
+    first = variants[0] if variants else "plain"
+    out.append(f"IMPL = {IMPLS[first]}  # the optimizers' implementation")
+    if variants is not None:
+        other = variants[1]
+        out += _run_lines(program, repro, "", range(len(program.ops)))
+        out += ["", "# The same program with the other implementation, from a fresh model; the first run's values kept.",
+                "first = {n: t.detach().clone() for n, t in names.items()}",
+                f'print("== {other} ==")', *_FRESH_STATE, f"IMPL = {IMPLS[other]}"]
+        out += _run_lines(program, repro, f"{other}: ", range(len(program.ops)))
+        out += ["", "# The divergence: a name the two implementations leave with different values.",
+                "for n in first:", "    if n in names:",
+                f"        divergence |= check_values(n, names[n], [float(x) for x in first[n].reshape(-1).tolist()], "
+                f"{python_str(f'the {first} run')})"]
+    else:
+        out += _run_lines(program, repro, "", range(len(program.ops)), check)
+    second = without_run(program, repro) if variants is None else None
     if second is not None:
         out += ["", f"# The same program without its inert ops {list(program.inert)}, from a fresh model.",
                 f'print("== without the inert ops {list(program.inert)} ==")',
                 *_FRESH_STATE, *_run_lines(second.program, second.repro, second.prefix, second.numbers)]
+    if check is not None or variants is not None:
+        out += ["", "if divergence:", '    print("the divergence shows")', "    raise SystemExit(1)",
+                'print("the divergence does not show")']
     return "\n".join(out) + "\n"
 
 
@@ -335,7 +391,7 @@ _FRESH_STATE = ["model = Model()", "names = {}", "grads = {}", "optimizers = {}"
                 "accumulating = False", "caches = {}", "stats = []"]
 
 
-def _run_lines(program: Program, repro: dict | None, prefix: str, numbers) -> list[str]:
+def _run_lines(program: Program, repro: dict | None, prefix: str, numbers, check: Check | None = None) -> list[str]:
     st = statuses(repro, "torch")
     out = [f"DTYPE = {_TORCH_DTYPES[program.dtype]}  # the case's dtype: every tensor's"]
     if any(t.init == "program_rng" for t in program.tensors):
@@ -351,13 +407,19 @@ def _run_lines(program: Program, repro: dict | None, prefix: str, numbers) -> li
         if status == "error" and op["op"] in EMITTERS:
             # The call is made and its error printed, as torch raised it for the target.
             label = f"{prefix}op {i}"
+            shows = check is not None and check.want is None and label == check.label()
             out += [f"# op {i}: {op_text(op)}", *python_comment(f"torch reported an error here: {message or ''}"),
                     "try:", *("    " + line for line in EMITTERS[op["op"]](op)),
-                    "except Exception as e:", f'    print(f"{label}: error: {{type(e).__name__}}: {{e}}")']
+                    "except Exception as e:", f'    print(f"{label}: error: {{type(e).__name__}}: {{e}}")',
+                    *(["    divergence = True"] if shows else [])]
         elif status != "ok":
             out += comment_lines("#", i, op, status, message)
         else:
             out.append(f"# op {i}: {op_text(op)}")
             out += EMITTERS.get(op["op"], lambda op: [f"# {op['op']}: no translation"])(op)
         out.append(f'show("{prefix}after op {i}", names)')
+        if check is not None and check.want is not None and f"{prefix}after op {i}" == check.label() and check.subject:
+            out.append(f"if {python_str(check.subject)} in names:")
+            out.append(f"    divergence |= check_values({python_str(check.subject)}, names[{python_str(check.subject)}], "
+                       f"{_float_list(check.want)}, {python_str(check.source)})")
     return out
