@@ -121,3 +121,17 @@ def test_every_probe_handshake_agrees_with_the_table(plugin):
     assert hello["methods"] == [m for m in ops.METHODS if m in hello["methods"]]
     if plugin.FRAMEWORK in ("torch", "burn"):
         assert hello["ops"] == list(ops.OP_KINDS)
+
+
+def test_cache_rows_is_one_number_in_the_op_table_and_the_rust_protocol():
+    """The KV cache's preallocated rows live in the op table (``ops.CACHE_ROWS``) and, as a Rust
+    constant, in the protocol crate that both probes share: they must agree, or a cache append
+    would overflow in one framework and not in the other."""
+    import re
+
+    from harness.case import ops
+    from harness.paths import PROBES_WORKSPACE
+
+    source = (PROBES_WORKSPACE / "protocol" / "src" / "lib.rs").read_text(encoding="utf-8")
+    found = re.findall(r"pub const CACHE_ROWS: usize = (\d+);", source)
+    assert found == [str(ops.CACHE_ROWS)], found

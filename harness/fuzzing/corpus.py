@@ -141,9 +141,10 @@ def connect_redis(spec: str, option: str | None = "--db"):
         raise CampaignError(f"{shown}: not a valid Redis URL (database {db_path!r} is not a number); "
                             f"give redis://host:port/n")
     try:
-        import redis
-    except ImportError as e:  # pragma: no cover - redis is a pinned dependency
-        raise CampaignError(f"{shown}: the redis package is missing ({e})") from None
+        import redis  # an optional dependency: only a shared store needs it
+    except ImportError:
+        raise CampaignError(f"{shown}: the redis package is not installed; install the extra: "
+                            "pip install 'aliasfuzz[redis]'") from None
     try:
         client = redis.Redis.from_url(spec, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     except Exception as e:
@@ -156,9 +157,9 @@ def connect_redis(spec: str, option: str | None = "--db"):
 
 
 def _open_redis(spec: str):
-    from hypothesis.extra.redis import RedisExampleDatabase
+    client, shown = connect_redis(spec)  # says how to install redis when it is missing
+    from hypothesis.extra.redis import RedisExampleDatabase  # imports redis
 
-    client, shown = connect_redis(spec)
     check = REDIS_PREFIX + b"write-check"
     try:  # a read-only replica, a full server (maxmemory), an ACL: found now, not at the first finding
         client.set(check, b"1", ex=60)

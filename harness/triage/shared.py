@@ -59,9 +59,9 @@ def change(url: str, work: str | Path, option: str, make: Callable[[Path], _T], 
     never a user's store), then the copy written back, the two as one: retried on a fresh copy
     while another process writes the store in between. With no store in Redis yet, ``make``
     starts from a copy of ``seed`` when that file exists (it is only read), else from nothing."""
+    client, shown = _connect(url, option)  # says how to install redis when it is missing
     import redis
 
-    client, shown = _connect(url, option)
     work = Path(work)
     try:
         for _ in range(MAX_TRIES):
