@@ -31,7 +31,8 @@ def register(sub) -> None:
     p.add_argument("--out", help="the folder the drafts go to (default: drafts/ in the current directory)")
     p.add_argument("--known", action="store_true", help="draft the divergences the baseline knows too")
     p.add_argument("--bisect", metavar="BISECT.json",
-                   help="the output of `aliasfuzz bisect --json` for the case: its table goes in the draft")
+                   help="the output of `aliasfuzz bisect --json` for the case: its table goes in the draft "
+                        "(default: <case>.bisect.json beside the case, when there is one)")
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.set_defaults(handler=cmd_draft)
@@ -69,7 +70,10 @@ def cmd_draft(args: argparse.Namespace) -> int:
     if not cases:
         raise InputError("give CASE.toml files, or --candidates")
     programs = [(Path(c), load_case(c)) for c in cases]  # every input checked before anything runs
-    bisection = bisection_table(args.bisect) if args.bisect else None
+    given = bisection_table(args.bisect) if args.bisect else None
+    # A case's own bisection, saved beside it as <stem>.bisect.json (`aliasfuzz bisect --json`).
+    beside = {path: bisection_table(str(b)) for path, _ in programs
+              if not given and (b := path.with_name(path.name.removesuffix(".toml") + ".bisect.json")).is_file()}
     out = Path(args.out or ("docs/candidates" if args.candidates else "drafts"))
     drafted: list[tuple[Path, str]] = []
     undrafted: list[str] = []
@@ -110,7 +114,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
                     ops_after=len(program.ops), seconds_to_find=0.0, shrink=None,
                     versions={t: info.versions for t, info in runner.infos.items()})
                 record = FindingRecord.from_json({**record.to_json(), "case": f"{stem}.toml", "repro": f"{stem}.json"})
-                made = write_hand_over(out, stem, record, bisection=bisection)
+                made = write_hand_over(out, stem, record, bisection=given or beside.get(path))
                 drafted.append((out / f"{stem}.issue.md", path.as_posix()))
                 print(f"{path}: {finding.sentence()}")
                 for p in made:
