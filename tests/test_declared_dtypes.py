@@ -150,8 +150,8 @@ def test_the_torch_reproducer_makes_the_cases_dtype(tmp_path):
     from harness.reporting.reproducers import torch_script
 
     script = torch_script(_program("f16", {"op": "snapshot", "name": "s", "of": "w", "method": "via_f32"}))
-    assert "DTYPE = torch.float16" in script and "dtype=DTYPE" in script
-    assert "names['s'] = names['w'].to(torch.float32).to(DTYPE)" in script
+    assert "dtype=torch.float16))" in script and "model.w = w = nn.Parameter(torch.tensor(" in script
+    assert "s = w.to(torch.float32).to(torch.float16)" in script
 
 
 def test_repro_of_the_bundled_bf16_case_on_torch_names_no_divergence_of_its_own():

@@ -25,7 +25,6 @@ from harness.case.op_checks import is_identifier
 from harness.judging.oracle import compare
 from harness.judging.trace import StepResult, Trace, alike
 from harness.targets.torch.names import KEY_PREFIX, case_name, model_key
-from harness.targets.torch.session import Model
 from tests.conftest import CASES, run_cli, targets_runner
 
 pytestmark = pytest.mark.timeout(600)
@@ -140,7 +139,7 @@ def test_the_case_format_accepts_every_hostile_name():
 
 def test_no_module_attribute_starts_with_the_key_prefix_and_keys_map_back():
     # What makes the prefix safe on this torch: the model, a layer, and the class itself.
-    for owner in (Model(), nn.Module(), nn.BatchNorm1d(2), nn.Dropout(0.0), Model):
+    for owner in (nn.Module(), nn.BatchNorm1d(2), nn.Dropout(0.0), nn.Module):
         assert not [a for a in dir(owner) if a.startswith(KEY_PREFIX)], owner
     for name in (*HOSTILE, "bn.running_mean", "case_bn.running_var"):
         assert case_name(model_key(name)) == name
@@ -246,7 +245,7 @@ def test_torch_reproducers_of_hostile_names_run_and_print_what_torch_observed(tm
         doc = docs[path.name]
         assert doc["targets"]["torch:cpu"]["status"] == "ok", (name, doc["targets"]["torch:cpu"])
         script = path.with_suffix(".torch.py")
-        script.write_text(torch_script(renamed, doc), encoding="utf-8")
+        script.write_text(torch_script(renamed), encoding="utf-8")
         scripts.append(str(script))
     run = subprocess.run([sys.executable, "-c", _RUN_SCRIPTS, *scripts], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)

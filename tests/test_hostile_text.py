@@ -104,7 +104,7 @@ def _benign_script(tmp_path: Path) -> str:
         # The same status as the hostile one (not a plain `error`), so the op is the same comment.
         t["ops"][1] = {"status": "error\nplain", "message": "plain"}
         t["ops"][3] = {"status": "unsupported", "message": "plain"}
-    return torch_script(load_case(plain), repro)
+    return torch_script(load_case(plain))
 
 
 def test_torch_reproducer_of_a_hostile_case_runs_no_planted_statement(hostile_run, tmp_path):

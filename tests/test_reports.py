@@ -143,7 +143,7 @@ def test_torch_script_prints_what_the_worker_observed(case, tmp_path, torch_repr
     tj = doc["targets"]["torch:cpu"]
     assert tj["status"] == "ok", tj
     script = tmp_path / "repro.torch.py"
-    script.write_text(torch_script(load_case(case), doc))
+    script.write_text(torch_script(load_case(case)))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     _compare(parse_output(r.stdout), trace_states(tj), case.name, tj["ops"])
@@ -195,7 +195,7 @@ def test_reproducers_of_a_metamorphic_case_print_both_runs(tmp_path):
     # torch's script prints both runs too (and agrees with itself).
     tdoc = repro_json_alone(case, "torch:cpu")
     script = tmp_path / "repro.torch.py"
-    script.write_text(torch_script(program, tdoc))
+    script.write_text(torch_script(program))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     states, statuses = _without_run(tdoc, "torch:cpu", len(program.ops), list(program.inert))
@@ -288,7 +288,7 @@ def test_a_reproducer_makes_the_failing_call_and_prints_its_error(framework, tar
         assert f"op {failed[0]}: error: Can't convert a non leaf tensor into a tracked tensor" in out
     else:
         script = tmp_path / "repro.torch.py"
-        script.write_text(torch_script(load_case(case), doc))
+        script.write_text(torch_script(load_case(case)))
         r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         assert f"op {failed[0]}: error: RuntimeError: " in r.stdout, r.stdout
@@ -300,7 +300,7 @@ def _checked(framework: str, case: Path, target: str, check, tmp_path: Path) -> 
     tmp_path.mkdir(parents=True, exist_ok=True)
     if framework == "torch":
         script = tmp_path / "checked.torch.py"
-        script.write_text(torch_script(load_case(case), doc, check))
+        script.write_text(torch_script(load_case(case), check))
         return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     proj = write_project(load_case(case), framework, tmp_path / f"checked-{framework}", doc,
                          unify_with_probes=True, check=check)
@@ -343,9 +343,9 @@ def test_a_variant_script_runs_both_implementations_and_compares_them(case, show
     foreach=False, then with foreach=True on a fresh model, and exits 1 when they disagree."""
     doc = repro_json_alone(CASES / case, "torch:cpu")
     script = tmp_path / "variants.torch.py"
-    script.write_text(torch_script(load_case(CASES / case), doc, None, ("plain", "foreach")))
+    script.write_text(torch_script(load_case(CASES / case), None, ("plain", "foreach")))
     text = script.read_text()
-    assert "IMPL = {'foreach': False}" in text and "IMPL = {'foreach': True}" in text
+    assert "run('', foreach=False)" in text and "run('foreach: ', foreach=True)" in text
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == (1 if shows else 0), r.stdout + r.stderr[-2000:]
     assert ("the divergence shows" if shows else "the divergence does not show") in r.stdout

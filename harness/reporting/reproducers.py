@@ -1,19 +1,21 @@
 """Stand-alone reproducers for a finding, written next to its case file.
 
-- ``<stem>.torch.py``: a PyTorch script (always);
+- ``<stem>.torch.py``: a PyTorch script (always): the torch target's transcript of the case
+  (``harness/targets/torch/reproducer.py``);
 - ``<stem>-candle/`` (Cargo.toml, src/main.rs, src/support.rs) when a candle target is part of
   the finding;
 - ``<stem>-burn/`` likewise for burn.
 
 Each replays the minimized program with the framework's own API (no aliasfuzz dependency), on
-the CPU, translating every op the way the framework's target does, and prints every bound name
-after every op:
+the CPU, and prints every bound name after every op:
 
     initial: p0 = [1.0, 2.0]
     after op 0: s0 = [1.0, 2.0]
 
-(values row-major; ``uninitialized`` for a lazy param not yet created). An op the framework
-reported ``unsupported`` (or that failed) in the finding's repro result is emitted as a comment.
+(values row-major; ``uninitialized`` for a lazy param not yet created). The torch script is the
+calls the torch target made, as it ran them; the candle and burn writers still translate each
+op the way their probe does, and emit an op the framework reported ``unsupported`` in the
+finding's repro result as a comment.
 
 This module only dispatches: each framework's writer lives beside its target
 (``harness/targets/<framework>/reproducer.py``), and the cargo project of the Rust ones is
@@ -84,7 +86,7 @@ def write_reproducers(run_dir: str | Path, finding: dict, check: Check | None = 
     if len(targets) == 2 and all(t.startswith("torch:") for t in targets) and targets[0] != targets[1] \
             and {t.split("+", 1)[0] for t in targets} == {targets[0].split("+", 1)[0]}:
         variants = (variant_of(targets[0]), variant_of(targets[1]))
-    script.write_text(torch_script(program, repro, check if checked == "torch" else None, variants), encoding="utf-8")
+    script.write_text(torch_script(program, check if checked == "torch" else None, variants), encoding="utf-8")
     out.append(script)
     fws = _frameworks(finding)
     for fw, writer in RUST_WRITERS.items():

@@ -35,7 +35,9 @@ What a framework implements, and nothing else (``Probe`` and ``Session`` below):
   program's tensors on ``device`` and returns a session, or raises (``Unsupported``, a trace of
   status ``unsupported``, or ``OpError`` for a message reported as is; any other exception as
   ``"<Type>: <message>"``, both of status ``error``);
-- a session, one program on one device: ``apply(op)`` runs one parsed op (every field present,
+- a session, one program on one device, that may keep a transcript of the calls it makes
+  (``begin_op()``, called before each op, and ``transcript()``, the reply's ``transcript`` when
+  the request asks for it): ``apply(op)`` runs one parsed op (every field present,
   every name it uses bound) and raises ``Unsupported`` where the framework has no such call;
   ``names()`` lists the names bound now, in binding order; ``observe(name)`` reads one name to
   the host as a wire observation (``protocol.observation``) and must not force a lazy parameter's initialisation. The session's tensors change only
@@ -165,9 +167,10 @@ def _elapsed_us(start: float) -> int:
 
 
 def run_program(probe: Probe, id: int, device: str, program: Program,
-                fault: str | None = None) -> dict:
+                fault: str | None = None, transcript: bool = False) -> dict:
     """Interprets one program: the part of the protocol that is the same for every framework.
-    Returns the trace reply, floats not yet encoded."""
+    Returns the trace reply, floats not yet encoded; with ``transcript``, and a session that
+    keeps one, the calls it made (PROTOCOL.md)."""
     start = time.perf_counter()
     trace: dict[str, Any] = {"type": "trace", "id": id, "device": device}
     try:
@@ -181,7 +184,10 @@ def run_program(probe: Probe, id: int, device: str, program: Program,
     initial = observe_all(session)
     previous = initial
     steps = []
+    begin_op = getattr(session, "begin_op", None)
     for raw in program.ops:
+        if begin_op is not None:
+            begin_op()
         status, message = run_op(session, raw, fault)
         now = observe_all(session)
         changed = {k: v for k, v in now.items() if not same_obs(previous.get(k), v)}
@@ -191,6 +197,8 @@ def run_program(probe: Probe, id: int, device: str, program: Program,
             step["message"] = message
         steps.append(step)
     trace.update(status=OK, initial=initial, steps=steps, elapsed_us=_elapsed_us(start))
+    if transcript and hasattr(session, "transcript"):
+        trace["transcript"] = session.transcript()
     return trace
 
 
@@ -207,7 +215,7 @@ def handle(probe: Probe, line: bytes, fault: str | None = None) -> dict | None:
         return {"type": "hello", "protocol": PROTOCOL_VERSION,
                 **{k: v for k, v in probe.hello().items() if k not in ("type", "protocol")}}
     assert isinstance(request, Run)
-    reply = run_program(probe, request.id, request.device, request.program, fault)
+    reply = run_program(probe, request.id, request.device, request.program, fault, request.transcript)
     encode_floats(reply)
     return reply
 

@@ -158,6 +158,8 @@ class Run:
     id: int
     device: str
     program: Program
+    #: Whether the reply carries the calls the session made (``transcript``, PROTOCOL.md).
+    transcript: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,7 +249,11 @@ def parse_request(line: bytes) -> Hello | Run | Exit:
         dtype = program.get("dtype", "f32")
         if dtype not in op_table.DTYPES:
             raise Malformed(f"unknown variant {json.dumps(dtype)} for `dtype`, expected {' or '.join(op_table.DTYPES)}")
-        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype))
+        transcript = req.get("transcript", False)
+        if not isinstance(transcript, bool):
+            raise Malformed("invalid type for `transcript`: expected a boolean")
+        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype),
+                   transcript)
     raise Malformed(f"unknown variant {json.dumps(kind)} for `type`, expected hello, run or exit")
 
 

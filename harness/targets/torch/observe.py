@@ -14,6 +14,10 @@ from harness.targets.protocol import observation as wire_observation
 #: The case's dtypes (``harness.case.ops.DTYPES``) as torch dtypes.
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+#: Each case dtype as source text (``torch.bfloat16``), and as the ``dtype=`` argument of a tensor
+#: made in it (none for float32, torch's default).
+DTYPE_SOURCE = {d: str(d) for d in TORCH_DTYPES.values()}
+DTYPE_ARGS = {d: "" if d == torch.float32 else f", dtype={d}" for d in TORCH_DTYPES.values()}
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -14,9 +14,8 @@ Every tensor is made in the program's dtype (``TORCH_DTYPES``); observations are
 
 from __future__ import annotations
 
-import copy
-import io
 import json
+import math
 import platform
 
 import numpy as np
@@ -29,8 +28,9 @@ from harness.targets.protocol import PROGRAM_SEED, Program, unreadable
 from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.names import case_name, model_key
-from harness.targets.torch.observe import TORCH_DTYPES, observation
+from harness.targets.torch.observe import DTYPE_ARGS, DTYPE_SOURCE, TORCH_DTYPES, observation
 from harness.targets.torch.training import TrainingOps
+from harness.targets.torch.transcript import Transcript, literal, nested
 from harness.targets.torch.views import CONVERSIONS, VIEWS
 
 # ---------------------------------------------------------------------------------------------
@@ -74,23 +74,33 @@ VARIANT_DIFFERS_ON = ("step",)
 # The model and one program's session.
 
 
-class Model(nn.Module):
-    """The program's model: every param/lazy tensor an ``nn.Parameter`` and every buffer a registered
-    buffer, in declaration order, each under its ``model_key`` (``harness.targets.torch.names``:
-    a case may name a tensor ``training``). ``forward`` is never called; ``step`` builds its loss
-    directly."""
+def _device_arg(device) -> str:
+    """``, device="cuda"`` for a tensor made on ``device``; nothing for the CPU (torch's default)."""
+    return "" if str(device) == "cpu" else f", device={str(device)!r}"
 
-    def forward(self):  # pragma: no cover - not used
-        raise NotImplementedError
+
+def _flat(values) -> list:
+    out: list = []
+    for x in values:
+        out.extend(_flat(x) if isinstance(x, list) else [x])
+    return out
+
+
+def _shape(shape) -> str:
+    """A shape as a tuple literal: ``(2, 3)``, ``(2,)``, ``()``."""
+    dims = [str(int(d)) for d in shape]
+    return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
 
 class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     """One program on one torch device: the driver's ``Session``.
 
-    ``bound`` maps every name bound now to the object a user's variable of that name would hold;
-    every object ever bound stays referenced (``keep``), so ``id()``, the identity token, is never
-    reused within a program. Tensors change only inside ``__init__`` and ``apply`` (the driver's
-    contract), which is what lets ``observe`` reuse a round of change keys until the next op."""
+    Every torch call is a line of the session's transcript (``self.tx``), run from its text: the
+    model is ``model``, and each bound name a variable of the transcript's namespace. ``bound``
+    maps every name bound now to what its variable holds; every object ever bound stays
+    referenced (``keep``), so ``id()``, the identity token, is never reused within a program.
+    Tensors change only inside ``__init__`` and ``apply`` (the driver's contract), which is what
+    lets ``observe`` reuse a round of change keys until the next op."""
 
     def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = (), dtype: str = "f32"):
         if device_name not in DEVICES:
@@ -98,8 +108,11 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
                               f"(this probe has {', '.join(DEVICES)})")
         self.home, self.variant, _, self.alt = DEVICES[device_name]
         self.dtype = TORCH_DTYPES[dtype]  # every tensor's, grads and layer stats included
-        self.model = Model()
-        self.modules = [self.model]  # the model and its module_clone copies
+        self.tx = Transcript()
+        self.tx.run(f"{self.tx.helper('model')} = nn.Module()")
+        self.model = self.tx.ns["model"]
+        # The model and its module_clone copies, each with the variable that holds it.
+        self.modules: list[tuple[nn.Module, str]] = [(self.model, "model")]
         self.clone_prefix: dict[int, str] = {}  # id(clone module) -> "<name>."
         self.bound: dict[str, torch.Tensor] = {}
         # Observation cache (see observe): name -> (key, last observation).
@@ -111,49 +124,80 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self._held: dict[int, tuple] = {}
         self.keep: list = []  # every object ever bound: ids are never reused within a program
         self.grads: dict[str, list[float] | None] = {}  # declared param name -> `grad` field
-        # name -> (the KV-cache buffer of its ``append how=cache`` ops, rows filled)
-        self.caches: dict[str, tuple[torch.Tensor, int]] = {}
-        self.program_rng = torch.Generator().manual_seed(PROGRAM_SEED)  # drawn in declaration order
+        # name -> (the variable of the KV-cache buffer of its ``append how=cache`` ops, rows filled)
+        self.caches: dict[str, tuple[str, int]] = {}
+        self.program_rng: str | None = None  # the variable of the program's one generator, once drawn
         self._init_training()
         for spec in tensors:
             if spec["name"] in self.bound:
                 raise ValueError(f"tensor {spec['name']!r} declared twice")
-            t = self._create(spec)
-            key = model_key(spec["name"])
-            if spec["kind"] == "buffer":
-                self.model.register_buffer(key, t)
-                t = self.model._buffers[key]
-            else:
-                t = nn.Parameter(t)
-                self.model.register_parameter(key, t)
-                self.grads[spec["name"]] = spec["grad"]
-            self._bind(spec["name"], t)
+            self._declare(spec)
         self.layer_stats: list[str] = []  # `<layer>.running_mean`, ...: the model's buffers by name
         for spec in layers:
             self._add_layer(spec)
 
-    def _create(self, spec: dict) -> torch.Tensor:
-        shape = spec["shape"]
+    def _declare(self, spec: dict) -> None:
+        """``model.w = w = nn.Parameter(torch.tensor(...))``; a buffer registered under its key."""
+        name, made = spec["name"], self._made(spec)
+        key, v = model_key(name), self.tx.var(name)
+        if spec["kind"] == "buffer":
+            self.tx.run(f"{v} = {made}")
+            self.tx.run(f"model.register_buffer({key!r}, {v})")
+        else:
+            self.tx.run(f"model.{key} = {v} = nn.Parameter({made})")
+            self.grads[name] = spec["grad"]
+        self._bind(name)
+
+    def _made(self, spec: dict) -> str:
+        """The source of a declared tensor's values, on the home device in the case's dtype."""
+        shape, dt = spec["shape"], DTYPE_ARGS[self.dtype]
         if spec["kind"] == "lazy":
             # torch has no lazy parameters: create at open, report initialised (SEMANTICS.md).
             if spec["init"] in op_table.DRAWN_INITS:
-                gen = (torch.Generator().manual_seed(spec["seed"] or 0) if spec["init"] == "uniform"
-                       else self.program_rng)
-                t = torch.empty(shape, dtype=self.dtype).uniform_(-1.0, 1.0, generator=gen)
+                if spec["init"] == "uniform":
+                    gen = f"torch.Generator().manual_seed({spec['seed'] or 0})"
+                else:  # one generator for the program, drawn in declaration order
+                    if self.program_rng is None:
+                        self.program_rng = self.tx.helper("rng")
+                        self.tx.run(f"{self.program_rng} = torch.Generator().manual_seed({PROGRAM_SEED})")
+                    gen = self.program_rng
+                made = f"torch.empty({_shape(shape)}{dt}).uniform_(-1.0, 1.0, generator={gen})"
             else:
                 fill = spec["fill"] if spec["fill"] is not None else 0.0
-                t = torch.full(shape, fill, dtype=self.dtype)
+                made = f"torch.full({_shape(shape)}, {literal(fill)}{dt})"
         else:
             if spec["value"] is None:
                 raise ValueError(f"tensor {spec['name']!r} has no value")
-            t = torch.tensor(spec["value"], dtype=self.dtype).reshape(shape)
-        return t.to(self.home)
+            made = f"torch.tensor({literal(nested(_flat(spec['value']), list(shape)))}{dt})"
+        return made if self.home == "cpu" else f"{made}.to({self.home!r})"
 
-    def _bind(self, name: str, t) -> None:
+    def _bind(self, name: str) -> None:
+        """``name`` is bound to what its variable holds now."""
+        t = self.tx.value(name)
         self.bound[name] = t
         self.keep.append(t)
 
+    def _set(self, name: str, source: str) -> None:
+        """``<name> = <source>``: the name bound to what the source gives."""
+        self.tx.run(f"{self.tx.var(name)} = {source}")
+        self._bind(name)
+
+    def _tensor_source(self, values: list, shape: list[int], like: torch.Tensor) -> str:
+        """``torch.tensor([...])`` of ``values`` in ``shape``, in ``like``'s dtype, on its device.
+        Values that do not fill the shape are written flat and reshaped, so that torch refuses them."""
+        flat, args = _flat(values), f"{DTYPE_ARGS.get(like.dtype, '')}{_device_arg(like.device)}"
+        if len(flat) != math.prod(shape):
+            return f"torch.tensor({literal(flat)}{args}).reshape({_shape(shape)})"
+        return f"torch.tensor({literal(nested(flat, shape))}{args})"
+
     # ---- ops --------------------------------------------------------------------------------
+
+    def begin_op(self) -> None:
+        """The driver's call before each op: the transcript's next op starts."""
+        self.tx.begin_op()
+
+    def transcript(self) -> dict:
+        return self.tx.to_json()
 
     def apply(self, op: dict) -> None:
         self._round = None  # the op may change any tensor: the next observe recomputes the keys
@@ -163,130 +207,134 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         run(op)
 
     def _op_snapshot(self, op: dict) -> None:
-        self._bind(op["name"], self._take(self.bound[op["of"]], op["of"], op["method"]))
+        self._set(op["name"], self._take(op["of"], op["method"]))
 
-    def _take(self, t, of: str, method: str):
+    def _take(self, of: str, method: str) -> str:
+        """The source of snapshot ``method`` of ``of`` (lines it needs first are run here)."""
+        v, t = self.tx.var(of), self.bound[of]
         if method == "alias":
-            return t  # a second Python reference to the same object
+            return v  # a second Python reference to the same object
         if method == "clone":
-            return t.clone()
+            return f"{v}.clone()"
         if method == "detach":
-            return t.detach()
+            return f"{v}.detach()"
         if method == "copy":
             # Tensors have no .copy() method; the Python-level copy a user types is copy.copy(t).
             # torch defines no __copy__, so copy.copy goes through Tensor.__reduce_ex__ and rebuilds
             # the object from its storage *without* copying it (torch/_tensor.py
             # _reduce_ex_internal; Parameter.__reduce_ex__ -> torch._utils._rebuild_parameter):
             # a new object of the same class sharing memory. Observed, not assumed.
-            return copy.copy(t)
+            return f"copy.copy({v})"
         if method == "mul1":
-            return t * 1.0
+            return f"{v} * 1.0"
         if method == "to_home":
-            return t.to(t.device)  # returns self when nothing changes (Tensor.to docs)
+            return f"{v}.to({v}.device)"  # returns self when nothing changes (Tensor.to docs)
         if method == "to_cpu":
-            return t.cpu()  # returns self when already on the CPU (Tensor.cpu docs)
+            return f"{v}.cpu()"  # returns self when already on the CPU (Tensor.cpu docs)
         if method == "contiguous":
-            return t.contiguous()  # returns self when already contiguous
+            return f"{v}.contiguous()"  # returns self when already contiguous
         if method == "reshape":
-            return t.reshape(-1)  # a view when possible
+            return f"{v}.reshape(-1)"  # a view when possible
         if method == "view_row":
-            return t.narrow(0, 0, 1)
+            return f"{v}.narrow(0, 0, 1)"
         if method == "transpose":
-            return t.transpose(-2, -1)
+            return f"{v}.transpose(-2, -1)"
         if method in VIEWS:
-            return VIEWS[method](t)  # views.py: the calls whose arguments come from t's shape
+            return VIEWS[method](v, t)  # views.py: the calls whose arguments come from t's shape
         if method in CONVERSIONS:
-            return CONVERSIONS[method](t, self.dtype)  # views.py: the dtype conversions
+            return CONVERSIONS[method](v, DTYPE_SOURCE[self.dtype])  # views.py: the dtype conversions
         if method == "state_dict":
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
             key = model_key(of)
             if key not in self.model._parameters and key not in self.model._buffers and of not in self.layer_stats:
                 raise Unsupported(f"state_dict: {of!r} is not a parameter or buffer of the model "
                                   "(a snapshot has no state_dict entry)")
-            return self.model.state_dict()[key]
+            return f"model.state_dict()[{key!r}]"
         if method == "deepcopy":
-            return copy.deepcopy(t)
+            return f"copy.deepcopy({v})"
         if method == "to_host":
             # The numpy round trip a user writes. Tensor.numpy() shares memory with a CPU tensor
             # and torch.from_numpy shares it back, and .to(same device) returns self: on the CPU
             # the result aliases `t`; on an accelerator .cpu() and .to() copy. Observed, not faked.
-            return torch.from_numpy(t.detach().cpu().numpy()).to(t.device)
+            return f"torch.from_numpy({v}.detach().cpu().numpy()).to({v}.device)"
         if method == "save_load":
-            buf = io.BytesIO()
-            torch.save(t, buf)
-            buf.seek(0)
-            return torch.load(buf)  # default weights_only=True: tensors and Parameters load
+            buf = self.tx.helper("buf")
+            self.tx.run(f"{buf} = io.BytesIO()")
+            self.tx.run(f"torch.save({v}, {buf})")
+            self.tx.run(f"{buf}.seek(0)")
+            return f"torch.load({buf})"  # default weights_only=True: tensors and Parameters load
         raise Unsupported(f"method {method!r}")  # pragma: no cover - parse_op checks the enum
 
     def _op_write(self, op: dict) -> None:
-        t = self.bound[op["target"]]
-        value = torch.tensor(op["value"], dtype=t.dtype, device=t.device)
-        with torch.no_grad():
-            if op["index"] is None:
-                t.copy_(value.reshape(t.shape))
-            else:
-                # row shape = shape[1:]; a 0-d scalar for a rank-1 tensor
-                t[op["index"]] = value.reshape(t.shape[1:])
+        v, t = self.tx.var(op["target"]), self.bound[op["target"]]
+        if op["index"] is None:
+            self.tx.run(f"with torch.no_grad(): {v}.copy_({self._tensor_source(op['value'], list(t.shape), t)})")
+        else:
+            # row shape = shape[1:]; a 0-d scalar for a rank-1 tensor
+            row = self._tensor_source(op["value"], list(t.shape[1:]), t)
+            self.tx.run(f"with torch.no_grad(): {v}[{op['index']}] = {row}")
 
     def _op_assign(self, op: dict) -> None:
-        t, src = self.bound[op["target"]], self.bound[op["source"]]
+        v, src = self.tx.var(op["target"]), self.tx.var(op["source"])
         if op["source_index"] is not None:
-            src = src[op["source_index"]]  # a view of the row: dst[i] = src[j]
-        with torch.no_grad():
-            if op["index"] is None:
-                t.copy_(src)  # "Copies the elements from src into self" (Tensor.copy_)
-            else:
-                t[op["index"]] = src  # Tensor.__setitem__: copy_ into the row view
+            src = f"{src}[{op['source_index']}]"  # a view of the row: dst[i] = src[j]
+        if op["index"] is None:
+            # "Copies the elements from src into self" (Tensor.copy_)
+            self.tx.run(f"with torch.no_grad(): {v}.copy_({src})")
+        else:
+            self.tx.run(f"with torch.no_grad(): {v}[{op['index']}] = {src}")  # copy_ into the row view
 
     def _op_replace(self, op: dict) -> None:
-        name, value = op["target"], self.bound[op["value"]]
+        name, value = op["target"], self.tx.var(op["value"])
         key = model_key(name)
         old = self.model._parameters[key]
+        # The name reads the model's slot from now on when it read the old parameter.
+        also = f" = {self.tx.var(name)}" if self.bound.get(name) is old else ""
         if op["how"] == "new":
-            # `module.w = nn.Parameter(v)`: a new Parameter over v's storage (no copy,
+            # `model.w = nn.Parameter(v)`: a new Parameter over v's storage (no copy,
             # pytorch/pytorch#22821); nn.Module.__setattr__ puts it in _parameters.
-            setattr(self.model, key, nn.Parameter(value))
-            self._rebind_slot(self.model, key, old, self.model._parameters[key], name)
+            self.tx.run(f"model.{key}{also} = nn.Parameter({value})")
         elif op["how"] == "data":
-            old.data = value  # the same object, now over v's storage (Tensor.data setter)
+            self.tx.run(f"model.{key}.data = {value}")  # the same object, now over v's storage
         elif op["how"] == "set":
-            with torch.no_grad():
-                old.set_(value)  # the same object rebound to v's storage (Tensor.set_)
+            self.tx.run(f"with torch.no_grad(): model.{key}.set_({value})")  # rebound to v's storage
         else:
             # `model.b = model.a`: the same Parameter in two slots (tied weights). Module.__setattr__
             # refuses a tensor that is not a Parameter (TypeError).
-            setattr(self.model, key, value)
-            self._rebind_slot(self.model, key, old, self.model._parameters[key], name)
+            self.tx.run(f"model.{key}{also} = {value}")
+        if also:
+            self._bind(name)
 
     def _op_append(self, op: dict) -> None:
-        name, t, src = op["target"], self.bound[op["target"]], self.bound[op["source"]]
-        if src.dim() < t.dim():
-            src = src.unsqueeze(0)  # one row: a view of shape [1, rest]
+        name, t, s = op["target"], self.bound[op["target"]], self.bound[op["source"]]
+        v, src = self.tx.var(name), self.tx.var(op["source"])
+        rows = 1 if s.dim() < t.dim() else s.shape[0]
+        if s.dim() < t.dim():
+            src = f"{src}.unsqueeze(0)"  # one row: a view of shape [1, rest]
         if op["how"] == "cat":
             self.caches.pop(name, None)
-            self._bind(name, torch.cat([t, src]))  # a new tensor (torch.cat)
+            self._set(name, f"torch.cat([{v}, {src}])")  # a new tensor (torch.cat)
             return
         # A preallocated KV cache (transformers' StaticCache): a buffer of CACHE_ROWS rows written
         # in place, the name bound to the view of its filled rows. The name's first cache append
         # (or its first after a `cat`) starts a buffer holding the name's rows.
         if name not in self.caches:
-            with torch.no_grad():
-                buf = torch.zeros((op_table.CACHE_ROWS,) + tuple(t.shape[1:]), dtype=t.dtype, device=t.device)
-                buf[:t.shape[0]] = t
-            self.caches[name] = (buf, t.shape[0])
-        buf, n = self.caches[name]
-        with torch.no_grad():
-            buf[n:n + src.shape[0]] = src  # Tensor.__setitem__: copy_ into the rows' view
-        self.caches[name] = (buf, n + src.shape[0])
-        self._bind(name, buf[:n + src.shape[0]])  # basic slicing: a view of the buffer
+            cache = self.tx.helper(f"{v}_cache")
+            shape = _shape((op_table.CACHE_ROWS,) + tuple(t.shape[1:]))
+            self.tx.run(f"{cache} = torch.zeros({shape}{DTYPE_ARGS.get(t.dtype, '')}{_device_arg(t.device)})")
+            self.tx.run(f"with torch.no_grad(): {cache}[:{t.shape[0]}] = {v}")
+            self.caches[name] = (cache, t.shape[0])
+        cache, n = self.caches[name]
+        # Tensor.__setitem__: copy_ into the rows' view
+        self.tx.run(f"with torch.no_grad(): {cache}[{n}:{n + rows}] = {src}")
+        self.caches[name] = (cache, n + rows)
+        self._set(name, f"{cache}[:{n + rows}]")  # basic slicing: a view of the buffer
 
     def _op_fill(self, op: dict) -> None:
-        with torch.no_grad():
-            self.bound[op["target"]].fill_(op["value"])
+        self.tx.run(f"with torch.no_grad(): {self.tx.var(op['target'])}.fill_({literal(op['value'])})")
 
     def _op_scale(self, op: dict) -> None:
-        with torch.no_grad():
-            self.bound[op["target"]].mul_(op["factor"])
+        self.tx.run(f"with torch.no_grad(): {self.tx.var(op['target'])}.mul_({literal(op['factor'])})")
 
     def _op_move(self, op: dict) -> None:
         if op["method"] == "fork":
@@ -296,50 +344,56 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             raise Unsupported(f"no second device next to {self.home}")
         name = op["target"]
         t = self.bound[name]
-        for module in self.modules:
+        for module, m in self.modules:
             for key, p in module._parameters.items():
                 if p is t:
-                    out = _move_param_like_module_apply(module, key, dev)
-                    if out is not p:  # only with torch.__future__ flags: a new Parameter
-                        self._rebind_slot(module, key, p, out, name)
+                    # What `module.to(dev)` does to each parameter (nn.Module._apply, without a
+                    # torch.__future__ flag): `param.data = param.to(dev)`, the Parameter object
+                    # kept (every name bound to it follows), and its gradient's data likewise.
+                    self.tx.run(f"with torch.no_grad(): {m}.{key}.data = {m}.{key}.to({dev!r})")
+                    if p.grad is not None:
+                        self.tx.run(f"with torch.no_grad(): {m}.{key}.grad.data = {m}.{key}.grad.to({dev!r})")
                     return
             for key, b in module._buffers.items():
                 if b is t:
                     # Module._apply: self._buffers[key] = fn(buf): the module holds a new tensor,
                     # which `module.<key>` (the declared name) reads from now on.
-                    moved = b.to(dev)
-                    module._buffers[key] = moved
+                    self.tx.run(f"{m}.{key} = {m}.{key}.to({dev!r})")
+                    moved = module._buffers[key]
                     if moved is not b:
-                        self._rebind_slot(module, key, b, moved, name)
+                        self._rebind_slot(module, key, b, name)
                     return
         # Not held by a module (a snapshot): a user writes `t = t.to(dev)`; the name is rebound.
-        self._bind(name, t.to(dev))
+        self._set(name, f"{self.tx.var(name)}.to({dev!r})")
 
-    def _rebind_slot(self, module: nn.Module, key: str, old, new, target: str) -> None:
-        """The module now holds `new` where it held `old` under its ``key`` (a ``model_key``): the
-        name that reads the module's slot (the declared name for the model, `<clone>.<name>` for a
-        module_clone) reads `new` from now on, and so does the name the move went through
-        (`t = module.<key>` after `module.to`). Other names bound to `old` keep it, as a user's
-        other variables would."""
+    def _rebind_slot(self, module: nn.Module, key: str, old, target: str) -> None:
+        """The module now holds a new tensor where it held `old` under its ``key`` (a
+        ``model_key``): the name that reads the module's slot (the declared name for the model,
+        `<clone>.<name>` for a module_clone) reads it from now on (``w = model.w``), and so does
+        the name the move went through. Other names bound to `old` keep it, as a user's other
+        variables would."""
+        m = next(var for mod, var in self.modules if mod is module)
         slot_name = case_name(key) if module is self.model else self.clone_prefix.get(id(module), "") + case_name(key)
-        for n in (slot_name, target):
+        for n in dict.fromkeys((slot_name, target)):
             if self.bound.get(n) is old:
-                self._bind(n, new)
+                self._set(n, f"{m}.{key}")
 
     def _op_module_clone(self, op: dict) -> None:
-        clone = copy.deepcopy(self.model)
-        self.modules.append(clone)
-        self.clone_prefix[id(clone)] = op["name"] + "."
-        for key, p in clone.named_parameters(remove_duplicate=False):  # a tied one under each name
-            self._bind(f"{op['name']}.{case_name(key)}", p)
+        clone = self.tx.helper(op["name"])
+        self.tx.run(f"{clone} = copy.deepcopy(model)")
+        module = self.tx.ns[clone]
+        self.modules.append((module, clone))
+        self.clone_prefix[id(module)] = op["name"] + "."
+        for key, _ in module.named_parameters(remove_duplicate=False):  # a tied one under each name
+            self._set(f"{op['name']}.{case_name(key)}", f"{clone}.{key}")
         for stat in self.layer_stats:  # deepcopy copies the layers' buffers too
-            self._bind(f"{op['name']}.{stat}", clone.get_buffer(model_key(stat)))
+            self._set(f"{op['name']}.{stat}", f"{clone}.{model_key(stat)}")
 
     def _op_no_grad(self, op: dict) -> None:
         # torch has no module-level no-grad or freeze flag: both are requires_grad_(False) on every
         # parameter (SEMANTICS.md); torch.no_grad() is a context, not a model state.
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+        p = self.tx.helper("p")
+        self.tx.run(f"for {p} in model.parameters(): {p}.requires_grad_(False)")
 
     _op_freeze = _op_no_grad
 
@@ -439,52 +493,3 @@ class TorchProbe:
 
     def open(self, device: str, program: Program) -> TorchSession:
         return TorchSession(device, program.tensors, program.layers, program.dtype)
-
-
-def _move_param_like_module_apply(module: nn.Module, key: str, dev) -> nn.Parameter:
-    """One parameter of ``module.to(dev)``, i.e. the body of ``nn.Module._apply`` (torch 2.15,
-    torch/nn/modules/module.py) for ``self._parameters[key]`` with ``fn = lambda t: t.to(dev)``.
-
-    Default path (no ``torch.__future__`` flag set, dense CPU/CUDA/MPS tensors): the moved tensor
-    has a compatible shallow-copy type, so ``param.data = param_applied``: the Parameter object
-    stays (identity kept, every name bound to it follows); then, when ``param.grad`` is set,
-    ``param.grad.data = grad_applied`` (the grad object stays too). The two other branches of
-    ``_apply`` (swap_tensors, or a new Parameter replacing the old one in the module) are copied
-    as well so that the flags behave as in torch. Returns the module's parameter afterwards."""
-    param = module._parameters[key]
-    with torch.no_grad():
-        param_applied = param.to(dev)
-
-    def should_use_set_data(tensor, tensor_applied) -> bool:
-        if torch._has_compatible_shallow_copy_type(tensor, tensor_applied):
-            return not torch.__future__.get_overwrite_module_params_on_conversion()
-        return False
-
-    use_swap = torch.__future__.get_swap_module_params_on_conversion()
-    param_grad = param.grad
-    if use_swap:
-        if param_grad is not None:
-            param.grad = None
-        torch.utils.swap_tensors(
-            param, nn.Parameter(param_applied, requires_grad=param.requires_grad))
-        out_param = param
-    elif should_use_set_data(param, param_applied):
-        param.data = param_applied
-        out_param = param
-    else:
-        out_param = nn.Parameter(param_applied, param.requires_grad)
-        module._parameters[key] = out_param
-    if param_grad is not None:
-        with torch.no_grad():
-            grad_applied = param_grad.to(dev)
-        if use_swap:
-            grad_applied.requires_grad_(param_grad.requires_grad)
-            torch.utils.swap_tensors(param_grad, grad_applied)
-            out_param.grad = param_grad
-        elif should_use_set_data(param_grad, grad_applied):
-            out_param.grad.data = grad_applied
-        else:
-            out_param.grad = grad_applied.requires_grad_(param_grad.requires_grad)
-    return out_param
-
-
