@@ -233,6 +233,8 @@ def test_spec_example(worker):
 FOLLOWS = {
     "alias": "the same Python object",
     "detach": "Tensor.detach docs: 'Returned Tensor shares the same storage with the original one'",
+    "data": "Autograd mechanics docs: .data gives a tensor over the same storage (in-place changes to it "
+            "are not reported to autograd)",
     "copy": "copy.copy -> Tensor.__reduce_ex__ (torch/_tensor.py) rebuilds from the same storage; "
             "copy.copy does not deep-copy the reduce arguments",
     "to_home": "Tensor.to docs: 'If the self Tensor already has the correct torch.dtype and "

@@ -86,6 +86,10 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("to_same_dtype", "converted to the dtype it already has (the case's dtype)"),
     MethodSpec("via_bf16", "converted to bfloat16 and back to the case's dtype", view=lambda a: bf16_rounded(a)),
     MethodSpec("via_f32", "converted to float32 and back to the case's dtype"),
+    # torch's ``t.data``: a tensor over the same storage, outside autograd and with a version
+    # counter of its own, so a write through it escapes autograd's check (torch docs, "Autograd
+    # mechanics", in-place correctness checks; ``.detach()`` is the checked form).
+    MethodSpec("data", "torch's .data: the same storage, outside autograd and the version counter"),
 )
 METHODS_BY_NAME: dict[str, MethodSpec] = {m.name: m for m in METHOD_TABLE}
 METHODS = tuple(METHODS_BY_NAME)

@@ -38,7 +38,7 @@ from harness.case import ops as op_table
 from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 
 #: The seed of a program's one generator (lazy init ``program_rng``), set once when it opens.
 PROGRAM_SEED = 0

@@ -38,6 +38,10 @@ import time
 
 import numpy as np
 
+# The protocol version the harness speaks, from its one home (the fake runs as a script).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from harness.targets.protocol import PROTOCOL_VERSION  # noqa: E402
+
 
 # Devices with the planted bug. ``ref+planted`` is not in the handshake: a test declares it as a
 # variant of ``ref`` to test how the harness treats variants.
@@ -140,7 +144,7 @@ def hang_until_orphaned() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--protocol", type=int, default=10)  # harness.targets.protocol.PROTOCOL_VERSION
+    ap.add_argument("--protocol", type=int, default=PROTOCOL_VERSION)
     ap.add_argument("--exit-at-start", action="store_true")
     ap.add_argument("--garbage", action="store_true")
     ap.add_argument("--hang-on-fill", action="store_true")

@@ -23,6 +23,8 @@ value is converted to its target's dtype, a filled one made a ``Scalar`` of it (
 
 from __future__ import annotations
 
+import re
+
 from harness.case import layers as layer_table
 from harness.case import ops
 from harness.case.ir import Program
@@ -326,11 +328,28 @@ def candle_main(program: Program, repro: dict | None = None, check: Check | None
     ``check``: what says whether the finding's divergence shows (exit 1 when it does)."""
     # Both runs of a metamorphic case have the program's tensors and layers: one writer kind.
     prelude = [line.replace("{dtype}", _CANDLE_DTYPES[program.dtype]) for line in _MAIN[1:]]
-    body = main_body(program, repro, lambda: _Writer(program), prelude, check)
+    body = _without_unread_state(main_body(program, repro, lambda: _Writer(program), prelude, check))
     head = main_head("candle", "CPU", program.title or "case")
     tail = _REMOVE_ON_DROP if any("RemoveOnDrop(" in line for line in body) else []
     checks = CHECK_VALUES if check is not None else []
     return "\n".join([*head, *_USES, _MAIN[0], *body, *check_tail(check), "    Ok(())", "}", *tail, *checks, ""])
+
+
+#: What ``main`` sets up for ops that may not come: the variable, and the lines that only fill it.
+_SET_UP = {"dt": ("    let dt = ", ()), "varmap": ("    let mut varmap = ", ("    #[allow(unused_mut)]", "    insert_var(&varmap, ")),
+           "grads": ("    let mut grads: ", ("    grads.insert(",))}
+
+
+def _without_unread_state(body: list[str]) -> list[str]:
+    """``body`` without the program's dtype, VarMap or gradient map where no line reads them: the
+    VarMap's entries and the gradients are read only by the ops that step, save, load, replace or
+    clone the model, so a program without such ops reads as the calls it makes."""
+    for variable, (declared, filling) in _SET_UP.items():
+        word = re.compile(rf"\b{variable}\b")
+        own = [line for line in body if line.startswith(declared) or line.startswith(filling)]
+        if not any(word.search(line) for line in body if line not in own):
+            body = [line for line in body if line not in own]
+    return body
 
 
 #: The checkpoint files a replay writes are removed when ``main`` returns, by ``Ok`` or by an

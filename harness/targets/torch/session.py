@@ -252,6 +252,10 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             return f"model.state_dict()[{key!r}]"
         if method == "deepcopy":
             return f"copy.deepcopy({v})"
+        if method == "data":
+            # "Autograd mechanics": .data shares storage like .detach() but in-place changes to
+            # it are not reported to autograd (no version counter bump seen by the graph).
+            return f"{v}.data"
         if method == "to_host":
             # The numpy round trip a user writes. Tensor.numpy() shares memory with a CPU tensor
             # and torch.from_numpy shares it back, and .to(same device) returns self: on the CPU

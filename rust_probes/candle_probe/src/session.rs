@@ -339,6 +339,13 @@ impl CandleSession {
                         .into(),
                 ))
             }
+            Method::Data => {
+                return Err(Outcome::Unsupported(
+                    "candle has no `.data` (a tensor over the same storage outside autograd; \
+                     Tensor::detach is the `detach` method)"
+                        .into(),
+                ))
+            }
             Method::ToHost => Handle::Tensor(ce(through_host(t))?),
             // tensor.rs `to_dtype`: `if self.dtype() == dtype { Ok(self.clone()) }`, one storage.
             Method::ToSameDtype => Handle::Tensor(ce(t.to_dtype(self.dtype))?),

@@ -16,7 +16,7 @@ use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 10;
+pub const PROTOCOL_VERSION: u32 = 11;
 
 /// The seed of a program's one generator ([`LazyInit::ProgramRng`]), set once when the program
 /// opens.
@@ -182,6 +182,7 @@ pub enum Method {
     ToSameDtype,
     ViaBf16,
     ViaF32,
+    Data,
 }
 
 impl Method {

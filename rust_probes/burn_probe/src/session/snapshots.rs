@@ -133,6 +133,11 @@ impl BurnSession {
                  API): tensors are values"
                     .into(),
             )),
+            Method::Data => Err(Outcome::Unsupported(
+                "burn has no `.data` (a tensor over the same storage outside autograd and a \
+                 version counter; Tensor::detach is the `detach` method)"
+                    .into(),
+            )),
             Method::Deepcopy => Err(Outcome::Unsupported(
                 "burn has no deep copy: Tensor::clone and Param::clone are handle clones and \
                  Module clones share lazy and running state (burn-core module/param/base.rs, \
