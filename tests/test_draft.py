@@ -42,3 +42,15 @@ def test_a_bad_bisection_file_is_one_line_naming_the_file_and_field(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert str(bad) in r.stderr and "`releases`" in r.stderr
     assert not (tmp_path / "out").exists()  # nothing written before every input was checked
+
+
+def test_draft_of_an_optimizer_variant_names_the_class_and_its_keywords(tmp_path):
+    stem = "torch_foreach_adamw_with_aliased_parameters"
+    r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
+    assert draft.splitlines()[0] == ("# torch: `torch.optim.AdamW` gives different values with `foreach=False` and "
+                                     "`foreach=True`")
+    script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
+    assert "run('', foreach=False)" in script and "run('foreach: ', foreach=True)" in script
+    assert script.strip() in draft  # the reproducer inline

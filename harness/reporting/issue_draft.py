@@ -127,6 +127,12 @@ def _first_line(text: str | None, limit: int = 70) -> str:
     return line if len(line) <= limit else line[:limit].rsplit(" ", 1)[0] + " ..."
 
 
+#: The keyword that picks each torch optimizer implementation a variant device runs.
+_IMPL_KEYWORDS = {"plain": "foreach=False", "foreach": "foreach=True", "fused": "fused=True"}
+#: torch's optimizer class of each ``step`` optimizer.
+_OPTIMIZER_CLASSES = {"sgd": "SGD", "sgd_momentum": "SGD", "adam": "Adam", "adamw": "AdamW"}
+
+
 def title(rec: FindingRecord, program: Program | None = None, divergence: Mapping[str, Any] | None = None) -> str:
     """The draft's title: the framework, the call, and what it does that it should not."""
     fw = filed_against(rec)
@@ -148,7 +154,13 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         a, b = (t.split(":", 1)[-1] for t in rec.targets[:2])
         what = {"value": "values", "status": "outcomes", "verdict": "copy semantics", "identity": "object identity",
                 "dtype": "dtypes"}.get(rec.aspect or "", "results")
-        text = f"{call} gives different {what} on `{a}` and `{b}`"
+        keywords = [_IMPL_KEYWORDS.get(t.split("+", 1)[1] if "+" in t else "plain") for t in (a, b)]
+        optimizer = _OPTIMIZER_CLASSES.get((rec.op or "").removeprefix("step:"))
+        if rec.kind == "variant" and fw == "torch" and optimizer and all(keywords):
+            # The two implementations are keywords of one optimizer: name the class and them.
+            text = f"`torch.optim.{optimizer}` gives different {what} with `{keywords[0]}` and `{keywords[1]}`"
+        else:
+            text = f"{call} gives different {what} on `{a}` and `{b}`"
     elif rec.aspect == "status":
         if mine in ("error", "crash", "timeout"):
             text = f"{call} fails{_made_by(program, divergence)}"
