@@ -190,9 +190,44 @@ def _what(side: str, value: str | None, aspect: str | None) -> str:
     return md_text(words) + (f" ({md_code(value)})" if value else "")
 
 
-def expectation(rec: FindingRecord) -> tuple[str, str, str, str, str]:
+#: What a status says the op's call did, as a verb (the first paragraph of a status finding's draft).
+_STATUS_VERBS = {"error": "fails", "ok": "runs", "unsupported": "has no call", "skipped": "is skipped"}
+
+
+def summary(rec: FindingRecord, divergence: Mapping[str, Any] | None = None) -> str:
+    """The draft's first paragraph: a status finding as "Op 1 (`flip`) fails on `candle:cpu` and
+    runs on `torch:cpu`: <its error>", any other finding as the oracle's sentence."""
+    index = (divergence or {}).get("op_index")
+    if rec.aspect != "status" or index is None or len(rec.targets) != 2 or len(rec.sides or ()) != 2:
+        return md_text(rec.sentence)
+    (a, b), (sa, sb) = rec.targets, rec.sides
+    said = (f"Op {index} ({_call(rec)}) {_STATUS_VERBS.get(sa, md_text(sa))} on {md_code(a)} and "
+            f"{_STATUS_VERBS.get(sb, md_text(sb))} on {md_code(b)}")
+    detail = (rec.detail or "").strip().splitlines()
+    return f"{said}: {md_text(detail[0])}" if detail else f"{said}."
+
+
+#: What a status says of the op's call, in a draft's words.
+_STATUS_WORDS = {"error": "the call fails", "ok": "the call runs", "unsupported": "the framework has no such call",
+                 "skipped": "the op is skipped (what it uses was never made)"}
+
+
+def _said(rec: FindingRecord, side: str, value: str | None, divergence: Mapping[str, Any] | None) -> str:
+    """One side of a finding as a sentence about the case's names: ``w1`` holds ``[-0.3125]``
+    after op 1; op 1 (`flip`): the call fails. Without the divergence's subject, the side's word."""
+    d = divergence or {}
+    subject, index = d.get("subject"), d.get("op_index")
+    if rec.aspect == "status" and index is not None:
+        return f"op {index} ({_call(rec)}): {_STATUS_WORDS.get(side, md_text(side))}"
+    if rec.aspect == "value" and subject and value and index is not None and "," not in subject:
+        return f"after op {index} ({_call(rec)}), {md_code(subject)} holds {md_code(value)} ({md_text(side)})"
+    return _what(side, value, rec.aspect)
+
+
+def expectation(rec: FindingRecord, divergence: Mapping[str, Any] | None = None) -> tuple[str, str, str, str, str]:
     """(observed side's label, its words, expected side's label, its words, where the
-    expectation comes from) for the draft's "Expected and observed" section."""
+    expectation comes from) for the draft's "Expected and observed" section; ``divergence``, the
+    finding's entry in its repro JSON, lets a side name the op and the tensor."""
     fw = filed_against(rec)
     targets = [t for t in rec.targets if t != "-"]
     sides = list(rec.sides or ("?", "?"))
@@ -226,8 +261,8 @@ def expectation(rec: FindingRecord) -> tuple[str, str, str, str, str]:
         source = (f"the reference framework, PyTorch ({md_code(targets[j])}). This is what PyTorch does, not a "
                   f"statement of {md_text(fw)}'s documentation: check {md_text(fw)}'s documentation of the call "
                   "before filing; a documented difference belongs in the aliasfuzz baseline instead.")
-    return (md_code(targets[i]), _what(sides[i], values[i], rec.aspect), md_code(targets[j]),
-            _what(sides[j], values[j], rec.aspect), source)
+    return (md_code(targets[i]), _said(rec, sides[i], values[i], divergence), md_code(targets[j]),
+            _said(rec, sides[j], values[j], divergence), source)
 
 
 def _agrees(rec: FindingRecord) -> str:
@@ -254,14 +289,14 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
     ``bisection``: the ``aliasfuzz bisect`` table, when one was run; ``checked``: the reproducer
     checks the divergence and exits 1 while it shows."""
     framework = filed_against(rec)
-    seen, seen_words, wanted, wanted_words, source = expectation(rec)
+    seen, seen_words, wanted, wanted_words, source = expectation(rec, divergence)
     lines = [
         f"# {md_text(title(rec, program, divergence))}",
         "",
         f"> Draft by aliasfuzz from a minimized case (signature {md_code(rec.signature)}). Check it before filing: "
         "a difference the framework documents is a design difference for the aliasfuzz baseline, not a bug.",
         "",
-        md_text(rec.sentence),
+        summary(rec, divergence),
     ]
     if reproducer is not None:
         path, language, code = reproducer
