@@ -54,3 +54,28 @@ def test_draft_of_an_optimizer_variant_names_the_class_and_its_keywords(tmp_path
     script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
     assert "run('', foreach=False)" in script and "run('foreach: ', foreach=True)" in script
     assert script.strip() in draft  # the reproducer inline
+
+
+def test_a_value_torch_alone_computes_is_drafted_against_torch(tmp_path):
+    """candle and burn normalize the values passed to a training batch norm alike; torch alone
+    differs (its input is a view of the running_var it updates first): the draft is torch's, its
+    reproducer the torch script checked against candle's values."""
+    stem = "torch_batch_norm_normalizes_an_input_it_updated"
+    r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
+    assert draft.startswith("# torch: `forward` gives other values than candle:cpu"), draft[:200]
+    assert "- Observed, on `torch:cpu`:" in draft and "agree with each other where PyTorch alone differs" in draft
+    script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
+    assert "divergence |= check_values('s1', s1, [0.0, 0.0], 'candle:cpu')" in script and script.strip() in draft
+
+
+def test_identity_that_torch_alone_keeps_apart_is_not_drafted_against_torch(tmp_path):
+    """candle and burn both keep one object where torch makes two: a design difference, so the
+    draft stays addressed to the framework beside torch."""
+    r = run_cli("draft", str(CASES / "candle_failed_load_sets_a_subset_in_hashmap_order.toml"), "--known", "--out",
+                str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    titles = [p.read_text(encoding="utf-8").splitlines()[0] for p in sorted(tmp_path.glob("*.issue.md"))]
+    assert titles and not [t for t in titles if t.startswith("# torch: ")], titles
+    assert any("two names are same objects (torch:cpu: distinct)" in t for t in titles), titles

@@ -195,6 +195,9 @@ class FindingRecord:
     # fresh processes, ``confirmed`` showed it; None when not confirmed.
     confirmed: int | None = None
     confirm_runs: int | None = None
+    # The framework a draft is addressed to where it is not the one ``filed_against`` derives
+    # from the targets: the reference, when every other framework agrees against it. None: derived.
+    against: str | None = None
     case: str | None = None  # the paths (PATH_FIELDS): set when the run folder stores it
     original_case: str | None = None
     repro: str | None = None
@@ -226,7 +229,7 @@ class FindingRecord:
         doc: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "baseline_case" and self.baseline is None or f.name == "outside_baseline" and value is None:
+            if f.name == "baseline_case" and self.baseline is None or f.name in ("outside_baseline", "against") and value is None:
                 continue
             doc[f.name] = list(value) if isinstance(value, tuple) else value
         return doc

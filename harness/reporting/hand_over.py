@@ -9,6 +9,7 @@ form, and ``aliasfuzz draft`` turns that case into reproducers when someone asks
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ from typing import Any, Mapping
 from harness.case.ir import Program, load_case
 from harness.judging.finding import Finding, FindingRecord
 from harness.reporting import reproducers
+from harness.judging.pairs import REFERENCE_FRAMEWORK
 from harness.reporting.issue_draft import filed_against, issue_markdown
 from harness.targets.reproducer_base import Check
 
@@ -113,6 +115,29 @@ def observed_output(repro: Mapping[str, Any] | None, framework: str, targets: tu
     return f"({tid})\n" + "\n".join(lines)
 
 
+def odd_one_out(record: FindingRecord, repro: Mapping[str, Any] | None) -> str | None:
+    """The reference framework (torch), when the repro JSON shows it alone against the others on a
+    value finding's tensor after its op: at least two other frameworks hold it there, they hold the
+    same values, and torch's differ. A draft of such a finding is about torch, though its targets
+    pair it with one of them. None otherwise: a call that fails where torch runs is often the
+    stricter reading, not a bug of torch, and frameworks differ in identity, storage and copy
+    semantics by design, so agreement against torch says nothing about who is wrong there."""
+    me = divergence_of(repro, record.signature)
+    if me is None or record.kind != "value" or record.aspect != "value" or not isinstance(me.get("op_index"), int):
+        return None
+    index, subject = me["op_index"], me.get("subject")
+    held: dict[str, set] = {}
+    for tid, doc in ((repro or {}).get("targets") or {}).items():
+        values = reproducers.trace_states(doc).get(index, {}).get(subject) if doc.get("status") == "ok" else None
+        if isinstance(values, list):
+            held.setdefault(str(tid).split(":", 1)[0], set()).add(tuple(round(float(x), 4) for x in values))
+    reference = held.pop(REFERENCE_FRAMEWORK, None)
+    others = {v for vs in held.values() for v in vs}
+    if reference is None or len(held) < 2 or len(others) != 1 or others & reference:
+        return None
+    return REFERENCE_FRAMEWORK
+
+
 def write_hand_over(folder: Path, stem: str, record: FindingRecord, *, draft: bool = True,
                     bisection: str | None = None, shown_in: str = "") -> list[Path]:
     """Writes the reproducers of ``record`` and, when ``draft``, its ``<stem>.issue.md``, into
@@ -128,6 +153,9 @@ def write_hand_over(folder: Path, stem: str, record: FindingRecord, *, draft: bo
             repro = json.loads((folder / record.repro).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             repro = None
+    against = odd_one_out(record, repro)
+    if against is not None:
+        record = dataclasses.replace(record, against=against)
     framework = filed_against(record)
     check = check_of(record, repro, framework)
     made = reproducers.write_reproducers(folder, {"targets": list(record.targets), "case": case_path.name,

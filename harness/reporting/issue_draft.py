@@ -81,8 +81,11 @@ _METAMORPHIC_WHY = (
 
 
 def filed_against(rec: FindingRecord) -> str:
-    """The framework the draft is addressed to: the one that is not the reference (torch) when
+    """The framework the draft is addressed to: the record's ``against`` when set (the reference,
+    odd one out: ``hand_over.odd_one_out``), else the one that is not the reference (torch) when
     two frameworks differ, else the framework of the targets (two devices or variants of one)."""
+    if rec.against:
+        return rec.against
     frameworks = [t.split(":", 1)[0] for t in rec.targets if t and t != "-"]
     others = [f for f in frameworks if f != REFERENCE_FRAMEWORK]
     return others[0] if others else (frameworks[0] if frameworks else "?")
@@ -257,6 +260,10 @@ def expectation(rec: FindingRecord, divergence: Mapping[str, Any] | None = None)
     elif rec.kind == "variant":
         source = (f"another implementation of the same call in the same framework ({md_code(targets[j])}), which "
                   "should compute the same: implementations of one call differ in speed, not in result, up to rounding.")
+    elif fw == REFERENCE_FRAMEWORK:
+        source = (f"the other frameworks: {md_code(targets[j])}, and every other framework the case ran on, which "
+                  "agree with each other where PyTorch alone differs. Check PyTorch's documentation of the call "
+                  "before filing; a documented difference belongs in the aliasfuzz baseline instead.")
     else:
         source = (f"the reference framework, PyTorch ({md_code(targets[j])}). This is what PyTorch does, not a "
                   f"statement of {md_text(fw)}'s documentation: check {md_text(fw)}'s documentation of the call "
