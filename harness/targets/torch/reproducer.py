@@ -28,6 +28,7 @@ from harness.escaping import comment_text, python_docstring, python_str, visible
 from harness.targets.driver import run_program
 from harness.targets.protocol import parse_request
 from harness.targets.reproducer_base import Check, without_run
+from harness.targets.torch.session import TorchProbe
 from harness.targets.torch.transcript import MODULES
 
 #: The torch device of each optimizer implementation (``session.DEVICES``).
@@ -55,16 +56,15 @@ def variant_of(target: str) -> str:
 def transcribe(program: Program, device: str = "cpu") -> dict:
     """The torch target's trace of ``program`` on ``device``, with its transcript: the same
     ``run`` request a worker answers (PROTOCOL.md), served in this process."""
-    from harness.targets.torch.session import TorchProbe
-
     line = json.dumps({"type": "run", "id": 0, "device": device, "program": program.to_wire(), "transcript": True})
     request = parse_request(line.encode())
     return run_program(TorchProbe(), 0, device, request.program, None, True)
 
 
 class _Script:
-    """One run of a transcript as script lines: ``prefix`` labels its printed lines, ``numbers``
-    are the case's numbers of its ops, ``indent`` nests it in a function."""
+    """One run of a transcript as script lines: ``prefix`` labels its printed lines (None: the
+    function's ``label`` argument does), ``numbers`` are the case's numbers of its ops, ``indent``
+    nests it in a function."""
 
     def __init__(self, trace: dict, ops: list, prefix: str | None = "", numbers=None, indent: str = "",
                  check: Check | None = None):
