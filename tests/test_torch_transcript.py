@@ -73,3 +73,16 @@ def test_the_foreach_adamw_reproducer_builds_both_optimizers_in_at_most_25_lines
     path.write_text(script, encoding="utf-8")
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "the divergence shows: ['w1', 'w2'] differ" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_check_of_values_that_are_not_finite_is_python(tmp_path):
+    """NaN and the infinities the divergence expects are written as float("nan") and the like."""
+    from harness.targets.reproducer_base import Check
+
+    program = load_case(CASES / "candle_clone_shares_storage.toml")
+    script = torch_script(program, Check(1, "c", (float("nan"), float("inf"), -float("inf")), "another value"))
+    assert '[float("nan"), float("inf"), -float("inf")]' in script
+    path = tmp_path / "r.py"
+    path.write_text(script, encoding="utf-8")
+    r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "the divergence shows" in r.stdout, r.stdout + r.stderr

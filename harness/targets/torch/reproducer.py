@@ -29,7 +29,7 @@ from harness.targets.driver import run_program
 from harness.targets.protocol import parse_request
 from harness.targets.reproducer_base import Check, without_run
 from harness.targets.torch.session import TorchProbe
-from harness.targets.torch.transcript import MODULES
+from harness.targets.torch.transcript import MODULES, literal
 
 #: The torch device of each optimizer implementation (``session.DEVICES``).
 VARIANT_DEVICES = {"plain": "cpu", "foreach": "cpu+foreach", "fused": "cuda+fused"}
@@ -113,7 +113,7 @@ class _Script:
             c = self.check
             if c is not None and c.want is not None and c.subject in self.variables and f"after op {i}" == c.label():
                 out.append(f"divergence |= check_values({python_str(c.subject)}, {self.variables[c.subject]}, "
-                           f"{list(c.want)!r}, {python_str(c.source)})")
+                           f"{literal(list(c.want))}, {python_str(c.source)})")
         return out
 
 
