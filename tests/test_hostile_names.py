@@ -144,6 +144,8 @@ def test_no_module_attribute_starts_with_the_key_prefix_and_keys_map_back():
     for name in (*HOSTILE, "bn.running_mean", "case_bn.running_var"):
         assert case_name(model_key(name)) == name
     assert model_key("case_training") != model_key("training")
+    # A name Python may look up as a hook on the instance is never the model's own attribute.
+    assert model_key("__deepcopy__") == KEY_PREFIX + "__deepcopy__" and model_key("w") == "w"
     with pytest.raises(ValueError):
         case_name("training")
 

@@ -103,7 +103,8 @@ HOSTILE = {
     "reissued not a chunk": (lambda c: c.hset(P + "reissued", "zz", 1), "reissued", "field zz"),
     "machine programs not a count": (lambda c: c.hset(P + "machine_programs", "m", "1.5"),
                                      "machine_programs", "field m"),
-    "order names no finding": (lambda c: c.rpush(P + "order", "nosuch"), "order", "field item 2"),
+    # A pushed item's number (from 0) is the list's length before it: {order}, {shrink_log}.
+    "order names no finding": (lambda c: c.rpush(P + "order", "nosuch"), "order", "field item {order}"),
     "finding not JSON": (set_entry(lambda e: "{"), "findings", "field device|"),
     "finding without a record": (set_entry(lambda e: {**e, "record": None}), "findings", "field device|"),
     "finding of another signature": (set_entry(lambda e: {**e, "record": {**e["record"], "signature": "other"}}),
@@ -111,7 +112,7 @@ HOSTILE = {
     "finding case not text": (set_entry(lambda e: {**e, "minimized": 5}), "findings", "field device|"),
     "finding status a number": (set_entry(lambda e: {**e, "record": {**e["record"], "status": 3}}),
                                 "findings", "field device|"),
-    "shrink log not JSON": (lambda c: c.rpush(P + "shrink_log", "nope"), "shrink_log", "field item 2"),
+    "shrink log not JSON": (lambda c: c.rpush(P + "shrink_log", "nope"), "shrink_log", "field item {shrink_log}"),
     "sightings not a count": (lambda c: c.hset(P + "sightings", "s", "x"), "sightings", "field s"),
     "target info a list": (lambda c: c.hset(P + "targets", "t", "[1]"), "targets", "field t"),
     "unavailable not UTF-8": (lambda c: c.hset(P + "unavailable", "fw", b"\xff"), "unavailable", "field fw"),
@@ -127,6 +128,8 @@ def test_report_of_a_hostile_value_is_one_line_leaves_no_folder_and_a_retry_work
     parent.mkdir()
     out = parent / "merged"
     restore(client, keys)
+    if field:
+        field = field.format(order=client.llen(P + "order"), shrink_log=client.llen(P + "shrink_log"))
     mutate(client)
     try:
         status, stdout, stderr = aliasfuzz(capsys, "report", f"{url}/{NAME}", "--out", str(out))

@@ -4,9 +4,10 @@ A case names its tensors and layers with any identifier (``harness.case.op_check
 ``training``, ``forward``, ``to``, ``state_dict``, ``_parameters``, ``class`` and ``__class__``
 included. ``nn.Module`` refuses to register a parameter, buffer or submodule under a name that is
 already one of its attributes (``register_parameter``: "attribute 'training' already exists"), an
-attribute set under such a name would shadow the module's own, and a Python keyword cannot follow
-``model.``. So the model holds such a name under ``KEY_PREFIX + name``, and every other name under
-itself: a reproducer reads ``model.w``, as its user wrote it, and ``model.case_training``.
+attribute set under such a name would shadow the module's own, a Python keyword cannot follow
+``model.``, and a name starting with ``_`` may be a hook Python looks up on the instance
+(``__deepcopy__``). So the model holds such a name under ``KEY_PREFIX + name``, and every other
+name under itself: a reproducer reads ``model.w``, as its user wrote it, and ``model.case_training``.
 
 The mapping is a bijection: a name that already starts with the prefix is prefixed too, so every
 key the model reports (``named_parameters``, ``state_dict``, a layer's ``<layer>.running_mean``
@@ -32,8 +33,11 @@ _MODULE_ATTRIBUTES = frozenset(dir(nn.Module()))
 
 
 def _own_key(first: str) -> bool:
-    """Whether the model can hold ``first`` (a name's first component) under the name itself."""
-    return not (first in _MODULE_ATTRIBUTES or keyword.iskeyword(first) or first.startswith(KEY_PREFIX))
+    """Whether the model can hold ``first`` (a name's first component) under the name itself: not
+    an attribute, a keyword or a prefixed name, and not one starting with ``_``, where Python and
+    torch look for hooks on the instance (``copy.deepcopy`` calls a ``__deepcopy__`` that
+    ``nn.Module.__getattr__`` would find among the parameters)."""
+    return not (first in _MODULE_ATTRIBUTES or keyword.iskeyword(first) or first.startswith((KEY_PREFIX, "_")))
 
 
 def model_key(name: str) -> str:
