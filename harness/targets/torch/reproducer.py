@@ -156,7 +156,8 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
     implementation's keywords; the names the two runs leave with different values are the
     divergence."""
     runs = [transcribe(program, VARIANT_DEVICES[v]) for v in variants]
-    texts = [_Script(tr, program.ops, None, indent="    ").lines() for tr in runs]
+    scripts = [_Script(tr, program.ops, None, indent="    ") for tr in runs]
+    texts = [script.lines() for script in scripts]  # after lines(), a script's names are all bound
     keywords = []
     for tr in runs:
         found = [m.group(1) for lines in (tr.get("transcript") or {}).get("ops", []) for line in lines
@@ -166,13 +167,8 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
     if merged != [_IMPL_RE.sub(", **impl)", line) for line in texts[1]] or None in keywords:
         raise ValueError(f"the {variants[0]} and {variants[1]} transcripts differ in more than the optimizers' "
                          "implementation")
-    final = _Script(runs[0], program.ops)
-    for step in runs[0].get("steps") or []:
-        for n in step.get("changed") or {}:
-            if n not in final.bound:
-                final.bound.append(n)
     labels = ["", f"{variants[1]}: "]
-    body = ["def run(label, **impl):", *merged, f"    return {final.names()}", "",
+    body = ["def run(label, **impl):", *merged, f"    return {scripts[0].names()}", "",
             *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(("first", "second"), labels, keywords)),
             "differ = [name for name in first if not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-4, "
             "equal_nan=True)]",
