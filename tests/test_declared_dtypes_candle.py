@@ -283,4 +283,4 @@ def test_the_reproducer_makes_the_programs_dtype_and_prints_what_the_probe_obser
     assert set(Path(tempfile.gettempdir()).glob("aliasfuzz-repro-*.safetensors")) <= checkpoint_files
     assert [s["status"] for s in doc["targets"][TARGET]["ops"]] == ["ok"] * len(REPRO_OPS)
     main_rs = (tmp_path / "repro-candle" / "src" / "main.rs").read_text()
-    assert f"let dt = DType::{dtype.upper()};" in main_rs and "lazy_var(&varmap, vec![2], \"l\", " in main_rs
+    assert f"let dt = DType::{dtype.upper()};" in main_rs and 'varmap.get((2,), "l", ' in main_rs

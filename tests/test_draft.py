@@ -17,6 +17,10 @@ def test_draft_of_a_candidate_names_the_call_and_makes_it(tmp_path):
     assert title.startswith("# candle: `flip` fails on a tensor made by `transpose`"), title
     main = (tmp_path / f"{stem}-candle" / "src" / "main.rs").read_text(encoding="utf-8")
     assert ".flip(&[0])?" in main and "println!(\"op 1: error: {e}\")" in main
+    body = main[main.index("fn main()"):]
+    body = body[: body.index("\n}\n")]
+    statements = [line for line in body.splitlines() if line.rstrip().endswith(";")]
+    assert len(statements) <= 15, body  # the size target of a reproducer a maintainer reads
     assert main.strip() in draft  # the reproducer inline
     assert "op 1: error: index-select only supports contiguous tensors" in draft  # what it prints
     assert "- Where the expectation comes from: the reference framework, PyTorch (`torch:cpu`)" in draft

@@ -2,8 +2,7 @@
 
 - ``<stem>.torch.py``: a PyTorch script (always): the torch target's transcript of the case
   (``harness/targets/torch/reproducer.py``);
-- ``<stem>-candle/`` (Cargo.toml, src/main.rs, src/support.rs) when a candle target is part of
-  the finding;
+- ``<stem>-candle/`` (Cargo.toml, src/main.rs) when a candle target is part of the finding;
 - ``<stem>-burn/`` likewise for burn.
 
 Each replays the minimized program with the framework's own API (no aliasfuzz dependency), on
@@ -12,15 +11,16 @@ the CPU, and prints every bound name after every op:
     initial: p0 = [1.0, 2.0]
     after op 0: s0 = [1.0, 2.0]
 
-(values row-major; ``uninitialized`` for a lazy param not yet created). The torch script is the
-calls the torch target made, as it ran them; the candle and burn writers still translate each
-op the way their probe does, and emit an op the framework reported ``unsupported`` in the
-finding's repro result as a comment.
+(values row-major; ``uninitialized`` for a lazy param not yet created). The torch script and the
+candle project are the calls the target made, as it ran them (its transcript); the burn writer
+still translates each op the way its probe does, and emits an op the framework reported
+``unsupported`` in the finding's repro result as a comment.
 
-This module only dispatches: each framework's writer lives beside its target
-(``harness/targets/<framework>/reproducer.py``), and the cargo project of the Rust ones is
-``harness/targets/rust_project.py``'s: the program in ``src/main.rs``, and the probe's own helper
-module ``rust_probes/<framework>_probe/src/support.rs`` copied in as ``src/support.rs``.
+This module only dispatches: each framework's reproducer lives beside its target
+(``harness/targets/<framework>/reproducer.py``; the Rust transcripts are wrapped by
+``harness/targets/rust_reproducer.py``), and the cargo project of the Rust ones is
+``harness/targets/rust_project.py``'s: ``src/main.rs``, with burn's the probe's own helper module
+``rust_probes/burn_probe/src/support.rs`` copied in as ``src/support.rs``.
 
 The Rust projects depend on their framework's crates only, pinned as in the probes, and use the
 probes' profile. Sharing the probes' ``CARGO_TARGET_DIR`` (with their Cargo.lock copied in,

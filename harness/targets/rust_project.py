@@ -1,11 +1,12 @@
 """The cargo project of a candle or burn reproducer: its Cargo.toml, generated from the probe
-workspace, its ``src/support.rs``, copied from the probe, and what the two writers of its
-``src/main.rs`` share (``MainWriter``, the Rust literals).
+workspace, and what the burn writer of its ``src/main.rs`` needs (``MainWriter``, the Rust
+literals, and the probe's ``support.rs`` copied in).
 
-A project is ``Cargo.toml``, ``src/main.rs`` (the program, written by the framework's writer) and
-``src/support.rs``: the probe's own ``rust_probes/<framework>_probe/src/support.rs``, copied
-verbatim, so that the reproducer runs the very helper code the probe compiled (that file depends
-on the framework's crates and std only).
+A project is ``Cargo.toml`` and ``src/main.rs``: for candle, the probe's transcript of the case
+wrapped in a ``main`` (``harness/targets/rust_reproducer.py``); for burn, the program written by
+its writer, with ``src/support.rs`` the probe's own ``rust_probes/burn_probe/src/support.rs``
+copied verbatim, so that the reproducer runs the very helper code the probe compiled (that file
+depends on the framework's crates and std only).
 
 Crate versions and features come from the probe's Cargo.toml and the profile from the workspace's,
 so a reproducer builds what the probe built. ``unify_with_probes`` (test builds) lists the whole
@@ -32,7 +33,7 @@ from harness.targets.reproducer_base import (Check, Run, comment_lines, op_text,
 
 # The crates a reproducer of each framework depends on (their version and features are read from
 # the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
-FRAMEWORK_CRATES = {"candle": ("candle-core", "candle-nn"), "burn": ("burn",)}
+FRAMEWORK_CRATES = {"candle": ("candle-core", "candle-nn", "half"), "burn": ("burn",)}
 
 
 def support_source(framework: str) -> Path:
@@ -47,7 +48,8 @@ def write_cargo_project(dest: Path, package: str, framework: str, main_rs: str,
     (dest / "src").mkdir(parents=True, exist_ok=True)
     (dest / "Cargo.toml").write_text(cargo_toml(package, framework, unify_with_probes, version), encoding="utf-8")
     (dest / "src" / "main.rs").write_text(main_rs, encoding="utf-8")
-    shutil.copyfile(support_source(framework), dest / "src" / "support.rs")
+    if support_source(framework).exists():  # burn's reproducers still call the probe's helpers
+        shutil.copyfile(support_source(framework), dest / "src" / "support.rs")
     return dest
 
 
@@ -419,8 +421,9 @@ def cargo_toml(package: str, framework: str, unify_with_probes: bool = False, ve
     docstring)."""
     deps, build_deps = _dependencies(framework, unify_with_probes)
     if version is not None:
-        deps = {k: ({**spec, "version": f"={version}"} if k in FRAMEWORK_CRATES[framework] else spec)
-                for k, spec in deps.items()}
+        # The framework's own crates share its release number (`half`, say, does not).
+        deps = {k: ({**spec, "version": f"={version}"} if k in FRAMEWORK_CRATES[framework] and k.startswith(framework)
+                    else spec) for k, spec in deps.items()}
     feats = _load_toml(PROBES_WORKSPACE / f"{framework}_probe" / "Cargo.toml").get("features", {})
     feature_lines = [f"{k} = {_toml_value(v)}" for k, v in feats.items()
                      if all(str(f).split("/", 1)[0].rstrip("?") in deps for f in v)]

@@ -2,9 +2,8 @@
 //!
 //! The protocol driver (`aliasfuzz_protocol::serve`) does the handshake, parsing, skipped ops,
 //! panics and delta encoding; this crate only maps each op onto the candle call a user writes.
-//! See `session.rs` for the op-by-op mapping and `docs/SEMANTICS.md` for the contract.
-//! The candle calls behind the ops that take more than one are in `support.rs`, which the candle
-//! reproducers copy verbatim (`harness/targets/candle/reproducer.py`).
+//! See `session.rs` for the op-by-op mapping and `docs/SEMANTICS.md` for the contract. Each call
+//! is spelled once there, and recorded in the session's transcript: the candle reproducer.
 //!
 //! The code is device generic: the only device-specific lines are the ones constructing a
 //! `Device` in [`CandleProbe::new`]. Without the `cuda`/`metal` cargo feature,
@@ -12,7 +11,6 @@
 //! "device not available", so no `cfg` is needed anywhere.
 
 mod session;
-mod support;
 
 use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, Refusal, PROGRAM_SEED, PROTOCOL_VERSION};
 use candle_core::{DType, Device, Tensor};
@@ -106,13 +104,6 @@ impl Probe for CandleProbe {
             let known: Vec<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
             return Err(format!("unknown device {device:?} (this probe has {})", known.join(", ")).into());
         };
-        if program.uses_program_rng() {
-            // One generator seeded once per program; the CPU backend refuses to be seeded
-            // ("cannot seed the CPU rng with set_seed"), so its draws cannot be reproduced.
-            if let Err(e) = home.set_seed(PROGRAM_SEED) {
-                return Err(Refusal::Unsupported(format!("init program_rng: Device::set_seed: {}", session::msg(e))));
-            }
-        }
         let dtype = session::candle_dtype(program.dtype);
         if dtype != DType::F32 {
             // candle has no query for the dtypes a device has (`Device::supports_bf16` is false
@@ -127,7 +118,9 @@ impl Probe for CandleProbe {
             }
         }
         let alt = self.alt_name(device).and_then(|n| self.device(&n).cloned());
-        Ok(CandleSession::open(home, alt, program)?)
+        // One generator seeded once per program (the session's first call).
+        let seed = program.uses_program_rng().then_some(PROGRAM_SEED);
+        CandleSession::open(home, alt, program, seed)
     }
 }
 

@@ -1,63 +1,18 @@
-//! One program interpreted on candle: every op maps onto the call a candle user writes.
+//! One program interpreted on candle: every op is the candle call a user writes, spelled once,
+//! through [`call!`], which runs it and records it in the session's transcript with the case's
+//! names as variables. The transcript is the candle reproducer (`harness/targets/rust_reproducer.py`
+//! wraps it in a `main`), so what the probe ran and what a maintainer reads are one text.
 //!
-//! | op / method   | candle call                                                               |
-//! |---------------|---------------------------------------------------------------------------|
-//! | alias         | the same handle (`let s = &w`): same `Var`/`Tensor`, same id              |
-//! | clone         | `Var::clone` on a param (a `Var`), `Tensor::clone` otherwise (Arc clone)  |
-//! | detach        | `Tensor::detach()`                                                        |
-//! | copy          | `Tensor::copy()?`                                                         |
-//! | mul1          | `(&t * 1.0)?` (affine)                                                    |
-//! | to_home       | `t.to_device(t.device())?` (a shallow clone on the same device)           |
-//! | to_cpu        | `t.to_device(&Device::Cpu)?`                                              |
-//! | contiguous    | `t.contiguous()?`                                                         |
-//! | reshape       | `t.reshape(t.elem_count())?`                                              |
-//! | view_row      | `t.narrow(0, 0, 1)?`                                                      |
-//! | transpose     | `t.t()?`                                                                  |
-//! | state_dict    | the `Var` under that name in `VarMap::data()` (params, layer stats)       |
-//! | deepcopy      | unsupported: candle has no deep-copy call                                 |
-//! | to_host       | `Tensor::new(values(t)?, t.device())?.reshape(shape)?.to_dtype(t.dtype())?` |
-//! | save_load     | `VarMap::save` + `VarMap::load` into a fresh VarMap (params, layer stats) |
-//! | expand        | `t.unsqueeze(0)?.expand((2, dims..))?` (`broadcast_as`: stride 0)         |
-//! | permute       | `t.permute((1, 2, 0))?`                                                   |
-//! | flip          | `t.flip(&[0])?` (`index_select`: a new storage)                           |
-//! | narrow        | `t.narrow(0, 1, rows - 1)?`                                               |
-//! | unsqueeze     | `t.unsqueeze(0)?`                                                         |
-//! | squeeze       | `t.squeeze(0)?`                                                           |
-//! | chunk         | `t.chunk(2, 0)?[0]`                                                       |
-//! | select        | `t.i(0)?` (`IndexOp`: `narrow(0, 0, 1)?.squeeze(0)?`)                    |
-//! | to_same_dtype | `t.to_dtype(dt)?`, `dt` the program's dtype (`self.clone()`: the tensor's own) |
-//! | via_bf16      | `t.to_dtype(DType::BF16)?.to_dtype(dt)?`                                  |
-//! | via_f32       | `t.to_dtype(DType::F32)?.to_dtype(dt)?`                                   |
-//! | write (row)   | `t.slice_set(&row, 0, index)?`, `row` of shape `[1, rest...]` in `t`'s dtype |
-//! | write (whole) | `Var::set(&v)` on a `Var`; `t.slice_set(&v, 0, 0)?` on a plain tensor     |
-//! | fill          | `t.const_set(scalar_in(t.dtype(), value)?)?` (a `Scalar` of `t`'s dtype)  |
-//! | scale         | `var.set(&(var.as_tensor() * factor)?)` on a `Var`; plain tensor: unsupported |
-//! | step          | `SGD` / `AdamW` (`adam` = AdamW with weight_decay 0), `backward_step`     |
-//! | move          | rebinds the name to `t.to_device(&dev)?`; `fork`: unsupported             |
-//! | module_clone  | a clone of the `VarMap::data()` map: `<name>.<p>` = the cloned `Var` (params, stats) |
-//! | read          | `t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?`                |
-//! | assign (whole)| `Var::set(&src)` on a `Var`; `t.slice_set(&src, 0, 0)?` on a plain tensor |
-//! | assign (row)  | `t.slice_set(&src.unsqueeze(0)?, 0, index)?`                              |
-//! | source_index  | `src.narrow(0, j, 1)?.squeeze(0)?` (a view of row j), then as above       |
-//! | set_lr        | `opt.set_learning_rate(to)` on the live optimizer                         |
-//! | save (memory) | a clone of the `VarMap::data()` map: the same `Var`s, under their names   |
-//! | save (file)   | `VarMap::save(path)`; `<name>.<p>` = `candle_core::safetensors::load(path)` |
-//! | load          | memory: `VarMap::set` of the map's tensors; file: `VarMap::load(path)`; `assign`: unsupported |
-//! | replace (new) | `Var::from_tensor(&v)?` inserted in the VarMap under the name; `data`, `set`: unsupported |
-//! | replace (tie) | the value's own `Var` inserted under the name (one Var, two keys); a plain tensor: unsupported |
-//! | append (cat)  | `Tensor::cat(&[&t, &src], 0)?` (a row source `unsqueeze(0)`d)                |
-//! | append (cache)| `candle_nn::kv_cache::Cache::new(0, CACHE_ROWS)`: `append(&src)?`, then `current_data()?` |
-//! | map           | `t.neg()?`, `t.relu()?`, `(&t + 1.0)?`, `t.clamp(-1f32, 1f32)?`, bound to the name |
-//! | add           | `t.add(&o)?` (same shape), `t.broadcast_add(&o)?` (a row), bound to the name |
-//! | valid, train  | set the `train` flag `forward_t` is given (candle has no module modes)    |
-//! | forward       | `layer.forward_t(&x, train)?` (`BatchNorm`, `Dropout`; dropout p = 1 in training: unsupported) |
-//! | no_grad, freeze | unsupported (candle has no requires-grad switch)                        |
+//! The transcript's scaffolding variables are `dev` (the device), `dt` (the program's dtype),
+//! `varmap` (the model's `VarMap`), `train` (the flag every `forward_t` is given), `loss` and
+//! `grads` (a step's loss and accumulated gradients); the reproducer's `main` and `show` use no
+//! other names, and no case variable takes these ([`RESERVED`]).
 //!
 //! Dtype. Every tensor is made in the program's dtype `dt`: a param `Var::from_vec` in f32, else
 //! `Var::from_tensor(&Tensor::from_vec(..)?.to_dtype(dt)?)`, a buffer the converted tensor, lazy
-//! params and batch-norm statistics by the VarMap in `dt`; written values and gradients are
-//! converted to the target's dtype (`slice_set`, `Var::set`, `mul` refuse two). Observations
-//! report `t.dtype()`. `open` refuses a dtype a device cannot convert to (see `main.rs`).
+//! params and batch-norm statistics by the VarMap in `dt`; written values are converted to the
+//! target's dtype (`slice_set`, `Var::set`, `mul` refuse two), a filled one is a scalar of it.
+//! Observations report `t.dtype()`. `open` refuses a dtype a device cannot convert to (`main.rs`).
 //!
 //! Layers. A `batch_norm` is `candle_nn::batch_norm(features, BatchNormConfig { affine: false,
 //! .. }, vb.pp(layer))` over the model's VarMap: its running statistics are the VarMap's Vars
@@ -72,20 +27,31 @@
 //! `VarMap`; every other method returns a `Tensor` (what the candle call returns, even when that
 //! tensor is the Var's own tensor, as `to_device` to the same device and a `narrow` over the
 //! whole first dimension are). The type matters for whole-tensor `write` and for `scale`, which
-//! only a `Var` can do (`Var::set`).
+//! only a `Var` can do (`Var::set`). Where a call takes a `&Tensor`, a `Var` is spelled
+//! `w.as_tensor()` and a `Tensor` `&s` (`CandleSession::t`).
 
-use aliasfuzz_protocol::{
-    Dtype, LazyInit, Method, Obs, Op, Outcome, Program, Session, TensorKind,
-};
-use crate::support::{
-    assign_from, insert_var, lazy_var, save_and_load, scalar_in, tensor_in, through_host, values, var_of,
-    write_row, Opt,
-};
-use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, DeviceLocation, Tensor, Var};
+use aliasfuzz_protocol::transcript::{f32_lit, f32_vec, f64_lit, shape_lit, str_lit};
+use aliasfuzz_protocol::{Dtype, LazyInit, Method, Obs, Op, Outcome, Program, Refusal, Session, TensorKind, Transcript};
+use candle_core::{DType, Device, DeviceLocation, IndexOp, Tensor, Var};
 use candle_nn::kv_cache::Cache;
 use candle_nn::{Init, VarMap};
 use std::collections::HashMap;
+
+/// Runs a candle expression over placeholders and gives `(R<T>, text)`
+/// (`aliasfuzz_protocol::spell!`): `call!([t = tensor => spelling, ...] expression)`.
+macro_rules! call {
+    ($($body:tt)*) => {{
+        let (result, text) = aliasfuzz_protocol::spell!(candle_core::Error; $($body)*);
+        (result.map_err(|e| Outcome::Error(crate::session::msg(e))), text)
+    }};
+}
+
+mod layers;
+mod rebind;
+mod training;
+
+use layers::Layer;
+use training::{Checkpoint, Opt};
 
 /// Ops this probe interprets (some answer `unsupported` for some inputs: `scale` on a plain
 /// tensor, `step` with `sgd_momentum`, `move` with `fork`, `forward` of a dropout with p = 1 in
@@ -101,6 +67,13 @@ pub const METHODS: &[&str] = &[
     "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
     "view_row", "transpose", "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow",
     "unsqueeze", "squeeze", "chunk", "select", "to_same_dtype", "via_bf16", "via_f32",
+];
+
+/// The variables of the transcript's scaffolding and of the reproducer's `main`: no case name's
+/// variable takes one.
+pub const RESERVED: &[&str] = &[
+    "main", "show", "dev", "dt", "varmap", "train", "loss", "grads", "alt", "candle_core", "candle_nn",
+    "half", "std", "Device", "DType", "IndexOp", "Tensor", "Var", "VarMap", "Init", "ModuleT", "Optimizer",
 ];
 
 #[derive(Clone)]
@@ -134,36 +107,27 @@ pub struct CandleSession {
     layers: HashMap<String, Layer>,
     /// What `forward_t` is given: true at open, set by `valid` / `train`.
     train: bool,
-    /// The gradient `step` uses for each VarMap entry.
-    grads: HashMap<String, Vec<f32>>,
+    /// The gradient each param's loss term is multiplied by, and its variable.
+    grads: HashMap<String, (Tensor, String)>,
     /// Bound names in creation order; rebinding keeps the position.
     order: Vec<String>,
     bound: HashMap<String, Handle>,
-    /// The live optimizers, by the key of their hyper-parameters (`OptimizerSpec::key`).
-    optimizers: HashMap<String, Opt>,
-    /// The gradients `backward` ops accumulated since the last step (`support::add_grads`).
-    pending: Option<GradStore>,
+    /// The live optimizers, by the key of their hyper-parameters (`OptimizerSpec::key`), each
+    /// with its variable.
+    optimizers: HashMap<String, (Opt, String)>,
+    /// The gradients `backward` ops accumulated since the last step (the transcript's `grads`).
+    pending: Option<candle_core::backprop::GradStore>,
     /// Checkpoints taken by `save`, by name.
     checkpoints: HashMap<String, Checkpoint>,
     /// Where `save` to a file writes, made at the first such save and removed with the session.
     checkpoint_dir: Option<tempfile::TempDir>,
-    /// The KV cache of each name a `cache` append grew (dropped by a `cat` append of the name).
-    caches: HashMap<String, Cache>,
-}
-
-mod layers;
-mod rebind;
-mod training;
-mod views;
-
-use layers::Layer;
-
-/// What a `save` kept.
-enum Checkpoint {
-    /// The VarMap's map as it was: the model's own `Var`s under their names.
-    Memory(HashMap<String, Var>),
-    /// The safetensors file `VarMap::save` wrote.
-    File(std::path::PathBuf),
+    /// The KV cache of each name a `cache` append grew (dropped by a `cat` append of the name),
+    /// with its variable.
+    caches: HashMap<String, (Cache, String)>,
+    /// The calls made so far.
+    tx: Transcript,
+    /// Whether the transcript has opened the second device (`alt`).
+    alt_spelled: bool,
 }
 
 /// A candle error as a one-line message (without the captured backtrace, if any).
@@ -182,7 +146,24 @@ fn device_name(d: &Device) -> String {
     }
 }
 
+/// How the transcript makes a device: the reproducer runs on the CPU, a probe on any of them.
+fn device_spelling(d: &Device) -> String {
+    match d.location() {
+        DeviceLocation::Cpu => "Device::Cpu".into(),
+        DeviceLocation::Cuda { gpu_id } => format!("Device::new_cuda({gpu_id})?"),
+        DeviceLocation::Metal { gpu_id } => format!("Device::new_metal({gpu_id})?"),
+    }
+}
+
 type R<T> = Result<T, Outcome>;
+
+/// What an outcome that is not `Ok` says.
+fn outcome_text(o: Outcome) -> String {
+    match o {
+        Outcome::Ok => "ok".into(),
+        Outcome::Error(m) | Outcome::Unsupported(m) | Outcome::Skipped(m) => m,
+    }
+}
 
 pub fn candle_dtype(dtype: Dtype) -> DType {
     match dtype {
@@ -192,12 +173,16 @@ pub fn candle_dtype(dtype: Dtype) -> DType {
     }
 }
 
-fn ce<T>(r: candle_core::Result<T>) -> R<T> {
-    r.map_err(|e| Outcome::Error(msg(e)))
+/// The tensor's values, row-major, read to the host and widened to f32 (`to_vec1::<f32>` refuses
+/// another dtype; f32 holds every f16 and bf16 value exactly).
+pub fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {
+    t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()
 }
 
 impl CandleSession {
-    pub fn open(home: Device, alt: Option<Device>, program: &Program) -> Result<Self, String> {
+    /// Opens a session over `program`'s tensors and layers, each made by a spelled call (the
+    /// transcript's prologue). `seed`: the program's one generator is seeded first (`main.rs`).
+    pub fn open(home: Device, alt: Option<Device>, program: &Program, seed: Option<u64>) -> Result<Self, Refusal> {
         let dtype = candle_dtype(program.dtype);
         let mut s = CandleSession {
             home,
@@ -216,63 +201,95 @@ impl CandleSession {
             checkpoints: HashMap::new(),
             checkpoint_dir: None,
             caches: HashMap::new(),
+            tx: Transcript::new(RESERVED),
+            alt_spelled: false,
         };
+        s.tx.line(format!("let dev = {};", device_spelling(&s.home)));
+        s.tx.line(format!("let dt = DType::{dtype:?};  // the program's dtype: every tensor's"));
+        s.tx.line("let mut varmap = VarMap::new();");
+        if let Some(seed) = seed {
+            // One generator seeded once per program; the CPU backend refuses to be seeded
+            // ("cannot seed the CPU rng with set_seed"), so its draws cannot be reproduced.
+            let (r, text) = call!([dev = &s.home => "&dev", seed = seed => seed.to_string()] dev.set_seed(seed)?);
+            s.tx.line(format!("{text};"));
+            if let Err(Outcome::Error(e)) = r {
+                return Err(Refusal::Unsupported(format!("init program_rng: Device::set_seed: {e}")));
+            }
+        }
         for spec in &program.tensors {
             let name = spec.name.clone();
             if s.bound.contains_key(&name) {
-                return Err(format!("duplicate tensor name {name:?}"));
+                return Err(format!("duplicate tensor name {name:?}").into());
             }
-            let ctx = |e: candle_core::Error| format!("creating {name:?}: {}", msg(e));
-            let shape = spec.shape.clone();
+            let ctx = |e: Outcome| Refusal::Error(format!("creating {name:?}: {}", outcome_text(e)));
+            let v = s.tx.var(&name);
+            let (dev, dt) = (s.home.clone(), s.dtype);
             let handle = match spec.kind {
                 TensorKind::Param => {
-                    let value =
-                        spec.value.clone().ok_or_else(|| format!("param {name:?} has no value"))?;
+                    let value = spec.value.clone().ok_or_else(|| format!("param {name:?} has no value"))?;
+                    let (values, shape) = (value.clone(), spec.shape.clone());
                     // In another dtype, a Var of the converted tensor (`make_var` copies it).
-                    let var = if dtype == DType::F32 {
-                        Var::from_vec(value, shape, &s.home)
+                    let (var, text) = if dtype == DType::F32 {
+                        call!([values = values => f32_vec(&value), shape = shape => shape_lit(&spec.shape), dev = &dev => "&dev"]
+                            Var::from_vec(values, shape, dev)?)
                     } else {
-                        tensor_in(value, &shape, dtype, &s.home).and_then(|t| Var::from_tensor(&t))
-                    }
-                    .map_err(ctx)?;
-                    insert_var(&s.varmap, &name, &var);
+                        call!([values = values => f32_vec(&value), shape = shape => shape_lit(&spec.shape), dev = &dev => "&dev", dt = dt => "dt"]
+                            Var::from_tensor(&Tensor::from_vec(values, shape, dev)?.to_dtype(dt)?)?)
+                    };
+                    s.tx.line(format!("let {v} = {text};"));
+                    let var = var.map_err(ctx)?;
+                    s.insert_var(&name, &var, &v).map_err(ctx)?;
                     Handle::Var(var)
                 }
                 TensorKind::Buffer => {
-                    let value =
-                        spec.value.clone().ok_or_else(|| format!("buffer {name:?} has no value"))?;
-                    Handle::Tensor(tensor_in(value, &shape, dtype, &s.home).map_err(ctx)?)
+                    let value = spec.value.clone().ok_or_else(|| format!("buffer {name:?} has no value"))?;
+                    let (t, text) = s.new_tensor(&value, &spec.shape);
+                    s.tx.line(format!("let {v} = {text};"));
+                    Handle::Tensor(t.map_err(ctx)?)
                 }
                 TensorKind::Lazy => {
                     // Created now (candle has no lazy parameters) and reported initialised.
                     let init = match spec.init.unwrap_or(LazyInit::Const) {
-                        LazyInit::Const => Init::Const(spec.fill.unwrap_or(0.0) as f64),
+                        LazyInit::Const => format!("Init::Const({})", f64_lit(spec.fill.unwrap_or(0.0) as f64)),
                         LazyInit::Uniform => {
                             if let Some(seed) = spec.seed {
                                 // The CPU backend refuses to be seeded ("cannot seed the CPU rng
                                 // with set_seed", cpu_backend/mod.rs): CPU values are then not
                                 // reproducible, which the oracle allows (it never compares the
                                 // values of uniform tensors).
-                                let _ = s.home.set_seed(seed);
+                                let (_, text) = call!([dev = &dev => "&dev", seed = seed => seed.to_string()] dev.set_seed(seed)?);
+                                s.tx.line(format!("let _ = (|| -> candle_core::Result<()> {{ {text}; Ok(()) }})();"));
                             }
-                            Init::Uniform { lo: -1.0, up: 1.0 }
+                            "Init::Uniform { lo: -1.0, up: 1.0 }".to_string()
                         }
-                        // From the generator `CandleProbe::open` seeded once for the program.
-                        LazyInit::ProgramRng => Init::Uniform { lo: -1.0, up: 1.0 },
+                        // From the generator `open` seeded once for the program.
+                        LazyInit::ProgramRng => "Init::Uniform { lo: -1.0, up: 1.0 }".to_string(),
                     };
-                    Handle::Var(lazy_var(&s.varmap, shape, &name, init, dtype, &s.home).map_err(ctx)?)
+                    let init_value = match spec.init.unwrap_or(LazyInit::Const) {
+                        LazyInit::Const => Init::Const(spec.fill.unwrap_or(0.0) as f64),
+                        _ => Init::Uniform { lo: -1.0, up: 1.0 },
+                    };
+                    let shape = spec.shape.clone();
+                    // `VarMap::get` makes the Var in the map and gives its tensor; the Var is
+                    // then read back from the map, as `VarBuilder::get_with_hints` leaves it.
+                    let (r, text) = call!([varmap = &s.varmap => "&varmap", shape = shape => shape_lit(&spec.shape),
+                        key = name.as_str() => str_lit(&name), init = init_value => init, dt = dt => "dt", dev = &dev => "&dev"]
+                        varmap.get(shape, key, init, dt, dev)?);
+                    s.tx.line(format!("{text};"));
+                    r.map_err(ctx)?;
+                    let var = s.model_var_line(&name, &v).map_err(ctx)?;
+                    Handle::Var(var)
                 }
             };
             if spec.kind != TensorKind::Buffer {
                 let grad = spec.grad_or_ones();
                 if grad.len() != spec.numel() {
-                    return Err(format!(
-                        "grad of {name:?} has {} values for shape {:?}",
-                        grad.len(),
-                        spec.shape
-                    ));
+                    return Err(format!("grad of {name:?} has {} values for shape {:?}", grad.len(), spec.shape).into());
                 }
-                s.grads.insert(name.clone(), grad);
+                let g = s.tx.helper(&format!("{v}_grad"));
+                let (t, text) = s.new_tensor(&grad, &spec.shape);
+                s.tx.line(format!("let {g} = {text};"));
+                s.grads.insert(name.clone(), (t.map_err(ctx)?, g));
                 s.params.push(name.clone());
             }
             s.bind(name, handle);
@@ -283,6 +300,36 @@ impl CandleSession {
         Ok(s)
     }
 
+    /// A new tensor of `values` in `shape` on the home device, in the program's dtype.
+    fn new_tensor(&self, values: &[f32], shape: &[usize]) -> (R<Tensor>, String) {
+        let (v, sh, dev, dt) = (values.to_vec(), shape.to_vec(), &self.home, self.dtype);
+        if dt == DType::F32 {
+            call!([values = v => f32_vec(values), shape = sh => shape_lit(shape), dev = dev => "&dev"]
+                Tensor::from_vec(values, shape, dev)?)
+        } else {
+            call!([values = v => f32_vec(values), shape = sh => shape_lit(shape), dev = dev => "&dev", dt = dt => "dt"]
+                Tensor::from_vec(values, shape, dev)?.to_dtype(dt)?)
+        }
+    }
+
+    /// Puts `var` (the transcript's `spelled`) in the model's VarMap under `key`, as a user
+    /// building a model does.
+    fn insert_var(&mut self, key: &str, var: &Var, spelled: &str) -> R<()> {
+        let (r, text) = call!([varmap = &self.varmap => "&varmap", key = key => str_lit(key), w = var => spelled]
+            varmap.data().lock().unwrap().insert(key.to_string(), w.clone()));
+        self.tx.line(format!("{text};"));
+        r.map(|_| ())
+    }
+
+    /// `let v = varmap.data().lock().unwrap()["name"].clone();`: the Var the VarMap holds
+    /// under `name` (the same Var, not a copy), bound to the variable `v`.
+    fn model_var_line(&mut self, name: &str, v: &str) -> R<Var> {
+        let (r, text) = call!([varmap = &self.varmap => "&varmap", key = name => str_lit(name)]
+            varmap.data().lock().unwrap()[key].clone());
+        self.tx.line(format!("let {v} = {text};"));
+        r
+    }
+
     /// What a prefix (`module_clone`, `save`) binds under it: the params in program order, then
     /// the layers' running statistics.
     fn model_names(&self) -> Vec<String> {
@@ -290,6 +337,7 @@ impl CandleSession {
     }
 
     fn bind(&mut self, name: String, handle: Handle) {
+        self.tx.var(&name);
         if self.bound.insert(name.clone(), handle).is_none() {
             self.order.push(name);
         }
@@ -300,8 +348,17 @@ impl CandleSession {
         self.bound.get(name).cloned().ok_or_else(|| Outcome::Error(format!("no tensor {name:?}")))
     }
 
+    /// How the transcript spells `name`'s tensor where a `&Tensor` goes.
+    fn t(&mut self, name: &str) -> String {
+        let var = self.tx.var(name);
+        match self.bound.get(name) {
+            Some(Handle::Var(_)) => format!("{var}.as_tensor()"),
+            _ => format!("&{var}"),
+        }
+    }
+
     fn model_var(&self, name: &str, method: &str) -> R<Var> {
-        var_of(&self.varmap, name).ok_or_else(|| {
+        self.varmap.data().lock().unwrap().get(name).cloned().ok_or_else(|| {
             Outcome::Unsupported(format!(
                 "{method}: {name:?} is not in the VarMap (only params and layer stats are; buffers \
                  and snapshots are plain tensors a candle model does not hold)"
@@ -309,29 +366,58 @@ impl CandleSession {
         })
     }
 
-    fn snapshot(&self, of: &str, method: Method) -> R<Handle> {
+    /// Records `let <name> = <text>;` and binds `name` to what the call gave.
+    fn let_bind(&mut self, name: &str, spelled: (R<Handle>, String)) -> R<()> {
+        let var = self.tx.var(name);
+        self.tx.line(format!("let {var} = {};", spelled.1));
+        let h = spelled.0?;
+        self.bind(name.to_string(), h);
+        Ok(())
+    }
+
+    /// Records the statement `<text>;` and gives what the call gave.
+    fn stmt<T>(&mut self, spelled: (R<T>, String)) -> R<T> {
+        self.tx.line(format!("{};", spelled.1));
+        spelled.0
+    }
+
+    fn snapshot(&mut self, name: &str, of: &str, method: Method) -> R<()> {
         let src = self.get(of)?;
-        let t = src.tensor();
-        Ok(match method {
+        let t = src.tensor().clone();
+        let ts = self.t(of);
+        let tensor = |r: (R<Tensor>, String)| (r.0.map(Handle::Tensor), r.1);
+        let spelled = match method {
             // `let s = &w;`: the very same handle.
-            Method::Alias => src.clone(),
+            Method::Alias => {
+                let v = self.tx.var(of);
+                (Ok(src.clone()), format!("&{v}"))
+            }
             // `w.clone()`: a Var stays a Var (Var derives Clone over its Arc'd Tensor).
             Method::Clone => match &src {
-                Handle::Var(v) => Handle::Var(v.clone()),
-                Handle::Tensor(t) => Handle::Tensor(t.clone()),
+                Handle::Var(var) => {
+                    let v = self.tx.var(of);
+                    let (r, text) = call!([w = var => v] w.clone());
+                    (r.map(Handle::Var), text)
+                }
+                Handle::Tensor(_) => tensor(call!([t = &t => ts] t.clone())),
             },
-            Method::Detach => Handle::Tensor(t.detach()),
-            Method::Copy => Handle::Tensor(ce(t.copy())?),
-            Method::Mul1 => Handle::Tensor(ce(t * 1.0)?),
-            Method::ToHome => Handle::Tensor(ce(t.to_device(t.device()))?),
-            Method::ToCpu => Handle::Tensor(ce(t.to_device(&Device::Cpu))?),
-            Method::Contiguous => Handle::Tensor(ce(t.contiguous())?),
-            Method::Reshape => Handle::Tensor(ce(t.reshape(t.elem_count()))?),
-            Method::ViewRow => Handle::Tensor(ce(t.narrow(0, 0, 1))?),
-            Method::Transpose => Handle::Tensor(ce(t.t())?),
+            Method::Detach => tensor(call!([t = &t => ts] t.detach())),
+            Method::Copy => tensor(call!([t = &t => ts] t.copy()?)),
+            Method::Mul1 => tensor(call!([t = &t => ts] (t * 1.0)?)),
+            Method::ToHome => tensor(call!([t = &t => ts] t.to_device(t.device())?)),
+            Method::ToCpu => tensor(call!([t = &t => ts] t.to_device(&Device::Cpu)?)),
+            Method::Contiguous => tensor(call!([t = &t => ts] t.contiguous()?)),
+            Method::Reshape => tensor(call!([t = &t => ts] t.reshape(t.elem_count())?)),
+            Method::ViewRow => tensor(call!([t = &t => ts] t.narrow(0, 0, 1)?)),
+            Method::Transpose => tensor(call!([t = &t => ts] t.t()?)),
             // The model's container read without copying: the Var the VarMap holds under the
             // name (after a `move` of the name, still the original Var).
-            Method::StateDict => Handle::Var(self.model_var(of, "state_dict")?),
+            Method::StateDict => {
+                self.model_var(of, "state_dict")?;
+                let (r, text) = call!([varmap = &self.varmap => "&varmap", key = of => str_lit(of)]
+                    varmap.data().lock().unwrap()[key].clone());
+                (r.map(Handle::Var), text)
+            }
             Method::Deepcopy => {
                 return Err(Outcome::Unsupported(
                     "candle has no deep-copy call (Tensor::clone and Var::clone share storage; \
@@ -346,63 +432,178 @@ impl CandleSession {
                         .into(),
                 ))
             }
-            Method::ToHost => Handle::Tensor(ce(through_host(t))?),
+            // The values read to host memory and a new tensor made from them on the tensor's
+            // device, in its shape and dtype (read widened to f32, exact for f16 and bf16).
+            Method::ToHost => tensor(call!([t = &t => ts]
+                Tensor::new(t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?, t.device())?
+                    .reshape(t.shape())?
+                    .to_dtype(t.dtype())?)),
             // tensor.rs `to_dtype`: `if self.dtype() == dtype { Ok(self.clone()) }`, one storage.
-            Method::ToSameDtype => Handle::Tensor(ce(t.to_dtype(self.dtype))?),
-            Method::ViaBf16 => Handle::Tensor(ce(t.to_dtype(DType::BF16).and_then(|b| b.to_dtype(self.dtype)))?),
-            Method::ViaF32 => Handle::Tensor(ce(t.to_dtype(DType::F32).and_then(|b| b.to_dtype(self.dtype)))?),
-            Method::SaveLoad => Handle::Var(self.save_load(of)?),
-            m @ (Method::Expand
-            | Method::Permute
-            | Method::Flip
-            | Method::Narrow
-            | Method::Unsqueeze
-            | Method::Squeeze
-            | Method::Chunk
-            | Method::Select) => Handle::Tensor(ce(views::view(t, m))?),
-        })
+            Method::ToSameDtype => tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(dt)?)),
+            Method::ViaBf16 => tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(DType::BF16)?.to_dtype(dt)?)),
+            Method::ViaF32 => tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(DType::F32)?.to_dtype(dt)?)),
+            Method::SaveLoad => return self.save_load(name, of),
+            // The shape-derived views (issue #16): each the one candle call a user writes. Every
+            // one but `flip` is a new layout over the source's storage (candle-core 0.11.1
+            // tensor.rs `broadcast_as`, `permute`, `squeeze`, `unsqueeze`, `narrow`); `flip` is
+            // `index_select` along each dim, a new storage.
+            Method::Expand => {
+                // A new first dimension of 2 (`expand` is `broadcast_as`: stride 0).
+                let shape: Vec<usize> = std::iter::once(2).chain(t.dims().iter().copied()).collect();
+                let spelled = shape_lit(&shape);
+                tensor(call!([t = &t => ts, shape = shape => spelled] t.unsqueeze(0)?.expand(shape)?))
+            }
+            // The dimensions rotated left; the case validator sends rank 3 only.
+            Method::Permute => tensor(call!([t = &t => ts] t.permute((1, 2, 0))?)),
+            Method::Flip => tensor(call!([t = &t => ts] t.flip(&[0])?)),
+            Method::Narrow => tensor(call!([t = &t => ts] t.narrow(0, 1, t.dim(0)? - 1)?)),
+            Method::Unsqueeze => tensor(call!([t = &t => ts] t.unsqueeze(0)?)),
+            Method::Squeeze => tensor(call!([t = &t => ts] t.squeeze(0)?)),
+            // `Tensor::chunk`: the first chunk has ceil(rows / 2) rows, as torch's.
+            Method::Chunk => tensor(call!([t = &t => ts] t.chunk(2, 0)?.remove(0))),
+            // Row 0 as candle's indexing takes it (`IndexOp::i`, indexer.rs: `narrow` then
+            // `squeeze`); `Tensor::get` would `reshape`, which copies a strided row.
+            Method::Select => tensor(call!([t = &t => ts] t.i(0)?)),
+        };
+        self.let_bind(name, spelled)
     }
 
-    /// `VarMap::save` + `VarMap::load` into a fresh VarMap through a temporary safetensors file
-    /// (support.rs `save_and_load`): the fresh map's Var for `of`, a new Var holding the saved
-    /// values.
-    fn save_load(&self, of: &str) -> R<Var> {
+    /// `VarMap::save` of the model, then `VarMap::load` into a fresh VarMap, whose Var for `of`
+    /// is bound to `name`. `load` only fills variables already in the map (var_map.rs: "values
+    /// for variables that are currently not in the map are not kept"), so the fresh map is first
+    /// given the model's structure with `VarMap::get(.., Init::Const(0.), ..)`, as a user
+    /// rebuilding the model through a `VarBuilder` would. Its Vars are new (new ids, own storage).
+    fn save_load(&mut self, name: &str, of: &str) -> R<()> {
         self.model_var(of, "save_load")?;
         let dir = tempfile::tempdir().map_err(|e| Outcome::Error(format!("tempdir: {e}")))?;
-        let fresh = ce(save_and_load(&self.varmap, &dir.path().join("model.safetensors")))?;
-        let var = var_of(&fresh, of).expect("the fresh VarMap has the model's structure");
-        Ok(var)
+        let path = self.tx.helper("path");
+        let (file, text) = call!([dir = dir.path() => "std::env::temp_dir()"]
+            dir.join(format!("aliasfuzz-repro-{}-model.safetensors", std::process::id())));
+        self.tx.line(format!("let {path} = {text};"));
+        let file = file?;
+        let fresh_var = self.tx.helper("fresh");
+        self.stmt(call!([varmap = &self.varmap => "&varmap", path = &file => format!("&{path}")] varmap.save(path)?))?;
+        let (fresh, text) = call!([varmap = &self.varmap => "&varmap", path = &file => format!("&{path}")] {
+            let mut fresh = VarMap::new();
+            for (k, v) in varmap.data().lock().unwrap().iter() {
+                fresh.get(v.shape(), k, Init::Const(0.0), v.dtype(), v.device())?;
+            }
+            fresh.load(path)?;
+            fresh
+        });
+        self.tx.line(format!("let {fresh_var} = {text};"));
+        let fresh = fresh?;
+        let (r, text) = call!([fresh = &fresh => fresh_var.clone(), key = of => str_lit(of)]
+            fresh.data().lock().unwrap()[key].clone());
+        self.let_bind(name, (r.map(Handle::Var), text))
     }
 
-    fn write(&self, target: &str, index: Option<usize>, value: &[f32]) -> R<()> {
+    fn write(&mut self, target: &str, index: Option<usize>, value: &[f32]) -> R<()> {
         let h = self.get(target)?;
-        let t = h.tensor();
+        let t = h.tensor().clone();
+        let ts = self.t(target);
+        let values = value.to_vec();
+        let lit = f32_vec(value);
+        // In the tensor's dtype: `slice_set` and `Var::set` refuse a source of another dtype.
+        let same = t.dtype() == DType::F32;
         match index {
-            Some(i) => ce(write_row(t, i, value)),
-            None => {
-                let whole = ce(tensor_in(value.to_vec(), t.dims(), t.dtype(), t.device()))?;
-                match &h {
-                    Handle::Var(v) => ce(v.set(&whole)),
-                    Handle::Tensor(t) => ce(t.slice_set(&whole, 0, 0)),
+            Some(i) => {
+                let mut row = t.dims().to_vec();
+                if row.is_empty() {
+                    return Err(Outcome::Error("write: a rank-0 tensor has no rows".into()));
                 }
+                row[0] = 1;
+                let shape = shape_lit(&row);
+                let spelled = if same {
+                    call!([t = &t => ts, values = values => lit, row = row => shape, i = i => i.to_string()]
+                        t.slice_set(&Tensor::from_vec(values, row, t.device())?, 0, i)?)
+                } else {
+                    call!([t = &t => ts, values = values => lit, row = row => shape, i = i => i.to_string()]
+                        t.slice_set(&Tensor::from_vec(values, row, t.device())?.to_dtype(t.dtype())?, 0, i)?)
+                };
+                self.stmt(spelled)
+            }
+            None => {
+                let shape = shape_lit(t.dims());
+                let dims = t.dims().to_vec();
+                let spelled = match (&h, same) {
+                    (Handle::Var(var), true) => {
+                        let v = self.tx.var(target);
+                        call!([w = var => v, values = values => lit, dims = dims => shape]
+                            w.set(&Tensor::from_vec(values, dims, w.device())?)?)
+                    }
+                    (Handle::Var(var), false) => {
+                        let v = self.tx.var(target);
+                        call!([w = var => v, values = values => lit, dims = dims => shape]
+                            w.set(&Tensor::from_vec(values, dims, w.device())?.to_dtype(w.dtype())?)?)
+                    }
+                    (Handle::Tensor(_), true) => call!([t = &t => ts, values = values => lit, dims = dims => shape]
+                        t.slice_set(&Tensor::from_vec(values, dims, t.device())?, 0, 0)?),
+                    (Handle::Tensor(_), false) => call!([t = &t => ts, values = values => lit, dims = dims => shape]
+                        t.slice_set(&Tensor::from_vec(values, dims, t.device())?.to_dtype(t.dtype())?, 0, 0)?),
+                };
+                self.stmt(spelled)
             }
         }
     }
 
+    /// `t.const_set(scalar)`: a `Scalar` of the tensor's own dtype (`const_set` refuses another,
+    /// "const_set dtype mismatch"), as a candle user writes it (`half::bf16::from_f32`).
+    fn fill(&mut self, target: &str, value: f32) -> R<()> {
+        let t = self.get(target)?.tensor().clone();
+        let ts = self.t(target);
+        let x = f32_lit(value);
+        let spelled = match t.dtype() {
+            DType::BF16 => call!([t = &t => ts, x = value => x] t.const_set(half::bf16::from_f32(x).into())?),
+            DType::F16 => call!([t = &t => ts, x = value => x] t.const_set(half::f16::from_f32(x).into())?),
+            _ => call!([t = &t => ts, x = value => x] t.const_set(x.into())?),
+        };
+        self.stmt(spelled)
+    }
+
+    /// `assign`: a whole-tensor copy into a `Var` is `Var::set` (what a candle user calls on a
+    /// parameter), anything else `slice_set` into the tensor's storage, of the source with a
+    /// leading dimension of 1 at row `index`. `slice_set` refuses a non-contiguous source and a
+    /// source over the target's own storage (candle#2733). A `source_index` j takes row j as a
+    /// view, as `src.i(j)` does (`Tensor::get` would copy a strided row, hiding what
+    /// `slice_set` does with a view).
+    fn assign(&mut self, target: &str, source: &str, index: Option<usize>, source_index: Option<usize>) -> R<()> {
+        let src = self.get(source)?.tensor().clone();
+        let ss = self.t(source);
+        let h = self.get(target)?;
+        let t = h.tensor().clone();
+        let ts = self.t(target);
+        let spelled = match (&h, index, source_index) {
+            (Handle::Var(var), None, None) => {
+                let v = self.tx.var(target);
+                call!([w = var => v, src = &src => ss] w.set(src)?)
+            }
+            (Handle::Var(var), None, Some(j)) => {
+                let v = self.tx.var(target);
+                call!([w = var => v, src = &src => ss, j = j => j.to_string()] w.set(&src.narrow(0, j, 1)?.squeeze(0)?)?)
+            }
+            (_, None, None) => call!([t = &t => ts, src = &src => ss] t.slice_set(src, 0, 0)?),
+            (_, None, Some(j)) => call!([t = &t => ts, src = &src => ss, j = j => j.to_string()]
+                t.slice_set(&src.narrow(0, j, 1)?.squeeze(0)?, 0, 0)?),
+            (_, Some(i), None) => call!([t = &t => ts, src = &src => ss, i = i => i.to_string()]
+                t.slice_set(&src.unsqueeze(0)?, 0, i)?),
+            (_, Some(i), Some(j)) => call!([t = &t => ts, src = &src => ss, i = i => i.to_string(), j = j => j.to_string()]
+                t.slice_set(&src.narrow(0, j, 1)?.squeeze(0)?.unsqueeze(0)?, 0, i)?),
+        };
+        self.stmt(spelled)
+    }
+
     fn apply_inner(&mut self, op: &Op) -> R<()> {
         match op {
-            Op::Snapshot { name, of, method } => {
-                let h = self.snapshot(of, *method)?;
-                self.bind(name.clone(), h);
-                Ok(())
-            }
+            Op::Snapshot { name, of, method } => self.snapshot(name, of, *method),
             Op::Write { target, index, value } => self.write(target, *index, value),
-            Op::Fill { target, value } => {
-                let t = self.get(target)?.tensor().clone();
-                ce(scalar_in(t.dtype(), *value).and_then(|v| t.const_set(v)))
-            }
+            Op::Fill { target, value } => self.fill(target, *value),
             Op::Scale { target, factor } => match self.get(target)? {
-                Handle::Var(v) => ce((v.as_tensor() * *factor as f64).and_then(|p| v.set(&p))),
+                Handle::Var(var) => {
+                    let v = self.tx.var(target);
+                    let f = f64_lit(*factor as f64);
+                    self.stmt(call!([w = &var => v, f = *factor as f64 => f] w.set(&(w.as_tensor() * f)?)?))
+                }
                 Handle::Tensor(_) => Err(Outcome::Unsupported(
                     "candle has no public in-place multiply for a plain Tensor (tensors are \
                      immutable by design; only Var::set writes a product back)"
@@ -419,27 +620,17 @@ impl CandleSession {
             Op::Map { target, func } => self.map(target, *func),
             Op::Add { target, other } => self.add(target, other),
             Op::Move { target, device, method } => self.move_to(target, *device, *method),
-            // The nearest a candle user has to cloning a whole model: clone what the VarMap holds
-            // (`varmap.data().lock().unwrap().clone()`, a HashMap<String, Var>). Cloning a candle
-            // model struct (`Linear` etc. derive Clone) or `VarMap::clone` (Arc) or
-            // `all_vars()` gives the same Vars: Arc clones sharing the params' storage and ids.
-            Op::ModuleClone { name } => {
-                let cloned: HashMap<String, Var> = self.varmap.data().lock().unwrap().clone();
-                for p in self.model_names() {
-                    if let Some(v) = cloned.get(&p) {
-                        self.bind(format!("{name}.{p}"), Handle::Var(v.clone()));
-                    }
-                }
-                Ok(())
-            }
+            Op::ModuleClone { name } => self.module_clone(name),
             // candle has no module modes: `train` is the argument a candle user passes to
             // `ModuleT::forward_t` (candle-core/src/lib.rs); switching it does nothing else.
             Op::Valid {} => {
                 self.train = false;
+                self.tx.line("let train = false;");
                 Ok(())
             }
             Op::Train {} => {
                 self.train = true;
+                self.tx.line("let train = true;");
                 Ok(())
             }
             Op::Forward { name, layer, input } => self.forward(name, layer, input),
@@ -449,24 +640,33 @@ impl CandleSession {
                     .into(),
             )),
             Op::Read { target } => {
-                ce(values(self.get(target)?.tensor())).map(|_| ())
+                let t = self.get(target)?.tensor().clone();
+                let ts = self.t(target);
+                let (r, text) = call!([t = &t => ts] t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?);
+                self.tx.line(format!("let _ = {text};"));
+                r.map(|_| ())
             }
-            // As `write`: a whole-tensor copy into a `Var` is `Var::set` (what a candle user
-            // calls on a parameter), anything else `slice_set` into the tensor's storage.
-            Op::Assign { target, source, index, source_index } => {
-                let src = self.get(source)?.tensor().clone();
-                let src = match source_index {
-                    None => src,
-                    // A view of row j, as `src.i(j)` takes it; `Tensor::get` would copy a
-                    // strided row (its `reshape`), hiding what slice_set does with a view.
-                    Some(j) => ce(src.narrow(0, *j, 1).and_then(|r| r.squeeze(0)))?,
-                };
-                match (self.get(target)?, index) {
-                    (Handle::Var(v), None) => ce(v.set(&src)),
-                    (h, _) => ce(assign_from(h.tensor(), *index, &src)),
-                }
+            Op::Assign { target, source, index, source_index } => self.assign(target, source, *index, *source_index),
+        }
+    }
+
+    /// The nearest a candle user has to cloning a whole model: clone what the VarMap holds
+    /// (`varmap.data().lock().unwrap().clone()`, a HashMap<String, Var>). Cloning a candle model
+    /// struct (`Linear` etc. derive Clone) or `VarMap::clone` (Arc) or `all_vars()` gives the
+    /// same Vars: Arc clones sharing the params' storage and ids.
+    fn module_clone(&mut self, name: &str) -> R<()> {
+        let prefix = self.tx.var(name);
+        let map = self.tx.helper(&format!("{prefix}_vars"));
+        let (cloned, text) = call!([varmap = &self.varmap => "&varmap"] varmap.data().lock().unwrap().clone());
+        self.tx.line(format!("let {map} = {text};"));
+        let cloned = cloned?;
+        for p in self.model_names() {
+            if cloned.contains_key(&p) {
+                let (r, text) = call!([map = &cloned => map.clone(), key = p.as_str() => str_lit(&p)] map[key].clone());
+                self.let_bind(&format!("{name}.{p}"), (r.map(Handle::Var), text))?;
             }
         }
+        Ok(())
     }
 }
 
@@ -502,5 +702,13 @@ impl Session for CandleSession {
             dtype: Some(t.dtype().as_str().to_string()),
             note,
         }
+    }
+
+    fn begin_op(&mut self) {
+        self.tx.begin_op();
+    }
+
+    fn transcript(&self) -> Option<serde_json::Value> {
+        Some(self.tx.to_json())
     }
 }

@@ -15,6 +15,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 use strum::{IntoStaticStr, VariantNames};
 
+pub mod transcript;
+pub use transcript::Transcript;
+
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
 pub const PROTOCOL_VERSION: u32 = 11;
 
@@ -654,13 +657,23 @@ pub struct Trace {
     pub initial: BTreeMap<String, Obs>,
     pub steps: Vec<StepRecord>,
     pub elapsed_us: u64,
+    /// The calls the session made (asked for by the request's `transcript`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
     Hello { protocol: u32 },
-    Run { id: u64, device: String, program: Program },
+    Run {
+        id: u64,
+        device: String,
+        program: Program,
+        /// Whether the trace carries the session's transcript (`PROTOCOL.md`).
+        #[serde(default)]
+        transcript: bool,
+    },
     Exit {},
 }
 
@@ -691,6 +704,12 @@ pub trait Session {
     fn names(&self) -> Vec<String>;
     /// Reads one name to the host. Must not force a lazy parameter's initialisation.
     fn observe(&mut self, name: &str) -> Obs;
+    /// Called before each op: the transcript's lines from here on are that op's.
+    fn begin_op(&mut self) {}
+    /// The calls the session made (`Transcript::to_json`), where it keeps a transcript.
+    fn transcript(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// Why a program could not be opened on a device.
@@ -738,7 +757,8 @@ fn observe_all<S: Session>(session: &mut S) -> BTreeMap<String, Obs> {
 }
 
 /// Interprets one program: the part of the protocol that is the same for every framework.
-pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Program) -> Trace {
+/// With `transcript`, an `ok` trace carries the session's transcript, where it keeps one.
+pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Program, transcript: bool) -> Trace {
     let start = Instant::now();
     let opened = catch_unwind(AssertUnwindSafe(|| probe.open(device, program)))
         .unwrap_or_else(|p| Err(Refusal::Error(panic_message(p))));
@@ -757,6 +777,7 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
                 initial: BTreeMap::new(),
                 steps: vec![],
                 elapsed_us: start.elapsed().as_micros() as u64,
+                transcript: None,
             }
         }
     };
@@ -764,6 +785,7 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
     let mut previous = initial.clone();
     let mut steps = Vec::with_capacity(program.ops.len());
     for raw in &program.ops {
+        session.begin_op();
         let (status, message) = match raw.get("op").and_then(|v| v.as_str()) {
             None => (OpStatus::Error, Some("malformed op: no string field `op`".to_string())),
             Some(name) if !ALL_OPS.contains(&name) => {
@@ -806,6 +828,7 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
         initial,
         steps,
         elapsed_us: start.elapsed().as_micros() as u64,
+        transcript: if transcript { session.transcript() } else { None },
     }
 }
 
@@ -840,8 +863,8 @@ pub fn serve<P: Probe>(mut probe: P) {
                 }
                 Reply::Hello(hello)
             }
-            Ok(Request::Run { id, device, program }) => {
-                Reply::Trace(run_program(&mut probe, id, &device, &program))
+            Ok(Request::Run { id, device, program, transcript }) => {
+                Reply::Trace(run_program(&mut probe, id, &device, &program, transcript))
             }
         };
         if write_reply(&mut out, &reply).is_err() {

@@ -2,11 +2,9 @@
 //! `replace` (a new or tied `Var` in the VarMap), `append` (`Tensor::cat`, candle-nn's KV cache),
 //! the element-wise `map` and `add` (a new tensor computed from the name's), and `move`.
 
-use super::{ce, CandleSession, Handle, R};
-use crate::support::insert_var;
+use super::{device_spelling, CandleSession, Handle, R};
 use aliasfuzz_protocol::{AppendHow, DeviceRole, MapFn, MoveMethod, Outcome, ReplaceHow, CACHE_ROWS};
 use candle_core::{Device, Tensor, Var};
-use candle_nn::kv_cache::Cache;
 
 impl CandleSession {
     /// `replace` with a new `Var`: `Var::from_tensor(&value)` (the value's own Var when it is one,
@@ -23,9 +21,10 @@ impl CandleSession {
                         .into(),
                 ));
             };
-            insert_var(&self.varmap, target, &var);
-            self.bind(target.to_string(), Handle::Var(var));
-            return Ok(());
+            let v = self.tx.var(value);
+            self.insert_var(target, &var, &v)?;
+            let (r, text) = call!([w = &var => v] w.clone());
+            return self.let_bind(target, (r.map(Handle::Var), text));
         }
         if how != ReplaceHow::New {
             return Err(Outcome::Unsupported(
@@ -35,51 +34,74 @@ impl CandleSession {
             ));
         }
         self.model_var(target, "replace")?;
-        let var = ce(Var::from_tensor(self.get(value)?.tensor()))?;
-        insert_var(&self.varmap, target, &var);
+        let value_tensor = self.get(value)?.tensor().clone();
+        let vs = self.t(value);
+        let (var, text) = call!([value = &value_tensor => vs] Var::from_tensor(value)?);
+        let v = self.tx.var(target);
+        self.tx.line(format!("let {v} = {text};"));
+        let var: Var = var?;
+        self.insert_var(target, &var, &v)?;
         self.bind(target.to_string(), Handle::Var(var));
         Ok(())
     }
 
     /// `append`: `Tensor::cat`, or candle-nn's KV cache (a buffer of `CACHE_ROWS` rows that
     /// `slice_set`s each source in, read back as `narrow(0, 0, len)`); the name's first cache
-    /// append starts one holding the name's rows.
+    /// append starts one holding the name's rows. A source of lower rank is a row, given a
+    /// leading dimension of 1.
     pub(super) fn append(&mut self, target: &str, source: &str, how: AppendHow) -> R<()> {
         let t = self.get(target)?.tensor().clone();
         let src = self.get(source)?.tensor().clone();
-        let src = if src.rank() < t.rank() { ce(src.unsqueeze(0))? } else { src };
+        let (ts, ss) = (self.t(target), self.t(source));
+        let row = src.rank() < t.rank();
         let grown = match how {
             AppendHow::Cat => {
                 self.caches.remove(target);
-                ce(Tensor::cat(&[&t, &src], 0))?
+                if row {
+                    call!([t = &t => ts, src = &src => ss] Tensor::cat(&[t, &src.unsqueeze(0)?], 0)?)
+                } else {
+                    call!([t = &t => ts, src = &src => ss] Tensor::cat(&[t, src], 0)?)
+                }
             }
             AppendHow::Cache => {
                 if !self.caches.contains_key(target) {
-                    let mut cache = Cache::new(0, CACHE_ROWS);
-                    ce(cache.append(&t))?;
-                    self.caches.insert(target.to_string(), cache);
+                    let var = self.tx.var(target);
+                    let cv = self.tx.helper(&format!("{var}_cache"));
+                    let (cache, text) =
+                        call!([rows = CACHE_ROWS => CACHE_ROWS.to_string()] candle_nn::kv_cache::Cache::new(0, rows));
+                    self.tx.line(format!("let mut {cv} = {text};"));
+                    let mut cache = cache?;
+                    self.stmt(call!([cache = &mut cache => cv.clone(), t = &t => ts.clone()] cache.append(t)?))?;
+                    self.caches.insert(target.to_string(), (cache, cv));
                 }
-                let cache = self.caches.get_mut(target).expect("inserted above");
-                ce(cache.append(&src))?;
-                ce(cache.current_data())?.expect("an append filled the cache")
+                let (cache, cv) = self.caches.get_mut(target).expect("inserted above");
+                let cv = cv.clone();
+                let (r, text) = if row {
+                    call!([cache = cache => cv.clone(), src = &src => ss] cache.append(&src.unsqueeze(0)?)?)
+                } else {
+                    call!([cache = cache => cv.clone(), src = &src => ss] cache.append(src)?)
+                };
+                self.tx.line(format!("{text};"));
+                r?;
+                let (cache, _) = self.caches.get(target).expect("inserted above");
+                call!([cache = cache => cv] cache.current_data()?.expect("an append filled the cache"))
             }
         };
-        self.bind(target.to_string(), Handle::Tensor(grown));
-        Ok(())
+        self.let_bind(target, (grown.0.map(Handle::Tensor), grown.1))
     }
 
     /// `map`: `let x = x.relu()?;` and the like, a new tensor bound to the name.
     pub(super) fn map(&mut self, target: &str, func: MapFn) -> R<()> {
         let t = self.get(target)?.tensor().clone();
+        let ts = self.t(target);
         let out = match func {
-            MapFn::Neg => t.neg(),
-            MapFn::Relu => t.relu(),
-            MapFn::AddScalar => &t + 1.0,
-            MapFn::Clamp => t.clamp(-1f32, 1f32),
+            MapFn::Neg => call!([t = &t => ts] t.neg()?),
+            MapFn::Relu => call!([t = &t => ts] t.relu()?),
+            MapFn::AddScalar => call!([t = &t => ts] (t + 1.0)?),
+            MapFn::Clamp => call!([t = &t => ts] t.clamp(-1f32, 1f32)?),
         };
         self.caches.remove(target);
-        self.bind(target.to_string(), Handle::Tensor(ce(out)?));
-        Ok(())
+        self.let_bind(target, (out.0.map(Handle::Tensor), out.1))
     }
 
     /// `add`: `let x = x.add(&other)?;`, or `broadcast_add` for a row (candle's `add` wants equal
@@ -87,10 +109,14 @@ impl CandleSession {
     pub(super) fn add(&mut self, target: &str, other: &str) -> R<()> {
         let t = self.get(target)?.tensor().clone();
         let o = self.get(other)?.tensor().clone();
-        let out = if t.dims() == o.dims() { t.add(&o) } else { t.broadcast_add(&o) };
+        let (ts, os) = (self.t(target), self.t(other));
+        let out = if t.dims() == o.dims() {
+            call!([t = &t => ts, o = &o => os] t.add(o)?)
+        } else {
+            call!([t = &t => ts, o = &o => os] t.broadcast_add(o)?)
+        };
         self.caches.remove(target);
-        self.bind(target.to_string(), Handle::Tensor(ce(out)?));
-        Ok(())
+        self.let_bind(target, (out.0.map(Handle::Tensor), out.1))
     }
 
     /// `move`: `let w = w.to_device(&dev)?`, the name rebound; the VarMap and the optimizers
@@ -99,19 +125,28 @@ impl CandleSession {
         if method == MoveMethod::Fork {
             return Err(Outcome::Unsupported("candle has no fork (burn only); Tensor::to_device is `to`".into()));
         }
-        let dev = match device {
-            DeviceRole::Home => self.home.clone(),
-            DeviceRole::Cpu => Device::Cpu,
-            DeviceRole::Alt => self.alt.clone().ok_or_else(|| {
-                Outcome::Unsupported(
-                    "no second candle device here (cpu only: build with --features cuda \
-                     or metal on a machine that has one)"
-                        .into(),
-                )
-            })?,
+        let (dev, spelled) = match device {
+            DeviceRole::Home => (self.home.clone(), "&dev".to_string()),
+            DeviceRole::Cpu => (Device::Cpu, "&Device::Cpu".to_string()),
+            DeviceRole::Alt => {
+                let alt = self.alt.clone().ok_or_else(|| {
+                    Outcome::Unsupported(
+                        "no second candle device here (cpu only: build with --features cuda \
+                         or metal on a machine that has one)"
+                            .into(),
+                    )
+                })?;
+                if !self.alt_spelled {
+                    // The probe opened its devices once (`main.rs`); a reproducer opens it here.
+                    self.tx.line(format!("let alt = {};", device_spelling(&alt)));
+                    self.alt_spelled = true;
+                }
+                (alt, "&alt".to_string())
+            }
         };
-        let moved = ce(self.get(target)?.tensor().to_device(&dev))?;
-        self.bind(target.to_string(), Handle::Tensor(moved));
-        Ok(())
+        let t = self.get(target)?.tensor().clone();
+        let ts = self.t(target);
+        let (r, text) = call!([t = &t => ts, dev = &dev => spelled] t.to_device(dev)?);
+        self.let_bind(target, (r.map(Handle::Tensor), text))
     }
 }

@@ -1,0 +1,135 @@
+"""Every case in tests/cases/ as a Rust probe's transcript reproducer: each case's ``main.rs`` is
+a binary of one cargo project (one build for all of them), run, and its printed observations
+compared with the probe's own trace of the same case.
+
+The comparison is exact to 1e-5 for every name after every op the probe ran. Where the probe
+cannot repeat its own values (a uniform tensor on a device that cannot be seeded: candle's CPU),
+two runs of the probe differ too, and only the names and their sizes are compared.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.case.ir import load_case
+from harness.paths import cargo_target_dir, probe_binary
+from harness.reporting.reproducers import parse_output, prepare_cargo_build
+from harness.targets.candle.reproducer import SCAFFOLD as CANDLE
+from harness.targets.reproducer_base import without_run
+from harness.targets.rust_project import cargo_toml
+from harness.targets.rust_reproducer import Scaffold, rust_main, transcribe
+from tests.conftest import CASES, need
+
+ALL_CASES = sorted(CASES.glob("*.toml"))
+SCAFFOLDS = {"candle": CANDLE}
+
+
+def _states(trace: dict, numbers: list[int]) -> dict[int | None, dict[str, object]]:
+    """A probe trace (``initial`` + each step's ``changed``) -> the full state after each op the
+    probe ran, by the case's op number (``parse_output``'s form: values, or a word)."""
+
+    def value(obs: list) -> object:
+        if not obs[5]:
+            return "uninitialized"
+        return "unreadable" if obs[1] is None else [float(x) for x in obs[1]]
+
+    state = {n: value(o) for n, o in trace["initial"].items()}
+    out: dict[int | None, dict[str, object]] = {None: dict(state)}
+    for k, step in enumerate(trace["steps"]):
+        for n, o in step["changed"].items():
+            state[n] = value(o)
+        if step["status"] == "ok":
+            out[numbers[k]] = dict(state)
+    return out
+
+
+def _differences(printed: dict, trace: dict, numbers: list[int], exact: bool) -> list[str]:
+    """What the reproducer printed against what the probe observed (``exact``: the values too,
+    else their sizes)."""
+    out = []
+    for step, names in _states(trace, numbers).items():
+        got = printed.get(step, {})
+        for name, want in names.items():
+            have = got.get(name)
+            where = "initial" if step is None else f"after op {step}"
+            if have is None:
+                out.append(f"{where}: {name} not printed")
+            elif isinstance(want, str) or isinstance(have, str):
+                if have != want:
+                    out.append(f"{where}: {name} printed {have}, observed {want}")
+            elif len(have) != len(want) or (exact and any(
+                    not (a != a and b != b) and abs(a - b) > 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want))):
+                out.append(f"{where}: {name} printed {have}, observed {want}")
+    return out
+
+
+class _Built:
+    """One framework's reproducers of every case, built: the binary of each case, the traces
+    the probe gave for it, and the build's diagnostics."""
+
+    def __init__(self, scaffold: Scaffold, root: Path):
+        self.scaffold, self.binaries, self.sources, self.errors = scaffold, {}, {}, {}
+        (root / "src" / "bin").mkdir(parents=True)
+        (root / "Cargo.toml").write_text(cargo_toml(f"transcripts_{scaffold.framework}", scaffold.framework, True))
+        prepare_cargo_build(root)
+        for i, case in enumerate(ALL_CASES):
+            try:
+                text = rust_main(scaffold, load_case(case))
+            except Exception as e:  # reported by the case's own test
+                self.errors[case.name] = f"{type(e).__name__}: {e}"
+                continue
+            (root / "src" / "bin" / f"case{i:03d}.rs").write_text(text, encoding="utf-8")
+            self.sources[case.name] = text
+            self.binaries[case.name] = cargo_target_dir() / "debug" / f"case{i:03d}"
+        env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
+        done = subprocess.run(["cargo", "build", "--keep-going", "--bins", "--message-format=short"], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=3600)
+        self.diagnostics = [line for line in done.stderr.splitlines() if "warning" in line or "error" in line]
+
+
+@pytest.fixture(scope="module", params=sorted(SCAFFOLDS))
+def built(request, tmp_path_factory) -> _Built:
+    scaffold = SCAFFOLDS[request.param]
+    if not probe_binary(scaffold.probe).exists():
+        need(f"the {scaffold.framework} probe", "build the probes with `make probes`")
+    if shutil.which("cargo") is None:
+        need("cargo", "install Rust from https://rustup.rs")
+    return _Built(scaffold, tmp_path_factory.mktemp(f"transcripts-{scaffold.framework}"))
+
+
+def test_every_reproducer_compiles_without_a_warning(built):
+    assert not built.errors, built.errors
+    assert not built.diagnostics, "\n".join(built.diagnostics[:40])
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.stem for c in ALL_CASES])
+def test_a_reproducer_prints_what_its_probe_observed(built, case):
+    assert case.name not in built.errors, built.errors.get(case.name)
+    binary = built.binaries[case.name]
+    assert binary.exists(), f"{case.name}: not built:\n" + "\n".join(built.diagnostics[:20])
+    ran = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, env={**os.environ,
+                                                                                        "RUST_BACKTRACE": "0"})
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    program = load_case(case)
+    runs = [(program, "", list(range(len(program.ops))))]
+    second = without_run(program, None)
+    if second is not None:
+        runs.append((second.program, second.prefix, list(second.numbers)))
+    for run_program, prefix, numbers in runs:
+        trace = transcribe(built.scaffold, run_program)
+        if trace["status"] != "ok":
+            # Nothing ran: the reproducer says why, and prints nothing for the run.
+            assert f"did not run the case: {trace['status']}" in built.sources[case.name]
+            assert not parse_output(ran.stdout, prefix)
+            continue
+        repeat = transcribe(built.scaffold, run_program)
+        exact = _states(trace, numbers) == _states(repeat, numbers)
+        printed = parse_output(ran.stdout, prefix)
+        assert None in printed, f"{prefix}no initial line:\n{ran.stdout[:2000]}"
+        diff = _differences(printed, trace, numbers, exact)
+        assert not diff, f"{built.scaffold.framework} reproducer of {case.name}:\n" + "\n".join(diff[:10])
