@@ -54,7 +54,9 @@ def test_cells_say_what_each_framework_documents(matrix):
 def test_rendered_with_cases_and_html(matrix, tmp_path):
     write(matrix, tmp_path)
     md = (tmp_path / "matrix.md").read_text()
-    assert "| `clone` | write | keeps | keeps | **follows** |" in md
+    # Each cell names the call as the framework's reproducer spells it, then the verdict.
+    assert "| `clone` | write | `w.clone()` keeps | `w.clone()` keeps | `w.clone()` **follows** |" in md
+    assert "| `detach` | write | `w.detach()` follows | `w.detach()` follows | `w.as_tensor().detach()` follows |" in md
     case = load_case(tmp_path / "cases" / "clone--write.toml")
     assert [op["op"] for op in case.ops] == ["snapshot", "write"]
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -64,7 +66,8 @@ def test_rendered_with_cases_and_html(matrix, tmp_path):
                         f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", (tmp_path / "matrix.html").as_uri()],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert '<table class="matrix">' in r.stdout and 'class="mono differs">follows</td>' in r.stdout
+    assert '<table class="matrix">' in r.stdout
+    assert 'class="mono differs"><code>w.clone()</code> follows</td>' in r.stdout
 
 
 def test_the_matrix_in_docs_is_current(matrix):

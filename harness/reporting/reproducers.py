@@ -44,18 +44,32 @@ from typing import Any, Callable
 from harness.case.ir import Program, load_case
 from harness.paths import PROBES_WORKSPACE
 from harness.targets.burn.reproducer import burn_main
+from harness.targets.candle.reproducer import SCAFFOLD as CANDLE_SCAFFOLD
 from harness.targets.candle.reproducer import candle_main
 from harness.targets.reproducer_base import Check
 from harness.targets.rust_project import write_cargo_project
+from harness.targets.rust_reproducer import transcribe as rust_transcribe
 from harness.targets.torch.reproducer import torch_script, variant_of
+from harness.targets.torch.reproducer import transcribe as torch_transcribe
 
 __all__ = ["Check", "burn_main", "candle_main", "parse_output", "prepare_cargo_build", "torch_script", "trace_states",
-           "write_project", "write_reproducers"]
+           "transcribe", "write_project", "write_reproducers"]
 
 LINE_RE = re.compile(r"^(initial|after op (\d+)): (\S+) = (.*)$")
 
+def transcribe(framework: str, program: Program) -> dict | None:
+    """``framework``'s trace of ``program`` on its CPU with the transcript of its calls (PROTOCOL.md),
+    or None where its reproducer is not a transcript."""
+    if framework == "torch":
+        return torch_transcribe(program)
+    scaffold = TRANSCRIPT_SCAFFOLDS.get(framework)
+    return rust_transcribe(scaffold, program) if scaffold is not None else None
+
+
 # The frameworks with a cargo reproducer, and the writer of its src/main.rs.
 RUST_WRITERS: dict[str, Callable[..., str]] = {"candle": candle_main, "burn": burn_main}
+# The Rust frameworks whose reproducer is their probe's transcript, and what wraps it.
+TRANSCRIPT_SCAFFOLDS = {"candle": CANDLE_SCAFFOLD}
 
 
 def _frameworks(finding: dict) -> set[str]:

@@ -156,22 +156,30 @@ pub fn fill(text: &str, subs: &[(&str, &str)]) -> String {
             }
             continue;
         }
-        out.push(if c == '\n' { ' ' } else { c });
+        if c == '\n' {
+            // A broken line is one line again: a method chain's `.` follows its receiver directly.
+            while i < chars.len() && chars[i].is_whitespace() {
+                i += 1;
+            }
+            if chars.get(i) != Some(&'.') {
+                out.push(' ');
+            }
+            continue;
+        }
+        out.push(c);
         i += 1;
     }
     // The pretty printer indents a broken line; one space is enough inside a statement.
+    // The printer also spaces a method chain it breaks (`x? .reshape(..)`): a call follows its
+    // receiver directly.
+    let out: Vec<char> = out.chars().collect();
     let mut squeezed = String::with_capacity(out.len());
-    let mut space = false;
-    for c in out.chars() {
-        if c == ' ' {
-            if !space {
-                squeezed.push(c);
-            }
-            space = true;
-        } else {
-            squeezed.push(c);
-            space = false;
+    for (k, &c) in out.iter().enumerate() {
+        let method_next = out.get(k + 1) == Some(&'.') && out.get(k + 2).is_some_and(|n| n.is_ascii_alphabetic() || *n == '_');
+        if c == ' ' && (squeezed.ends_with(' ') || method_next) {
+            continue;
         }
+        squeezed.push(c);
     }
     squeezed
 }
@@ -254,6 +262,8 @@ mod tests {
         assert_eq!(fill("t!(t)", &subs), "t!(w)");
         assert_eq!(fill("f(\"a\\\"t\", t)", &subs), "f(\"a\\\"t\", w)");
         assert_eq!(fill("f(a,\n    t)", &subs), "f(a, w)");
+        assert_eq!(fill("t.a()?\n    .b()?", &subs), "w.a()?.b()?");
+        assert_eq!(fill("t.a()? .b()? + 1 .. 2", &subs), "w.a()?.b()? + 1 .. 2");
         assert_eq!(fill("P { t: t, i: 1 }", &subs), "P { t: w, i: 1 }");
     }
 
