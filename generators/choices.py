@@ -23,7 +23,8 @@ through ``FastDraw``, a leaf gives the same value for the same choices.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 from weakref import WeakKeyDictionary
 
 from hypothesis.internal.conjecture.data import ConjectureData

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from hypothesis.internal.conjecture.utils import calc_label_from_name
@@ -40,8 +40,9 @@ def _shape_menu() -> tuple[tuple[int, ...], ...]:
     repeated so that a rank is drawn about as often as the list of sides drawn before: two in
     five programs' tensors of rank 1, one in five of rank 2, two in five of rank 3."""
     copies = {1: 18, 2: 3, 3: 2}
-    shapes = sorted((s for r in copies for s in itertools.product((1, 2, 3), repeat=r)),
-                    key=lambda s: (len(s), math.prod(s), s))
+    shapes = sorted(
+        (s for r in copies for s in itertools.product((1, 2, 3), repeat=r)), key=lambda s: (len(s), math.prod(s), s)
+    )
     return tuple(s for s in shapes for _ in range(copies[len(s)]))
 
 
@@ -69,18 +70,17 @@ assign_flags = Menu((False, True), "assign flag")
 weight_decays = Menu((0.0, 0.5, 0.01), "weight decay")
 
 
-@lru_cache(maxsize=None)
+@cache
 def dtypes(share: int) -> Menu:
     """A case's dtype: float32 but in ``share`` programs of ten, split between bf16 and f16.
     One integer draw that shrinks to 0, float32 (``ops.DTYPES``' simplest)."""
     others = tuple(ops.DTYPES[1 + i % (len(ops.DTYPES) - 1)] for i in range(share))
-    return Menu(tuple(others[i - 10 + share] if i >= 10 - share else "f32" for i in range(10)),
-                f"dtype {share}")
+    return Menu(tuple(others[i - 10 + share] if i >= 10 - share else "f32" for i in range(10)), f"dtype {share}")
 
 
 # Strategies are built once and reused: building one inside the draw loop costs more than
 # drawing from it (Hypothesis validates every new strategy).
-@lru_cache(maxsize=None)
+@cache
 def values(shape: tuple[int, ...]) -> Bytes:
     return _values(math.prod(shape))
 
@@ -100,31 +100,31 @@ def _exact_values(raw: bytes) -> tuple[float, ...]:
     return tuple(EXACT_VALUES[((b * k >> 8) + i) % k] for i, b in enumerate(raw))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _index(n: int) -> Menu:
     return Menu(range(n), f"index {n}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _maybe_index(n: int) -> Menu:
     # None half the time, else an index: one draw (``none() | integers()`` took two), which
     # shrinks to None, the whole tensor.
     return Menu((None,) * n + tuple(range(n)), f"maybe index {n}")
 
 
-@lru_cache(maxsize=None)
-def _menu(profile: "Profile") -> Menu:
+@cache
+def _menu(profile: Profile) -> Menu:
     return Menu(profile.op_menu(), f"op {profile.name}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lengths(lo: int, hi: int) -> Menu:
     # Longest first: a menu leans towards its first item, and a fuzzer wants long
     # programs (the minimizer makes findings short again).
     return Menu(range(hi, lo - 1, -1), f"length {lo} {hi}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _count(lo: int, hi: int) -> Count:
     return Count(lo, hi)
 
@@ -260,8 +260,9 @@ def _draw_set_lr(draw, p: _Drawn) -> None:
 
 def _draw_move(draw, p: _Drawn) -> None:
     if p.params:
-        p.ops.append({"op": "move", "target": _pick(draw, p.params),
-                      "device": draw(device_roles), "method": draw(move_methods)})
+        p.ops.append(
+            {"op": "move", "target": _pick(draw, p.params), "device": draw(device_roles), "method": draw(move_methods)}
+        )
 
 
 def _draw_module_clone(draw, p: _Drawn) -> None:
@@ -330,8 +331,11 @@ def _draw_append(draw, p: _Drawn) -> None:
         return
     target = _pick(draw, targets)
     shape = p.shape_of[target]
-    sources = [n for n in p.names
-               if (rows := ops.appended_rows(shape, p.shape_of[n])) is not None and shape[0] + rows <= ops.CACHE_ROWS]
+    sources = [
+        n
+        for n in p.names
+        if (rows := ops.appended_rows(shape, p.shape_of[n])) is not None and shape[0] + rows <= ops.CACHE_ROWS
+    ]
     if not sources:
         _draw_snapshot(draw, p)
         return
@@ -392,8 +396,9 @@ DRAWERS = {
     "snapshot": _draw_snapshot,
     "write": _draw_write,
     "fill": lambda draw, p: p.ops.append({"op": "fill", "target": _pick(draw, p.names), "value": draw(exact_values)}),
-    "scale": lambda draw, p: p.ops.append({"op": "scale", "target": _pick(draw, p.names),
-                                           "factor": draw(scale_factors)}),
+    "scale": lambda draw, p: p.ops.append(
+        {"op": "scale", "target": _pick(draw, p.names), "factor": draw(scale_factors)}
+    ),
     "step": _draw_step,
     "move": _draw_move,
     "module_clone": _draw_module_clone,
@@ -451,15 +456,19 @@ class ProgramStrategy(SearchStrategy):
             draw_op(draw, draw(menu), drawn)
         dtype = draw(dtypes(prof.dtype_share))
         draw.finish()
-        return Program(decls, check_program(decls, drawn.ops, layers=declared_layers, dtype=dtype),
-                       layers=declared_layers, dtype=dtype)
+        return Program(
+            decls,
+            check_program(decls, drawn.ops, layers=declared_layers, dtype=dtype),
+            layers=declared_layers,
+            dtype=dtype,
+        )
 
 
 _TENSORS_LABEL = calc_label_from_name("aliasfuzz tensors")
 _LAYERS_LABEL = calc_label_from_name("aliasfuzz layers")
 
 
-@lru_cache(maxsize=None)
+@cache
 def programs(profile: str | Profile = "default", max_ops: int | None = None) -> ProgramStrategy:
     """The strategy of valid programs. ``max_ops`` overrides the profile's length (benchmarks
     use it)."""

@@ -50,8 +50,12 @@ def build(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
     target = cargo_target_dir()
     target.mkdir(parents=True, exist_ok=True)
     with open(target / "aliasfuzz-builds.jsonl", "a", encoding="utf-8") as log:
-        log.write(json.dumps({"time": time.time(), "seconds": round(elapsed, 1), "features": feats,
-                              "status": result.returncode}) + "\n")
+        log.write(
+            json.dumps(
+                {"time": time.time(), "seconds": round(elapsed, 1), "features": feats, "status": result.returncode}
+            )
+            + "\n"
+        )
     print(f"aliasfuzz build: {'ok' if result.returncode == 0 else 'FAILED'} in {elapsed:.1f}s", flush=True)
     return result.returncode
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from typing import Iterator
+from collections.abc import Iterator
 
 #: Allocations (less deallocations) between two collections of the youngest generation.
 YOUNG_THRESHOLD = 50_000

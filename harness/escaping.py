@@ -28,8 +28,19 @@ from typing import Any
 
 from harness.case.values import one_line
 
-__all__ = ["comment_text", "md_code", "md_fence", "md_text", "python_comment", "python_docstring", "python_str", "rust_comment",
-           "rust_str", "toml_str", "visible"]
+__all__ = [
+    "comment_text",
+    "md_code",
+    "md_fence",
+    "md_text",
+    "python_comment",
+    "python_docstring",
+    "python_str",
+    "rust_comment",
+    "rust_str",
+    "toml_str",
+    "visible",
+]
 
 
 def visible(text: Any) -> str:
@@ -150,8 +161,9 @@ def md_text(text: Any) -> str:
     cell: no element, link or image comes from ``text``."""
     flat = visible(" ".join(str(text).split()))
     escaped = _MD_INLINE.sub(r"\\\1", html.escape(flat, quote=False))
-    return _MD_LINE_START.sub(lambda m: m.group(1) + ("\\" + m.group(2) if not m.group(2).isdigit()
-                                                        else m.group(2) + "\\"), escaped, count=1)
+    return _MD_LINE_START.sub(
+        lambda m: m.group(1) + ("\\" + m.group(2) if not m.group(2).isdigit() else m.group(2) + "\\"), escaped, count=1
+    )
 
 
 def _longest_backtick_run(text: str) -> int:
@@ -174,7 +186,9 @@ def md_fence(text: Any, lang: str = "") -> list[str]:
     character that is not printable written as its escape but for line breaks and tabs (a bare
     ``\\r`` or U+2028 would be a line ending to some renderer, an ANSI sequence would reach the
     terminal of whoever reads the file)."""
-    body = "\n".join("".join(c if c == "\t" or c.isprintable() else visible(c) for c in line)
-                     for line in str(text).rstrip().replace("\r\n", "\n").split("\n"))
+    body = "\n".join(
+        "".join(c if c == "\t" or c.isprintable() else visible(c) for c in line)
+        for line in str(text).rstrip().replace("\r\n", "\n").split("\n")
+    )
     ticks = "`" * max(3, _longest_backtick_run(body) + 1)
     return [ticks + lang, body, ticks]

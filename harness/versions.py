@@ -22,7 +22,7 @@ def version_key(version: str) -> tuple:
     if m is None:
         raise ValueError(f"{version!r} is not a version (expected digits and dots, like 0.11.1)")
     release = tuple(int(x) for x in m.group().split("."))
-    rest = v[m.end():]
+    rest = v[m.end() :]
     pre = tuple(int(x) for x in re.findall(r"\d+", rest))
     return release + (0,) * (3 - len(release)), 0 if rest else 1, pre
 
@@ -35,7 +35,7 @@ class VersionRange:
     high: str | None
 
     @classmethod
-    def parse(cls, spec: str) -> "VersionRange":
+    def parse(cls, spec: str) -> VersionRange:
         """Raises ``ValueError`` with the reason for a spec that is not a range."""
         s = spec.strip()
         lo, sep, hi = s.partition("..")
@@ -53,8 +53,7 @@ class VersionRange:
 
     def __contains__(self, version: str) -> bool:
         k = version_key(version)
-        return ((self.low is None or version_key(self.low) <= k)
-                and (self.high is None or k <= version_key(self.high)))
+        return (self.low is None or version_key(self.low) <= k) and (self.high is None or k <= version_key(self.high))
 
     def __str__(self) -> str:
         if self.low == self.high:

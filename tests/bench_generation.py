@@ -36,8 +36,10 @@ def drawing(drawer, chunks: int) -> str:
     start = time.perf_counter()
     drawn = [p for k in range(chunks) for p in drawer(64, chunk_seed(1, k), "default")]
     seconds = time.perf_counter() - start
-    return (f"{len(drawn) / seconds:7.1f} programs/s, {len({p.key() for p in drawn})} distinct of {len(drawn)}, "
-            f"mean length {statistics.mean(len(p.ops) for p in drawn):.1f} ops")
+    return (
+        f"{len(drawn) / seconds:7.1f} programs/s, {len({p.key() for p in drawn})} distinct of {len(drawn)}, "
+        f"mean length {statistics.mean(len(p.ops) for p in drawn):.1f} ops"
+    )
 
 
 def planted(drawer, runner: Runner, seed: int, max_chunks: int = 40) -> dict | None:
@@ -50,8 +52,14 @@ def planted(drawer, runner: Runner, seed: int, max_chunks: int = 40) -> dict | N
         hit = next((r for r in recorded if r.finding.method == "clone" and r.finding.aspect == "verdict"), None)
         if hit is not None:
             minimal = is_one_minimal(hit.minimized, engine.predicate(hit.finding, runner.ids)) == []
-            return {"programs": engine.programs_run, "before": hit.shrink.ops_before, "after": len(hit.minimized.ops),
-                    "one_minimal": minimal, "seconds": hit.shrink.seconds, "hypothesis_runs": hit.shrink.hypothesis_runs}
+            return {
+                "programs": engine.programs_run,
+                "before": hit.shrink.ops_before,
+                "after": len(hit.minimized.ops),
+                "one_minimal": minimal,
+                "seconds": hit.shrink.seconds,
+                "hypothesis_runs": hit.shrink.hypothesis_runs,
+            }
     return None
 
 
@@ -67,14 +75,22 @@ def main() -> None:
             found = [planted(drawer, runner, seed) for seed in range(1, args.seeds + 1)]
             got = [f for f in found if f]
             for seed, f in enumerate(found, 1):
-                print(f"  seed {seed:2}: " + ("not found" if f is None else
-                      f"found after {f['programs']:4} programs; shrunk {f['before']:2} -> {f['after']} ops "
-                      f"({'1-minimal' if f['one_minimal'] else 'NOT 1-minimal'}) in {f['seconds']:.2f}s, "
-                      f"{f['hypothesis_runs']} Hypothesis runs"))
+                print(
+                    f"  seed {seed:2}: "
+                    + (
+                        "not found"
+                        if f is None
+                        else f"found after {f['programs']:4} programs; shrunk {f['before']:2} -> {f['after']} ops "
+                        f"({'1-minimal' if f['one_minimal'] else 'NOT 1-minimal'}) in {f['seconds']:.2f}s, "
+                        f"{f['hypothesis_runs']} Hypothesis runs"
+                    )
+                )
             if got:
-                print(f"  {len(got)}/{len(found)} found; {sum(f['after'] == 2 for f in got)} at the known minimum; "
-                      f"median programs to find {statistics.median(f['programs'] for f in got):.0f}; "
-                      f"median shrink {statistics.median(f['seconds'] for f in got):.2f}s")
+                print(
+                    f"  {len(got)}/{len(found)} found; {sum(f['after'] == 2 for f in got)} at the known minimum; "
+                    f"median programs to find {statistics.median(f['programs'] for f in got):.0f}; "
+                    f"median shrink {statistics.median(f['seconds'] for f in got):.2f}s"
+                )
     finally:
         runner.close()
 

@@ -42,13 +42,43 @@ def redis_stats(client) -> tuple[dict[str, int], float]:
 
 
 def run_machines(url: str, name: str, machines: int, args: argparse.Namespace, tmp: Path, env: dict) -> float:
-    cmd = [PY, "-m", "harness.cli", "fuzz", "--db", url, "--campaign", name, "--targets", args.targets,
-           "--profile", "quick", "--seed", "5", "--max-programs", str(args.programs), "--chunk-size",
-           str(args.chunk_size), "--confirm", "0", "--shrink-time", "2", "--no-report"]
+    cmd = [
+        PY,
+        "-m",
+        "harness.cli",
+        "fuzz",
+        "--db",
+        url,
+        "--campaign",
+        name,
+        "--targets",
+        args.targets,
+        "--profile",
+        "quick",
+        "--seed",
+        "5",
+        "--max-programs",
+        str(args.programs),
+        "--chunk-size",
+        str(args.chunk_size),
+        "--confirm",
+        "0",
+        "--shrink-time",
+        "2",
+        "--no-report",
+    ]
     started = time.monotonic()
-    procs = [subprocess.Popen(cmd + ["--out", str(tmp / f"{name}-{i}")], cwd=ROOT, env={**os.environ, **env},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for i in range(machines)]
+    procs = [
+        subprocess.Popen(
+            cmd + ["--out", str(tmp / f"{name}-{i}")],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(machines)
+    ]
     for p in procs:
         _out, err = p.communicate(timeout=1800)
         if p.returncode not in (0, 1):
@@ -61,18 +91,28 @@ def main() -> None:
     ap.add_argument("--programs", type=int, default=960)
     ap.add_argument("--chunk-size", type=int, default=16)
     ap.add_argument("--slow-ms", type=int, default=10, help="the fake target's sleep per program")
-    ap.add_argument("--targets", default="candle:ref", help="candle:ref: one target, no finding (the default); "
-                    "candle: the fake's planted divergence too, so findings, shrinking and sightings count")
-    ap.add_argument("--chunk-rate", type=float, default=1.0,
-                    help="chunks per second one machine runs on real targets, for the estimate")
+    ap.add_argument(
+        "--targets",
+        default="candle:ref",
+        help="candle:ref: one target, no finding (the default); "
+        "candle: the fake's planted divergence too, so findings, shrinking and sightings count",
+    )
+    ap.add_argument(
+        "--chunk-rate",
+        type=float,
+        default=1.0,
+        help="chunks per second one machine runs on real targets, for the estimate",
+    )
     args = ap.parse_args()
     import redis
 
     from harness.fuzzing.shared_report import snapshot
 
     chunks = -(-args.programs // args.chunk_size)
-    print(f"fake target (TEST DOUBLE, {args.slow_ms} ms sleep per program), {args.programs} programs in "
-          f"{chunks} chunks of {args.chunk_size}; {os.cpu_count()} CPUs")
+    print(
+        f"fake target (TEST DOUBLE, {args.slow_ms} ms sleep per program), {args.programs} programs in "
+        f"{chunks} chunks of {args.chunk_size}; {os.cpu_count()} CPUs"
+    )
     with tempfile.TemporaryDirectory() as d, contextlib.contextmanager(_redis_server)(Path(d)) as (url, _proc):
         tmp = Path(d)
         env = fake_probe_dir(tmp, "--slow-ms", str(args.slow_ms))
@@ -90,15 +130,19 @@ def main() -> None:
             total = sum(calls.values())
             per_chunk_cpu = (cpu1 - cpu0) / chunks
             print(f"{machines} machine(s): {len(snap.findings)} findings, {sum(snap.sightings.values())} sightings")
-            print(f"{machines} machine(s): {snap.programs} programs in {wall:.1f}s = {rates[machines]:.1f} programs/s; "
-                  f"Redis: {total} commands ({total / chunks:.1f}/chunk), {calls.get('evalsha', 0)} script calls "
-                  f"({calls.get('evalsha', 0) / chunks:.2f}/chunk), {1000 * per_chunk_cpu:.2f} ms CPU/chunk")
+            print(
+                f"{machines} machine(s): {snap.programs} programs in {wall:.1f}s = {rates[machines]:.1f} programs/s; "
+                f"Redis: {total} commands ({total / chunks:.1f}/chunk), {calls.get('evalsha', 0)} script calls "
+                f"({calls.get('evalsha', 0) / chunks:.2f}/chunk), {1000 * per_chunk_cpu:.2f} ms CPU/chunk"
+            )
             top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
             print("   commands: " + ", ".join(f"{k} {v}" for k, v in top))
         print(f"three machines against one: {rates[3] / rates[1]:.2f}x")
         serves = 1.0 / max(per_chunk_cpu * args.chunk_rate, 1e-12)
-        print(f"estimate: one Redis core serves about {serves:,.0f} machines at {args.chunk_rate:g} chunk/s each "
-              f"(its CPU per chunk, start-up and polling included)")
+        print(
+            f"estimate: one Redis core serves about {serves:,.0f} machines at {args.chunk_rate:g} chunk/s each "
+            f"(its CPU per chunk, start-up and polling included)"
+        )
 
 
 if __name__ == "__main__":

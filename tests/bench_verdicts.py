@@ -32,8 +32,10 @@ def measure(n_snapshots: int, seed: int) -> str:
     warm = time.perf_counter() - start
     observations = sum(len(step.changed) for step in first.steps)
     events = sum(len(v.events) for v in judged.values())
-    return (f"{n_snapshots:6} snapshots: {len(program.ops):6} ops, {observations:6} observations, "
-            f"{len(judged):6} relations, {events:6} events; verdicts {cold:8.3f} s cold, {warm:8.3f} s warm")
+    return (
+        f"{n_snapshots:6} snapshots: {len(program.ops):6} ops, {observations:6} observations, "
+        f"{len(judged):6} relations, {events:6} events; verdicts {cold:8.3f} s cold, {warm:8.3f} s warm"
+    )
 
 
 def main() -> None:

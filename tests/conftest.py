@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from typing import NoReturn
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -22,8 +22,14 @@ PY = sys.executable
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=ROOT) -> subprocess.CompletedProcess:
     """Runs the real ``aliasfuzz`` command line in a subprocess."""
-    return subprocess.run([PY, "-m", "harness.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [PY, "-m", "harness.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def repro_json_alone(case, target: str) -> dict:
@@ -83,6 +89,7 @@ def clean_runs(target: str):
     """A function running one program on ``target`` alone (every op sent, as a replayed case) and
     returning its trace, which must be ``ok``: what a module's ``run`` fixture yields."""
     with targets_runner((target,)) as runner:
+
         def run_program(program):
             trace = runner.run_one(program, every_target=True)[target]
             assert trace.status == "ok", trace.message
@@ -134,8 +141,11 @@ def _redis_server(tmp_path):
     import redis
 
     port = free_port()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         client = redis.Redis(host="127.0.0.1", port=port)
         deadline = time.monotonic() + 20

@@ -47,7 +47,12 @@ def _other_op(rng: random.Random, snapshots: list[str]) -> dict:
     if kind == "map":  # the target is bound again to a new tensor: its relations end
         return {"op": "map", "target": rng.choice(["b0"] + snapshots[-16:]), "fn": rng.choice(["neg", "add_scalar"])}
     # p0's slot gets another tensor: p0's snapshots' relations end, a relation of p0 to it begins
-    return {"op": "replace", "target": "p0", "value": rng.choice(snapshots[-16:]), "how": rng.choice(["new", "data", "tie"])}
+    return {
+        "op": "replace",
+        "target": "p0",
+        "value": rng.choice(snapshots[-16:]),
+        "how": rng.choice(["new", "data", "tie"]),
+    }
 
 
 def storage_trace(program: Program, target: str = "model:cpu") -> Trace:

@@ -14,7 +14,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from harness.paths import SCHEMA as SCHEMA_PATH, probe_binary
+from harness.paths import SCHEMA as SCHEMA_PATH
+from harness.paths import probe_binary
 from harness.targets.protocol import OBS_FIELDS, PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,16 +24,24 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 
 class Probe:
-    def __init__(self, binary_name: str, default_device: str, timeout_s: float = 60.0,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, binary_name: str, default_device: str, timeout_s: float = 60.0, env: dict[str, str] | None = None
+    ) -> None:
         self.binary = probe_binary(binary_name)
         if not self.binary.exists():
             pytest.fail(f"{self.binary} is missing: build the probes with `make probes`", pytrace=False)
         self.default_device = default_device
         self.timeout_s = timeout_s
-        self.proc = subprocess.Popen([str(self.binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, bufsize=1, cwd=ROOT,
-                                     env={**os.environ, **(env or {})})
+        self.proc = subprocess.Popen(
+            [str(self.binary)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         threading.Thread(target=self.proc.stderr.read, daemon=True).start()
@@ -65,8 +74,7 @@ class Probe:
         assert reply["type"] == "hello"
         return reply
 
-    def run(self, tensors: list[dict], ops: list[dict], device: str | None = None,
-            valid_request: bool = True) -> dict:
+    def run(self, tensors: list[dict], ops: list[dict], device: str | None = None, valid_request: bool = True) -> dict:
         """Runs one program. ``valid_request=False`` sends ops the schema rejects (robustness)."""
         device = device or self.default_device
         rid = self.next_id
@@ -98,8 +106,11 @@ def named_observations(reply: dict) -> dict:
     def named(group: dict) -> dict:
         return {name: dict(zip(OBS_FIELDS, obs)) for name, obs in group.items()}
 
-    return {**reply, "initial": named(reply["initial"]),
-            "steps": [{**s, "changed": named(s["changed"])} for s in reply["steps"]]}
+    return {
+        **reply,
+        "initial": named(reply["initial"]),
+        "steps": [{**s, "changed": named(s["changed"])} for s in reply["steps"]],
+    }
 
 
 def states(trace: dict) -> list[dict]:

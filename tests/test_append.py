@@ -16,8 +16,7 @@ def _value(trace, i: int, name: str):
 
 @pytest.fixture(scope="module")
 def cache_views(runner):
-    return runner.run_one(load_case(CASES / "kv_cache_view_follows_a_write_through_the_cache.toml"),
-                          every_target=True)
+    return runner.run_one(load_case(CASES / "kv_cache_view_follows_a_write_through_the_cache.toml"), every_target=True)
 
 
 @pytest.mark.parametrize("target", ["torch:cpu", "candle:cpu"])
@@ -80,10 +79,14 @@ def test_an_append_one_side_could_not_run_leaves_later_ops_uncompared(runner):
     # burn has no state_dict entry for a buffer: s0 is never bound there, the append is skipped,
     # and b0 keeps one row, so the write of two values fails there. That failure is the skipped
     # append's consequence, not a finding of its own.
-    p = _program({"b0": ("buffer", [0.0])},
-                 [{"op": "snapshot", "name": "s0", "of": "b0", "method": "state_dict"},
-                  {"op": "append", "target": "b0", "source": "s0"},
-                  {"op": "write", "target": "b0", "value": [0.0, 0.0]}])
+    p = _program(
+        {"b0": ("buffer", [0.0])},
+        [
+            {"op": "snapshot", "name": "s0", "of": "b0", "method": "state_dict"},
+            {"op": "append", "target": "b0", "source": "s0"},
+            {"op": "write", "target": "b0", "value": [0.0, 0.0]},
+        ],
+    )
     traces = runner.run_one(p)
     assert traces["burn:flex"].steps[1].status == "skipped" and traces["burn:flex"].steps[2].status == "error"
     assert not [f for f in compare(p, traces) if f.op_label == "write:whole"]
@@ -94,15 +97,20 @@ def test_a_write_across_an_ended_relation_names_the_link_that_carried_it(runner)
 
     # s1 = copy.copy(s0) shares w's storage in torch (s0 is w itself); the append grows s0 into a
     # new tensor, but s1 still reaches w: the copy carried the write, not the append.
-    p = _program({"w": ("param", [1.0])},
-                 [{"op": "snapshot", "name": "s0", "of": "w", "method": "alias"},
-                  {"op": "snapshot", "name": "s1", "of": "s0", "method": "copy"},
-                  {"op": "append", "target": "s0", "source": "w", "how": "cache"},
-                  {"op": "write", "target": "s1", "value": [0.0]}])
+    p = _program(
+        {"w": ("param", [1.0])},
+        [
+            {"op": "snapshot", "name": "s0", "of": "w", "method": "alias"},
+            {"op": "snapshot", "name": "s1", "of": "s0", "method": "copy"},
+            {"op": "append", "target": "s0", "source": "w", "how": "cache"},
+            {"op": "write", "target": "s1", "value": [0.0]},
+        ],
+    )
     sigs = {f.signature for f in compare(p, runner.run_one(p))}
     assert "value|candle:cpu~torch:cpu|value|copy|write:whole|unchanged~changed" in sigs, sigs
     # the keys kept from a cache and the grown cache: the alias, across the append that grew it
     traces = runner.run_one(load_case(CASES / "kv_cache_view_follows_a_write_through_the_cache.toml"))
-    sigs = {f.signature for f in compare(load_case(CASES / "kv_cache_view_follows_a_write_through_the_cache.toml"),
-                                         traces)}
+    sigs = {
+        f.signature for f in compare(load_case(CASES / "kv_cache_view_follows_a_write_through_the_cache.toml"), traces)
+    }
     assert "value|burn:flex~torch:cpu|value|alias@append:cache|write:row|unchanged~changed" in sigs, sigs

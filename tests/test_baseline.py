@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.fuzzing.baseline import load_baseline
 from harness.case.ir import CaseError, load_case
+from harness.fuzzing.baseline import load_baseline
 from harness.judging.finding import Finding
 from harness.reporting.repro import run_case
 from tests.conftest import ROOT
@@ -54,25 +54,40 @@ def test_entry_case_shows_a_finding_the_entry_matches(entry, case_findings):
 ALSO_SHOWS = {
     "assign_from_a_transposed_snapshot": {"burn-tensors-are-values"},
     "batch_norm_running_stats_across_clone_save_and_eval": {
-        "candle-module-clone-shares-vars", "candle-varmap-entry-is-the-var", "candle-varmap-set-refuses-its-own-vars"},
+        "candle-module-clone-shares-vars",
+        "candle-varmap-entry-is-the-var",
+        "candle-varmap-set-refuses-its-own-vars",
+    },
     "burn_assign_between_backends": {"candle-slice-set-refuses-assign-whole"},
     "burn_layer_refuses_an_input_on_the_other_cpu_backend": {"burn-running-state-lags-one-update-and-is-biased"},
     "burn_module_clone_shares_running_state": {
-        "burn-paramid-is-not-object-identity", "burn-running-state-lags-one-update-and-is-biased",
-        "candle-module-clone-shares-vars"},
+        "burn-paramid-is-not-object-identity",
+        "burn-running-state-lags-one-update-and-is-biased",
+        "candle-module-clone-shares-vars",
+    },
     "burn_move_initialises_a_lazy_param_a_clone_shares": {"burn-paramid-is-not-object-identity"},
-    "burn_param_map_takes_the_tensors_tracking": {"burn-paramid-is-not-object-identity", "candle-module-clone-shares-vars"},
+    "burn_param_map_takes_the_tensors_tracking": {
+        "burn-paramid-is-not-object-identity",
+        "candle-module-clone-shares-vars",
+    },
     "burn_running_stats_move_at_a_mode_change": {"burn-paramid-is-not-object-identity"},
     "burn_snapshot_before_a_move_makes_train_refuse": {"burn-train-after-to-device-fails"},
     "burn_tied_params_in_a_module_clone": {"burn-paramid-is-not-object-identity", "candle-module-clone-shares-vars"},
     "burn_unused_module_clone_stops_a_moved_lazy_training": {
-        "burn-paramid-is-not-object-identity", "burn-to-device-does-not-train", "candle-module-clone-shares-vars"},
+        "burn-paramid-is-not-object-identity",
+        "burn-to-device-does-not-train",
+        "candle-module-clone-shares-vars",
+    },
     "burn_valid_train_applies_the_pending_running_update": {
-        "burn-paramid-is-not-object-identity", "burn-running-state-lags-one-update-and-is-biased",
-        "candle-module-clone-shares-vars"},
+        "burn-paramid-is-not-object-identity",
+        "burn-running-state-lags-one-update-and-is-biased",
+        "candle-module-clone-shares-vars",
+    },
     "burn_valid_train_unshares_a_module_clones_running_state": {
-        "burn-paramid-is-not-object-identity", "burn-running-state-lags-one-update-and-is-biased",
-        "candle-module-clone-shares-vars"},
+        "burn-paramid-is-not-object-identity",
+        "burn-running-state-lags-one-update-and-is-biased",
+        "candle-module-clone-shares-vars",
+    },
     "candle_batch_norm_output_is_a_transposed_view": {"burn-running-state-lags-one-update-and-is-biased"},
     "candle_detach_of_a_clone_writes_into_the_source": {"candle-clone-shares-storage"},
     "candle_param_replaced_from_a_clone_is_the_old_var": {"candle-clone-shares-storage"},
@@ -93,20 +108,33 @@ ALSO_SHOWS = {
     "torch_chunk_unusable_after_an_in_place_step": {"burn-tensors-are-values"},
     "torch_file_checkpoint_keeps_shared_storage": {"burn-paramid-is-not-object-identity"},
     "torch_file_checkpoint_sharing_seen_by_a_snapshot": {
-        "burn-paramid-is-not-object-identity", "candle-var-from-tensor-reuses-a-var"},
+        "burn-paramid-is-not-object-identity",
+        "candle-var-from-tensor-reuses-a-var",
+    },
     "torch_host_round_trip_of_an_expanded_view_keeps_its_strides": {
-        "burn-tensors-are-values", "torch-numpy-round-trip-shares-on-cpu"},
+        "burn-tensors-are-values",
+        "torch-numpy-round-trip-shares-on-cpu",
+    },
     "torch_load_refuses_an_entry_overlapping_its_parameter": {
-        "burn-paramid-is-not-object-identity", "candle-memory-checkpoint-is-the-vars"},
+        "burn-paramid-is-not-object-identity",
+        "candle-memory-checkpoint-is-the-vars",
+    },
     "torch_load_through_a_transposed_parameter_rearranges_what_shares_it": {
-        "burn-paramid-is-not-object-identity", "candle-memory-checkpoint-is-the-vars"},
+        "burn-paramid-is-not-object-identity",
+        "candle-memory-checkpoint-is-the-vars",
+    },
     "torch_load_writes_through_shared_storage": {"burn-paramid-is-not-object-identity"},
     "torch_param_over_its_snapshot_takes_the_snapshots_writes": {"burn-tensors-are-values"},
     "torch_parameter_over_an_expansion_refuses_a_write": {
-        "burn-param-from-tensor-refuses-a-non-leaf", "candle-clone-shares-storage"},
+        "burn-param-from-tensor-refuses-a-non-leaf",
+        "candle-clone-shares-storage",
+    },
     "torch_step_moves_the_tensor_a_new_parameter_was_made_of": {"burn-param-from-tensor-refuses-a-non-leaf"},
     "burn_load_restores_the_records_param_ids": {
-        "burn-paramid-is-not-object-identity", "candle-memory-checkpoint-is-the-vars", "candle-varmap-set-refuses-its-own-vars"},
+        "burn-paramid-is-not-object-identity",
+        "candle-memory-checkpoint-is-the-vars",
+        "candle-varmap-set-refuses-its-own-vars",
+    },
     "torch_step_moves_the_checkpoint_entry_a_parameter_was_made_of": {"burn-paramid-is-not-object-identity"},
 }
 
@@ -114,7 +142,9 @@ ALSO_SHOWS = {
 UNEXPLAINED = {
     # torch AdamW's foreach and for-loop steps disagree over two Parameters on one storage:
     # tests/cases/torch_foreach_adamw_over_two_parameters_on_one_storage.toml
-    "candle_reused_var_is_one_parameter": {"variant|torch:cpu~torch:cpu+foreach|value|replace:new|step:adamw|changed~unchanged"},
+    "candle_reused_var_is_one_parameter": {
+        "variant|torch:cpu~torch:cpu+foreach|value|replace:new|step:adamw|changed~unchanged"
+    },
 }
 
 
@@ -158,13 +188,21 @@ def test_an_entry_with_several_side_patterns_matches_any_of_them(tmp_path: Path)
     from harness.judging.finding import Finding
 
     path = tmp_path / "baseline.toml"
-    path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = "copy"\n'
-                    'sides = ["*keeps~*follows", "none~follows"]\n')
+    path.write_text(
+        '[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = "copy"\n'
+        'sides = ["*keeps~*follows", "none~follows"]\n'
+    )
     entry = load_baseline(path).entries[0]
 
     def finding(sides):
-        return Finding(kind="framework", aspect="verdict", targets=("candle:cpu", "torch:cpu"),
-                       op_label="write", method="copy", sides=sides)
+        return Finding(
+            kind="framework",
+            aspect="verdict",
+            targets=("candle:cpu", "torch:cpu"),
+            op_label="write",
+            method="copy",
+            sides=sides,
+        )
 
     assert entry.matches(finding(("rev keeps", "rev follows"))) and entry.matches(finding(("none", "follows")))
     assert not entry.matches(finding(("other", "follows"))) and not entry.matches(finding(("follows", "none")))
@@ -178,16 +216,27 @@ def test_every_match_field_takes_a_list_and_role_matches_the_subjects_kind(tmp_p
     from harness.judging.finding import Finding
 
     path = tmp_path / "baseline.toml"
-    path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = ["copy", "save:*"]\n'
-                    'op = ["load", "write"]\nrole = "buffer"\n')
+    path.write_text(
+        '[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nmethod = ["copy", "save:*"]\n'
+        'op = ["load", "write"]\nrole = "buffer"\n'
+    )
     entry = load_baseline(path).entries[0]
 
     def finding(method, op, role):
-        return Finding(kind="framework", aspect="verdict", targets=("candle:cpu", "torch:cpu"),
-                       op_label=op, method=method, sides=("none", "follows"), role=role)
+        return Finding(
+            kind="framework",
+            aspect="verdict",
+            targets=("candle:cpu", "torch:cpu"),
+            op_label=op,
+            method=method,
+            sides=("none", "follows"),
+            role=role,
+        )
 
     assert entry.matches(finding("save:file", "load", "buffer")) and entry.matches(finding("copy", "write", "buffer"))
-    assert not entry.matches(finding("save:file", "load", "param")) and not entry.matches(finding("copy", "step", "buffer"))
+    assert not entry.matches(finding("save:file", "load", "param")) and not entry.matches(
+        finding("copy", "step", "buffer")
+    )
     assert not entry.matches(finding("clone", "write", "buffer")) and not entry.matches(finding("copy", "write", None))
     path.write_text('[[known]]\nid = "x"\nreason = "r"\ncase = "c.toml"\nrole = []\n')
     with pytest.raises(CaseError) as info:
@@ -198,16 +247,22 @@ def test_every_match_field_takes_a_list_and_role_matches_the_subjects_kind(tmp_p
 #: More cases of one entry, each a path of the same cause the entry's own case does not take.
 MORE_CASES = {
     # the load_state_dict copy_ into the parameter (pytorch#28318), not a write or an assign
-    "torch-parameter-over-an-expansion-refuses-a-write": ["tests/cases/torch_load_into_a_parameter_over_an_expansion_fails.toml"],
+    "torch-parameter-over-an-expansion-refuses-a-write": [
+        "tests/cases/torch_load_into_a_parameter_over_an_expansion_fails.toml"
+    ],
     # an assign into the moved param, then a backward pass: no tracked tensor at all
     "burn-step-after-to-device-fails": ["tests/cases/burn_step_after_a_move_and_an_assign_fails.toml"],
     # tied both ways: the value finding names the chain of the two ties
     "burn-tied-param-is-stepped-in-one-field": ["tests/cases/tied_in_a_cycle_stepped_per_name.toml"],
     "candle-varmap-lists-a-tied-var-twice": ["tests/cases/tied_in_a_cycle_stepped_per_name.toml"],
     # Param::map onto another param's tracked tensor (w.data = l), not Param::from_tensor
-    "burn-param-from-a-tracked-tensor-is-its-gradient-node": ["tests/cases/burn_param_map_of_another_param_is_its_gradient_node.toml"],
+    "burn-param-from-a-tracked-tensor-is-its-gradient-node": [
+        "tests/cases/burn_param_map_of_another_param_is_its_gradient_node.toml"
+    ],
     # an optimizer's in-place update of a parameter over an expansion
-    "torch-expanded-view-refuses-a-whole-write": ["tests/cases/torch_step_into_a_parameter_over_an_expansion_fails.toml"],
+    "torch-expanded-view-refuses-a-whole-write": [
+        "tests/cases/torch_step_into_a_parameter_over_an_expansion_fails.toml"
+    ],
 }
 
 

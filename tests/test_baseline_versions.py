@@ -17,12 +17,15 @@ from tests.conftest import run_cli
 from tests.test_campaign import fake_probe_dir
 
 
-@pytest.mark.parametrize("spec, inside, outside", [
-    ("0.9.1..0.11.1", ["0.9.1", "0.10.0", "0.11.1"], ["0.9.0", "0.11.2", "0.12.0"]),
-    ("0.22.1..", ["0.22.1", "0.23.0", "1.0.0"], ["0.22.0", "0.22.1-alpha.1"]),
-    ("..2.5", ["2.4.9", "2.5", "2.5.0+cpu"], ["2.5.1", "3.0.0"]),
-    ("2.15.0", ["2.15.0", "2.15.0+cu132"], ["2.15.1", "2.14.0", "2.15.0rc1"]),
-])
+@pytest.mark.parametrize(
+    "spec, inside, outside",
+    [
+        ("0.9.1..0.11.1", ["0.9.1", "0.10.0", "0.11.1"], ["0.9.0", "0.11.2", "0.12.0"]),
+        ("0.22.1..", ["0.22.1", "0.23.0", "1.0.0"], ["0.22.0", "0.22.1-alpha.1"]),
+        ("..2.5", ["2.4.9", "2.5", "2.5.0+cpu"], ["2.5.1", "3.0.0"]),
+        ("2.15.0", ["2.15.0", "2.15.0+cu132"], ["2.15.1", "2.14.0", "2.15.0rc1"]),
+    ],
+)
 def test_a_range_holds_its_versions_and_no_other(spec, inside, outside):
     r = VersionRange.parse(spec)
     assert all(v in r for v in inside) and not any(v in r for v in outside)
@@ -34,14 +37,17 @@ def test_versions_order_numerically_with_pre_releases_first():
     assert sorted(reversed(ordered), key=version_key) == ordered
 
 
-@pytest.mark.parametrize("versions, field, says", [
-    ('{ candle = "0.12.0..0.11.1" }', "known[0].versions.candle", "0.12.0 comes after 0.11.1"),
-    ('{ cnadle = "0.11.1" }', "known[0].versions.cnadle", "unknown framework (known: torch, candle, burn)"),
-    ('{ candle = 11 }', "known[0].versions.candle", "expected a version range"),
-    ('{ candle = ".." }', "known[0].versions.candle", "names no version"),
-    ('{ candle = "latest" }', "known[0].versions.candle", "is not a version"),
-    ('"0.11.1"', "known[0].versions", "expected a table of framework"),
-])
+@pytest.mark.parametrize(
+    "versions, field, says",
+    [
+        ('{ candle = "0.12.0..0.11.1" }', "known[0].versions.candle", "0.12.0 comes after 0.11.1"),
+        ('{ cnadle = "0.11.1" }', "known[0].versions.cnadle", "unknown framework (known: torch, candle, burn)"),
+        ("{ candle = 11 }", "known[0].versions.candle", "expected a version range"),
+        ('{ candle = ".." }', "known[0].versions.candle", "names no version"),
+        ('{ candle = "latest" }', "known[0].versions.candle", "is not a version"),
+        ('"0.11.1"', "known[0].versions", "expected a table of framework"),
+    ],
+)
 def test_a_bad_versions_field_is_one_line_naming_the_file_and_field(tmp_path, versions, field, says):
     path = tmp_path / "baseline.toml"
     path.write_text(f'[[known]]\nid = "x"\nreason = "r"\ncase = "tests/cases/planted.toml"\nversions = {versions}\n')
@@ -59,17 +65,34 @@ def test_every_bundled_entry_names_the_versions_of_its_frameworks():
 
 def _planted_baseline(tmp_path, candle_range: str):
     path = tmp_path / f"baseline-{candle_range}.toml"
-    path.write_text('[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\n'
-                    f'case = "tests/cases/planted.toml"\nversions = {{ candle = "{candle_range}" }}\n')
+    path.write_text(
+        '[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\n'
+        f'case = "tests/cases/planted.toml"\nversions = {{ candle = "{candle_range}" }}\n'
+    )
     return path
 
 
 @pytest.mark.parametrize("candle_range, known", [("0.11.1", False), ("0.11.1..", True), ("0.12.0", True)])
 def test_a_campaign_finding_outside_its_entrys_versions_is_new_and_says_why(tmp_path, candle_range, known):
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--baseline", str(_planted_baseline(tmp_path, candle_range)), "--out", str(out),
-                env=fake_probe_dir(tmp_path, "--version", "candle-core=0.12.0"))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--baseline",
+        str(_planted_baseline(tmp_path, candle_range)),
+        "--out",
+        str(out),
+        env=fake_probe_dir(tmp_path, "--version", "candle-core=0.12.0"),
+    )
     assert r.returncode == 1, r.stdout + r.stderr  # the fake's verdict findings are new either way
     findings = json.loads((out / "findings.json").read_text())
     identity = [f for f in findings if f["aspect"] == "identity"]
@@ -88,34 +111,61 @@ def test_a_campaign_finding_outside_its_entrys_versions_is_new_and_says_why(tmp_
 
 def _real_baseline(tmp_path, candle_range: str):
     path = tmp_path / "baseline.toml"
-    path.write_text('[[known]]\nid = "candle-clone-shares-storage"\nframeworks = ["candle", "torch"]\n'
-                    'method = "clone"\nreason = "r"\ncase = "tests/cases/candle_clone_shares_storage.toml"\n'
-                    f'versions = {{ candle = "{candle_range}", torch = "2.0.0.." }}\n')
+    path.write_text(
+        '[[known]]\nid = "candle-clone-shares-storage"\nframeworks = ["candle", "torch"]\n'
+        'method = "clone"\nreason = "r"\ncase = "tests/cases/candle_clone_shares_storage.toml"\n'
+        f'versions = {{ candle = "{candle_range}", torch = "2.0.0.." }}\n'
+    )
     return path
 
 
 def test_repro_names_the_entry_whose_versions_leave_out_the_installed_candle(tmp_path):
     case = "tests/cases/candle_clone_shares_storage.toml"
     # repro exits 1 on any divergence, known or new: what it prints tells them apart.
-    inside = run_cli("repro", case, "--targets", "torch:cpu,candle:cpu", "--baseline", str(_real_baseline(tmp_path, "0.9.0..")))
-    assert inside.returncode == 1 and "known (candle-clone-shares-storage)" in inside.stdout, inside.stdout + inside.stderr
+    inside = run_cli(
+        "repro", case, "--targets", "torch:cpu,candle:cpu", "--baseline", str(_real_baseline(tmp_path, "0.9.0.."))
+    )
+    assert inside.returncode == 1 and "known (candle-clone-shares-storage)" in inside.stdout, (
+        inside.stdout + inside.stderr
+    )
     assert "new" not in inside.stdout
-    outside = run_cli("repro", case, "--targets", "torch:cpu,candle:cpu", "--baseline", str(_real_baseline(tmp_path, "0.12.0..")))
+    outside = run_cli(
+        "repro", case, "--targets", "torch:cpu,candle:cpu", "--baseline", str(_real_baseline(tmp_path, "0.12.0.."))
+    )
     assert outside.returncode == 1, outside.stdout + outside.stderr
     text = " ".join(outside.stdout.split())
     assert "new (baseline `candle-clone-shares-storage`: candle 0.11.1 is outside 0.12.0..: recheck" in text, text
     assert "known (" not in text
-    doc = json.loads(run_cli("repro", case, "--json", "--targets", "torch:cpu,candle:cpu",
-                             "--baseline", str(_real_baseline(tmp_path, "0.12.0.."))).stdout)
+    doc = json.loads(
+        run_cli(
+            "repro",
+            case,
+            "--json",
+            "--targets",
+            "torch:cpu,candle:cpu",
+            "--baseline",
+            str(_real_baseline(tmp_path, "0.12.0..")),
+        ).stdout
+    )
     divergences = doc[0]["divergences"] if isinstance(doc, list) else doc["divergences"]
-    assert divergences and all(d["status"] == "new" and d["baseline"] is None and
-                               d["outside_baseline"] == "`candle-clone-shares-storage`: candle 0.11.1 is outside 0.12.0.."
-                               for d in divergences)
+    assert divergences and all(
+        d["status"] == "new"
+        and d["baseline"] is None
+        and d["outside_baseline"] == "`candle-clone-shares-storage`: candle 0.11.1 is outside 0.12.0.."
+        for d in divergences
+    )
 
 
 def test_recheck_says_an_entry_still_shows_outside_its_versions(tmp_path):
-    r = run_cli("recheck", "--targets", "torch:cpu,candle:cpu", "--store", str(tmp_path / "t.sqlite"),
-                "--baseline", str(_real_baseline(tmp_path, "..0.10.0")))
+    r = run_cli(
+        "recheck",
+        "--targets",
+        "torch:cpu,candle:cpu",
+        "--store",
+        str(tmp_path / "t.sqlite"),
+        "--baseline",
+        str(_real_baseline(tmp_path, "..0.10.0")),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     line = next(x for x in r.stdout.splitlines() if "candle-clone-shares-storage" in x)
     assert line.startswith("still shows") and "(candle 0.11.1 is outside ..0.10.0: widen the entry's versions)" in line

@@ -13,10 +13,29 @@ from tests.conftest import run_cli
 
 def test_bench_json_has_every_figure_and_they_agree(tmp_path):
     page = tmp_path / "bench.md"
-    proc = run_cli("bench", "--json", "--targets", "candle:cpu,burn:flex", "--programs", "16",
-                   "--chunk-size", "8", "--spawn-programs", "1", "--length-programs", "2",
-                   "--rss-programs", "16", "--repeat", "3", "--profile-top", "5", "--markdown", str(page),
-                   timeout=900)
+    proc = run_cli(
+        "bench",
+        "--json",
+        "--targets",
+        "candle:cpu,burn:flex",
+        "--programs",
+        "16",
+        "--chunk-size",
+        "8",
+        "--spawn-programs",
+        "1",
+        "--length-programs",
+        "2",
+        "--rss-programs",
+        "16",
+        "--repeat",
+        "3",
+        "--profile-top",
+        "5",
+        "--markdown",
+        str(page),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr
     fig = json.loads(proc.stdout)  # stdout is the JSON object alone; progress went to stderr
     assert "(a) ceiling" in proc.stderr and "two workers" in proc.stderr
@@ -25,6 +44,7 @@ def test_bench_json_has_every_figure_and_they_agree(tmp_path):
     for key in ("ceiling_pps", "engine_pps", "spawn_pps", "engine_2workers_pps", "engine_serial_pps"):
         assert fig[key] > 0, key
     assert fig["ratio_spawn"] == fig["engine_pps"] / fig["spawn_pps"]
+
     # ratios between figures timed in the same round, the middle one of three
     def per_round(num: str, den: str) -> float:
         return sorted(a / b for a, b in zip(fig[num + "_runs"], fig[den + "_runs"]))[1]
@@ -79,7 +99,7 @@ def test_bench_json_has_every_figure_and_they_agree(tmp_path):
     assert all(r["function"] in proc.stderr for r in profile)
     # the page: what it printed, under the command that made it
     text = page.read_text()
-    assert f"`aliasfuzz bench --json --targets candle:cpu,burn:flex" in text and f"--markdown {page}`" in text
+    assert "`aliasfuzz bench --json --targets candle:cpu,burn:flex" in text and f"--markdown {page}`" in text
     assert "worker CPU per program by stage" in text and profile[0]["function"] in text
     assert text.count("```") == 2
 
@@ -113,7 +133,9 @@ def test_the_profile_covers_the_main_and_the_runner_threads():
     finally:
         runner.close()
     functions = {r["function"] for r in rows}
-    assert any(f.startswith("harness/judging/trace.py") and f.endswith("(from_wire)") for f in functions)  # runner threads
+    assert any(
+        f.startswith("harness/judging/trace.py") and f.endswith("(from_wire)") for f in functions
+    )  # runner threads
     assert any(f.startswith("harness/judging/oracle.py") for f in functions)  # the main thread
     assert any(f.startswith("hypothesis/") for f in functions)  # drawing, on the main thread
 
@@ -121,7 +143,10 @@ def test_the_profile_covers_the_main_and_the_runner_threads():
 def test_a_markdown_page_that_cannot_be_written_is_refused_before_the_run(tmp_path):
     proc = run_cli("bench", "--markdown", str(tmp_path / "missing" / "bench.md"), timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"aliasfuzz: --markdown {tmp_path / 'missing' / 'bench.md'}: folder {tmp_path / 'missing'} does not exist"
+    assert (
+        proc.stderr.strip()
+        == f"aliasfuzz: --markdown {tmp_path / 'missing' / 'bench.md'}: folder {tmp_path / 'missing'} does not exist"
+    )
 
 
 def test_workers_claiming_chunks_draw_every_chunk_once():

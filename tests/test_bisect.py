@@ -13,8 +13,15 @@ import pytest
 from harness.case.ir import load_case
 from harness.reporting.reproducers import parse_output, torch_script
 from harness.targets.registry import open_runner
-from harness.triage.bisect import (BisectError, Observed, bisect, error_line, parse_versions, trace_of_output,
-                                   verdict_words)
+from harness.triage.bisect import (
+    BisectError,
+    Observed,
+    bisect,
+    error_line,
+    parse_versions,
+    trace_of_output,
+    verdict_words,
+)
 from tests.conftest import ROOT
 
 RELEASES = ["0.8.0", "0.9.1", "0.9.2", "0.10.0", "0.10.2", "0.11.1"]
@@ -23,8 +30,11 @@ RELEASES = ["0.8.0", "0.9.1", "0.9.2", "0.10.0", "0.10.2", "0.11.1"]
 def test_versions_as_a_range_or_a_list():
     assert parse_versions("0.9.1..0.10.2", lambda: RELEASES) == ["0.9.1", "0.9.2", "0.10.0", "0.10.2"]
     assert parse_versions("0.11.1, 0.9.1", lambda: RELEASES) == ["0.11.1", "0.9.1"]
-    for bad, why in (("0.9.3..0.11.1", "0.9.3 is not a published release"), ("latest", "expected A..B"),
-                     ("", "expected A..B")):
+    for bad, why in (
+        ("0.9.3..0.11.1", "0.9.3 is not a published release"),
+        ("latest", "expected A..B"),
+        ("", "expected A..B"),
+    ):
         with pytest.raises(BisectError, match=why):
             parse_versions(bad, lambda: RELEASES)
 
@@ -35,8 +45,11 @@ def _fake_observer(shows_from: str, broken: set[str]):
 
     def observe(v: str) -> Observed:
         if v in broken:
-            return Observed(v, "does not build", build_s=1.0, message=f"this reproducer does not build against candle {v}")
+            return Observed(
+                v, "does not build", build_s=1.0, message=f"this reproducer does not build against candle {v}"
+            )
         return Observed(v, "ok", {"c": "follows" if order[v] >= order[shows_from] else "keeps"}, build_s=2.0)
+
     return observe
 
 
@@ -80,18 +93,25 @@ def test_a_reproducer_that_stops_at_an_ops_error_reads_as_that_ops_error():
     # What candle 0.9.1 to 0.11.1's reproducer of the flip candidate prints (RUST_BACKTRACE=1): the
     # states up to op 0, then main's `?` returns the flip's error, and a backtrace follows.
     program = load_case(ROOT / "tests" / "cases" / "candle_flip_of_a_strided_tensor_fails.toml")
-    stdout = ("initial: w = [1.0, 2.0, 3.0, 4.0]\nafter op 0: w = [1.0, 2.0, 3.0, 4.0]\n"
-              "after op 0: t = [1.0, 3.0, 2.0, 4.0]\n")
-    stderr = ("Error: index-select only supports contiguous tensors\n   0: candle_core::error::Error::bt\n"
-              "  22: _start\n")
+    stdout = (
+        "initial: w = [1.0, 2.0, 3.0, 4.0]\nafter op 0: w = [1.0, 2.0, 3.0, 4.0]\n"
+        "after op 0: t = [1.0, 3.0, 2.0, 4.0]\n"
+    )
+    stderr = "Error: index-select only supports contiguous tensors\n   0: candle_core::error::Error::bt\n  22: _start\n"
     said = error_line(stderr, 1)
     assert said == "index-select only supports contiguous tensors"
     trace = trace_of_output(program, parse_output(stdout), "candle:0.11.1", said)
     assert [s.status for s in trace.steps] == ["ok", "error"] and trace.steps[1].message == said
     assert verdict_words(program, trace) == {"t": "unchanged", "f": "error"}
-    assert error_line("", 101) == "exit status 101" and error_line("thread panicked at x\n", 101) == "thread panicked at x"
-    b = bisect("candle", ["0.11.1"], {"t": "unchanged", "f": "unchanged"},
-               lambda v: Observed(v, "ok", verdict_words(program, trace), 1.0, said))
+    assert (
+        error_line("", 101) == "exit status 101" and error_line("thread panicked at x\n", 101) == "thread panicked at x"
+    )
+    b = bisect(
+        "candle",
+        ["0.11.1"],
+        {"t": "unchanged", "f": "unchanged"},
+        lambda v: Observed(v, "ok", verdict_words(program, trace), 1.0, said),
+    )
     assert b.summary() == "the divergence shows in every release observed (0.11.1 to 0.11.1)"
     assert "| 0.11.1 | 1s | unchanged | error | yes (index-select only supports contiguous tensors) |" in b.table()
 

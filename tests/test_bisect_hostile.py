@@ -28,11 +28,15 @@ def crates_index(tmp_path):
     crate = RELEASE_PACKAGE["candle"]
     where = tmp_path / "index" / crate[:2] / crate[2:4]
     where.mkdir(parents=True)
-    (where / crate).write_text("".join(json.dumps({"name": crate, "vers": v, "yanked": False}) + "\n"
-                                       for v in RELEASES + ["0.12.0-alpha.1"]))
+    (where / crate).write_text(
+        "".join(json.dumps({"name": crate, "vers": v, "yanked": False}) + "\n" for v in RELEASES + ["0.12.0-alpha.1"])
+    )
     port = free_port()
-    server = subprocess.Popen([PY, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory",
-                               str(tmp_path / "index")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [PY, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path / "index")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20
@@ -45,8 +49,15 @@ def crates_index(tmp_path):
                     pytest.fail("the local index server did not come up")
                 time.sleep(0.1)
         unreachable = f"http://127.0.0.1:{free_port()}"
-        yield {"ALIASFUZZ_CRATES_INDEX": url, "https_proxy": unreachable, "http_proxy": unreachable,
-               "HTTPS_PROXY": unreachable, "HTTP_PROXY": unreachable, "no_proxy": "127.0.0.1", "NO_PROXY": "127.0.0.1"}
+        yield {
+            "ALIASFUZZ_CRATES_INDEX": url,
+            "https_proxy": unreachable,
+            "http_proxy": unreachable,
+            "HTTPS_PROXY": unreachable,
+            "HTTP_PROXY": unreachable,
+            "no_proxy": "127.0.0.1",
+            "NO_PROXY": "127.0.0.1",
+        }
     finally:
         server.terminate()
         server.wait(timeout=10)
@@ -71,14 +82,29 @@ def test_an_unpublished_release_in_a_list_is_refused():
         parse_versions("0.9.1..0.12.0", lambda: RELEASES)
 
 
-@pytest.mark.parametrize("versions,said", [
-    ("0.11.1..0.9.1", "the range is reversed"),
-    ("0.9.1,9.9.9", "9.9.9 is not a published release"),
-    ("0.9.1..9.9.9", "9.9.9 is not a published release"),
-])
+@pytest.mark.parametrize(
+    "versions,said",
+    [
+        ("0.11.1..0.9.1", "the range is reversed"),
+        ("0.9.1,9.9.9", "9.9.9 is not a published release"),
+        ("0.9.1..9.9.9", "9.9.9 is not a published release"),
+    ],
+)
 def test_bisect_refuses_versions_it_cannot_bisect(tmp_path, crates_index, versions, said):
-    line = _one_line(run_cli("bisect", CASE, "--framework", "candle", "--versions", versions,
-                             "--cache", str(tmp_path / "cache"), env=crates_index, timeout=120))
+    line = _one_line(
+        run_cli(
+            "bisect",
+            CASE,
+            "--framework",
+            "candle",
+            "--versions",
+            versions,
+            "--cache",
+            str(tmp_path / "cache"),
+            env=crates_index,
+            timeout=120,
+        )
+    )
     assert said in line and "--versions" in line, line
     assert not any((tmp_path / "cache").iterdir())  # nothing was built
 
@@ -86,7 +112,19 @@ def test_bisect_refuses_versions_it_cannot_bisect(tmp_path, crates_index, versio
 def test_bisect_refuses_a_cache_that_is_a_file(tmp_path, crates_index):
     cache = tmp_path / "cache"
     cache.write_text("mine\n")
-    line = _one_line(run_cli("bisect", CASE, "--framework", "candle", "--versions", "0.9.1,0.11.1",
-                             "--cache", str(cache), env=crates_index, timeout=120))
+    line = _one_line(
+        run_cli(
+            "bisect",
+            CASE,
+            "--framework",
+            "candle",
+            "--versions",
+            "0.9.1,0.11.1",
+            "--cache",
+            str(cache),
+            env=crates_index,
+            timeout=120,
+        )
+    )
     assert f"--cache {cache}: not a folder" in line, line
     assert cache.read_text() == "mine\n"

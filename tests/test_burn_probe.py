@@ -16,8 +16,10 @@ import re
 import numpy as np
 import pytest
 
-from tests.probe_client import ROOT, Probe as ProbeClient, states
 from harness.targets.protocol import PROTOCOL_VERSION
+from tests.probe_client import ROOT, states
+from tests.probe_client import Probe as ProbeClient
+
 
 def _accelerators() -> list[str]:
     """The accelerator devices this build of the probe opens here (``make fuzz FULL=1`` builds
@@ -30,8 +32,13 @@ def _accelerators() -> list[str]:
     binary = probe_binary("burn_probe")
     if not binary.exists():
         return []  # the `probe` fixture fails with the build hint
-    out = subprocess.run([str(binary)], input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n", capture_output=True,
-                         text=True, timeout=180).stdout
+    out = subprocess.run(
+        [str(binary)],
+        input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    ).stdout
     hello = json.loads(out.splitlines()[0])
     return [d["name"] for d in hello["devices"] if d["kind"] == "gpu"]
 
@@ -45,7 +52,6 @@ W = [[1.0, 2.0], [3.0, 4.0]]  # the param most tests snapshot
 W_FLAT = [1.0, 2.0, 3.0, 4.0]
 
 
-
 def Probe(no_gpu: bool = False) -> ProbeClient:
     return ProbeClient("burn_probe", "flex", timeout_s=120.0, env={"BURN_PROBE_NO_GPU": "1" if no_gpu else "0"})
 
@@ -55,8 +61,6 @@ def probe():
     p = Probe()
     yield p
     p.close()
-
-
 
 
 def ok(trace: dict) -> list[dict]:
@@ -92,8 +96,16 @@ def write(target, value, index=None):
 
 
 def step(optimizer="sgd", lr=0.5, momentum=0.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum, "dampening": 0.0,
-            "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
+    return {
+        "op": "step",
+        "optimizer": optimizer,
+        "lr": lr,
+        "momentum": momentum,
+        "dampening": 0.0,
+        "betas": list(betas),
+        "eps": eps,
+        "weight_decay": weight_decay,
+    }
 
 
 def move(target, device, method):
@@ -102,6 +114,7 @@ def move(target, device, method):
 
 # ---------------------------------------------------------------------------------------------
 # Handshake.
+
 
 def test_hello(probe):
     h = probe.hello()
@@ -145,13 +158,25 @@ def test_hello_other_protocol_still_answers_its_own_number(probe):
 # `ModuleOptimizerMapper::map_float`), and `write` rebinds with `slice_assign`. So no snapshot
 # may see a later step or write of its source: any that does is a burn aliasing bug.
 
-METHODS = ["alias", "clone", "detach", "mul1", "to_home", "to_cpu", "reshape", "view_row",
-           "transpose", "state_dict", "to_host", "save_load"]
+METHODS = [
+    "alias",
+    "clone",
+    "detach",
+    "mul1",
+    "to_home",
+    "to_cpu",
+    "reshape",
+    "view_row",
+    "transpose",
+    "state_dict",
+    "to_host",
+    "save_load",
+]
 
 # What each snapshot holds of W, and its shape.
 SNAP_VALUE = {
     "reshape": (W_FLAT, [4]),
-    "view_row": ([1.0, 2.0], [1, 2]),       # Tensor::slice([0..1]) keeps the rank
+    "view_row": ([1.0, 2.0], [1, 2]),  # Tensor::slice([0..1]) keeps the rank
     "transpose": ([1.0, 3.0, 2.0, 4.0], [2, 2]),  # Tensor::transpose swaps the last two dims
 }
 # Snapshots that are Params and so carry a ParamId (alias = Param::clone; state_dict/save_load
@@ -198,9 +223,16 @@ def test_snapshot_across_write_of_source(probe, device, method):
 def test_write_to_snapshot_rebinds_only_the_snapshot(probe, device, method):
     value, shape = SNAP_VALUE.get(method, (W_FLAT, [2, 2]))
     row = [7.0] * (int(np.prod(shape)) // shape[0])
-    t = probe.run([param()], [snap("s", "w", method), write("s", row, index=0),
-                              {"op": "fill", "target": "s", "value": 5.0},
-                              {"op": "scale", "target": "s", "factor": 2.0}], device=device)
+    t = probe.run(
+        [param()],
+        [
+            snap("s", "w", method),
+            write("s", row, index=0),
+            {"op": "fill", "target": "s", "value": 5.0},
+            {"op": "scale", "target": "s", "factor": 2.0},
+        ],
+        device=device,
+    )
     _, after_write, after_fill, after_scale = ok(t)
     expect = np.asarray(value).reshape(shape).copy()
     expect[0] = 7.0
@@ -232,6 +264,7 @@ def test_buffer_state_dict_is_unsupported(probe):
 # ---------------------------------------------------------------------------------------------
 # Optimizers (burn-optim): one per distinct spec, created at its first step and reused.
 
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_sgd_momentum_state_persists(probe, device):
     # momentum.rs `Momentum::transform`: v1 = g; v2 = m v1 + (1 - dampening) g, dampening 0.
@@ -242,8 +275,10 @@ def test_sgd_momentum_state_persists(probe, device):
 
 
 def test_distinct_specs_get_distinct_optimizers(probe):
-    t = probe.run([param(value=[1.0, 2.0])],
-                  [step("sgd_momentum", lr=0.1, momentum=0.9), step("sgd_momentum", lr=0.2, momentum=0.9)])
+    t = probe.run(
+        [param(value=[1.0, 2.0])],
+        [step("sgd_momentum", lr=0.1, momentum=0.9), step("sgd_momentum", lr=0.2, momentum=0.9)],
+    )
     _, s2 = ok(t)
     assert close(s2["w"], [0.9 - 0.2, 1.9 - 0.2]), "the second spec starts without velocity"
 
@@ -258,8 +293,7 @@ def test_adam_and_adamw(probe):
 
 
 def test_grad_field_and_buffers(probe):
-    t = probe.run([param(value=[1.0, 2.0], grad=[2.0, -1.0]), param("b", value=[5.0], kind="buffer")],
-                  [step(lr=0.5)])
+    t = probe.run([param(value=[1.0, 2.0], grad=[2.0, -1.0]), param("b", value=[5.0], kind="buffer")], [step(lr=0.5)])
     s = ok(t)[0]
     assert close(s["w"], [0.0, 2.5])
     assert "b" not in t["steps"][0]["changed"], "buffers are not trained"
@@ -271,6 +305,7 @@ def test_grad_field_and_buffers(probe):
 # that you can't optimize it with gradient descent. If you want to optimize the output network on
 # the target device, use fork instead" (burn #1890 / #1901). burn-tensor base.rs
 # `Tensor::to_device`: a recorded op even to the same device; its output is a non-leaf.
+
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("where", ["home", "alt"])
@@ -316,16 +351,20 @@ def test_a_param_replaced_from_its_own_value_still_trains(probe, device, how):
 def test_a_param_from_a_computed_tensor_panics(probe, device):
     # `Param::from_tensor(w.val() * 1)`: the product is a non-leaf node of the autodiff graph, and
     # `require_grad` on it panics (burn-autodiff tensor.rs: GradInBackward).
-    t = probe.run([param(value=[1.0, 2.0]), param("v", value=[3.0, 4.0])],
-                  [snap("s", "w", "mul1"), replace("v", "s", "new")], device=device)
+    t = probe.run(
+        [param(value=[1.0, 2.0]), param("v", value=[3.0, 4.0])],
+        [snap("s", "w", "mul1"), replace("v", "s", "new")],
+        device=device,
+    )
     assert [s["status"] for s in t["steps"]] == ["ok", "error"]
     assert "Can't convert a non leaf tensor into a tracked tensor" in t["steps"][1]["message"]
 
 
 def test_move_cpu_and_plain_tensor_fork(probe):
     # A plain tensor is a Module constant whose fork is to_device (module/param/constant.rs).
-    t = probe.run([param(value=[1.0, 2.0], kind="buffer")],
-                  [move("w", "alt", "fork"), move("w", "cpu", "to")], device="flex")
+    t = probe.run(
+        [param(value=[1.0, 2.0], kind="buffer")], [move("w", "alt", "fork"), move("w", "cpu", "to")], device="flex"
+    )
     a, b = ok(t)
     assert a["w"]["device"] == "ndarray" and b["w"]["device"] == "flex"
     assert close(b["w"], [1.0, 2.0]) and b["w"]["identity"] is None
@@ -334,11 +373,21 @@ def test_move_cpu_and_plain_tensor_fork(probe):
 # ---------------------------------------------------------------------------------------------
 # Module ops and ParamId.
 
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_param_id_kept_across_clone_valid_fork_save_load(probe, device):
-    t = probe.run([param()], [snap("a", "w", "alias"), {"op": "module_clone", "name": "m"},
-                              snap("sd", "w", "state_dict"), snap("sl", "w", "save_load"),
-                              move("w", "home", "fork"), {"op": "valid"}], device=device)
+    t = probe.run(
+        [param()],
+        [
+            snap("a", "w", "alias"),
+            {"op": "module_clone", "name": "m"},
+            snap("sd", "w", "state_dict"),
+            snap("sl", "w", "save_load"),
+            move("w", "home", "fork"),
+            {"op": "valid"},
+        ],
+        device=device,
+    )
     st = ok(t)
     wid = t["initial"]["w"]["identity"]
     final = st[-1]
@@ -354,8 +403,9 @@ def test_step_after_valid_errors_and_train_restores(probe, device):
     # After valid the params have no autodiff; `Tensor::backward` asserts a tracked tensor
     # (burn-tensor api/autodiff.rs `backward`), so the step is an error. `train` restores the
     # configured training state (param/tensor.rs `train`), and the next step trains.
-    t = probe.run([param(value=[1.0, 2.0])],
-                  [{"op": "valid"}, step(lr=1.0), {"op": "train"}, step(lr=1.0)], device=device)
+    t = probe.run(
+        [param(value=[1.0, 2.0])], [{"op": "valid"}, step(lr=1.0), {"op": "train"}, step(lr=1.0)], device=device
+    )
     st = states(t)
     assert [s["status"] for s in t["steps"]] == ["ok", "error", "ok", "ok"]
     assert "backward" in t["steps"][1]["message"]
@@ -378,8 +428,10 @@ def test_no_grad_and_freeze_stop_training(probe, op):
 
 
 def test_module_clone_binds_every_param_and_is_a_value(probe):
-    t = probe.run([param("a", value=[1.0]), param("b", value=[[1.0, 2.0]]), lazy("c")],
-                  [{"op": "module_clone", "name": "m"}, step(lr=1.0)])
+    t = probe.run(
+        [param("a", value=[1.0]), param("b", value=[[1.0, 2.0]]), lazy("c")],
+        [{"op": "module_clone", "name": "m"}, step(lr=1.0)],
+    )
     first, second = ok(t)
     assert {"m.a", "m.b", "m.c"} <= set(first)
     assert close(second["a"], [0.0]) and close(first["m.a"], [1.0]) and second["m.a"] == first["m.a"]
@@ -390,6 +442,7 @@ def test_module_clone_binds_every_param_and_is_a_value(probe):
 # uses is_initialized / lazy_shape / lazy_device, which never run the initializer; clones share
 # one `LazyInitState` (param/base.rs, burn #5040 / #5045), so whichever clone reads first
 # initialises all of them with the same value.
+
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_lazy_is_not_forced_by_observation(probe, device):
@@ -402,8 +455,10 @@ def test_lazy_is_not_forced_by_observation(probe, device):
 
 @pytest.mark.parametrize("init", ["const", "uniform"])
 def test_lazy_clone_before_read_shares_init(probe, init):
-    t = probe.run([lazy(init=init)], [{"op": "module_clone", "name": "m"}, snap("a", "lz", "alias"),
-                                      {"op": "read", "target": "m.lz"}])
+    t = probe.run(
+        [lazy(init=init)],
+        [{"op": "module_clone", "name": "m"}, snap("a", "lz", "alias"), {"op": "read", "target": "m.lz"}],
+    )
     st = ok(t)
     after_read = st[-1]
     for name in ["lz", "m.lz", "a"]:
@@ -416,8 +471,7 @@ def test_lazy_clone_before_read_shares_init(probe, init):
 
 
 def test_lazy_read_then_clone_and_step(probe):
-    t = probe.run([lazy()], [{"op": "read", "target": "lz"}, {"op": "module_clone", "name": "m"},
-                             step(lr=1.0)])
+    t = probe.run([lazy()], [{"op": "read", "target": "lz"}, {"op": "module_clone", "name": "m"}, step(lr=1.0)])
     r, c, s = ok(t)
     assert close(r["lz"], [3.0, 3.0]) and r["lz"]["requires_grad"] is True
     assert close(s["lz"], [2.0, 2.0]) and close(s["m.lz"], [3.0, 3.0])
@@ -463,15 +517,23 @@ def test_valid_and_state_dict_initialise_lazy_params(probe):
 # ---------------------------------------------------------------------------------------------
 # Robustness: the probe answers every line and keeps serving.
 
+
 def test_robustness(probe):
     bad = probe.send_raw("this is not json")
     assert bad["type"] == "error" and bad["id"] is None
     bad = probe.send_raw(json.dumps({"type": "run", "id": 3}))
     assert bad["type"] == "error"
     # Unknown op: unsupported for that op alone; a malformed known op: error for that op alone.
-    t = probe.run([param()], [{"op": "teleport", "target": "w"}, {"op": "write", "target": "w"},
-                              snap("s", "nope", "clone"), snap("s", "w", "clone")],
-                  valid_request=False)
+    t = probe.run(
+        [param()],
+        [
+            {"op": "teleport", "target": "w"},
+            {"op": "write", "target": "w"},
+            snap("s", "nope", "clone"),
+            snap("s", "w", "clone"),
+        ],
+        valid_request=False,
+    )
     assert [s["status"] for s in t["steps"]] == ["unsupported", "error", "skipped", "ok"]
     # A program that panics inside burn: backward on an untracked loss after `freeze`
     # (burn-tensor api/autodiff.rs `backward`'s assert), and a write rejected before burn sees it.

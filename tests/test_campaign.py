@@ -28,7 +28,7 @@ def fake_probe_dir(tmp: Path, *flags: str) -> dict[str, str]:
     d = tmp / "fakeprobe"
     d.mkdir(exist_ok=True)
     script = d / "candle_probe"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} {' '.join(flags)} \"$@\"\n")
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} {" ".join(flags)} "$@"\n')
     script.chmod(0o755)
     return {"ALIASFUZZ_PROBE_DIR": str(d)}
 
@@ -49,17 +49,43 @@ def journal_signatures(out: Path) -> list[str]:
 def test_sigkill_then_resume_keeps_every_finding(tmp_path):
     env = {**os.environ, **fake_probe_dir(tmp_path, "--slow-ms", "20")}
     out = tmp_path / "run"
-    proc = subprocess.Popen([PY, "-m", "harness.cli", "fuzz", "--targets", "candle", "--profile", "quick",
-                             "--seed", "7", "--max-programs", "100000", "--chunk-size", "8", "--shrink-time", "10",
-                             "--out", str(out), "--no-report"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "harness.cli",
+            "fuzz",
+            "--targets",
+            "candle",
+            "--profile",
+            "quick",
+            "--seed",
+            "7",
+            "--max-programs",
+            "100000",
+            "--chunk-size",
+            "8",
+            "--shrink-time",
+            "10",
+            "--out",
+            str(out),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         # campaign.json is first written when the first chunk ends (campaign.py): wait for it
         # too, or a resume has nothing to resume.
-        while ((len(journal_signatures(out)) < 2 or not (out / "campaign.json").exists())
-               and time.monotonic() < deadline and proc.poll() is None):
+        while (
+            (len(journal_signatures(out)) < 2 or not (out / "campaign.json").exists())
+            and time.monotonic() < deadline
+            and proc.poll() is None
+        ):
             time.sleep(0.1)
         assert proc.poll() is None, "the campaign ended before it could be killed"
         before = journal_signatures(out)
@@ -82,18 +108,50 @@ def test_sigkill_then_resume_keeps_every_finding(tmp_path):
 def test_exit_statuses_and_junit(tmp_path):
     env = fake_probe_dir(tmp_path)
     # 0: nothing new (a single target cannot diverge)
-    r = run_cli("fuzz", "--targets", "candle:ref", "--max-programs", "16", "--seed", "1", "--profile", "quick",
-                "--out", str(tmp_path / "zero"), "--no-report", env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle:ref",
+        "--max-programs",
+        "16",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--out",
+        str(tmp_path / "zero"),
+        "--no-report",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     # 1: new findings, with JUnit
     junit = tmp_path / "junit.xml"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--out", str(tmp_path / "one"), "--junit", str(junit), env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--out",
+        str(tmp_path / "one"),
+        "--junit",
+        str(junit),
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     findings = json.loads((tmp_path / "one" / "findings.json").read_text())
     # the summary line separates shrinking from running programs
-    m = re.search(r"(\d+) programs in ([\d.]+)s \([\d.]+/s; ([\d.]+)s of it shrinking (\d+) findings, "
-                  r"([\d.]+)/s without\)", r.stdout)
+    m = re.search(
+        r"(\d+) programs in ([\d.]+)s \([\d.]+/s; ([\d.]+)s of it shrinking (\d+) findings, "
+        r"([\d.]+)/s without\)",
+        r.stdout,
+    )
     assert m, r.stdout
     programs, total, shrinking, count, rate = (float(g) for g in m.groups())
     assert count == len(findings) and abs(shrinking - sum(f["shrink_seconds"] for f in findings)) < 0.1
@@ -123,8 +181,23 @@ def test_same_seed_same_programs(tmp_path):
     runs = []
     for name in ("a", "b"):
         out = tmp_path / name
-        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "64", "--seed", "5", "--profile", "quick",
-                    "--shrink-time", "10", "--out", str(out), "--no-report", env=env)
+        r = run_cli(
+            "fuzz",
+            "--targets",
+            "candle",
+            "--max-programs",
+            "64",
+            "--seed",
+            "5",
+            "--profile",
+            "quick",
+            "--shrink-time",
+            "10",
+            "--out",
+            str(out),
+            "--no-report",
+            env=env,
+        )
         assert r.returncode in (0, 1), r.stderr
         findings = json.loads((out / "findings.json").read_text())
         runs.append([(f["signature"], (out / f["original_case"]).read_text()) for f in findings])
@@ -135,9 +208,14 @@ def test_same_seed_same_programs(tmp_path):
 def test_junit_known_and_new(tmp_path):
     from harness.reporting.junit import write_junit
 
-    path = write_junit([{"signature": "a|b", "status": "new", "kind": "device", "sentence": "x & <y>", "case": "c.toml"},
-                        {"signature": "c|d", "status": "known", "baseline": "K1", "kind": "framework", "sentence": "z"},
-                        {"signature": "a|b", "status": "new"}], tmp_path / "sub" / "j.xml")
+    path = write_junit(
+        [
+            {"signature": "a|b", "status": "new", "kind": "device", "sentence": "x & <y>", "case": "c.toml"},
+            {"signature": "c|d", "status": "known", "baseline": "K1", "kind": "framework", "sentence": "z"},
+            {"signature": "a|b", "status": "new"},
+        ],
+        tmp_path / "sub" / "j.xml",
+    )
     root = ET.parse(path).getroot()
     cases = root.findall(".//testcase")
     assert [c.get("name") for c in cases] == ["a|b", "c|d"]
@@ -151,14 +229,48 @@ def test_findings_left_when_the_budget_ends_are_shrunk_in_the_grace(tmp_path):
     # a grace it is recorded unshrunk (complete: false); with one it is shrunk to completion.
     env = fake_probe_dir(tmp_path)
     db = tmp_path / "corpus"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--db", str(db), "--out", str(tmp_path / "fill"), "--no-report", env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--db",
+        str(db),
+        "--out",
+        str(tmp_path / "fill"),
+        "--no-report",
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     found = {}
     for grace in ("0", "60"):
         out = tmp_path / f"grace{grace}"
-        r = run_cli("fuzz", "--targets", "candle", "--budget", "0s", "--shrink-grace", grace, "--seed", "2",
-                    "--shrink-time", "10", "--db", str(db), "--out", str(out), "--no-report", env=env)
+        r = run_cli(
+            "fuzz",
+            "--targets",
+            "candle",
+            "--budget",
+            "0s",
+            "--shrink-grace",
+            grace,
+            "--seed",
+            "2",
+            "--shrink-time",
+            "10",
+            "--db",
+            str(db),
+            "--out",
+            str(out),
+            "--no-report",
+            env=env,
+        )
         assert r.returncode in (0, 1), r.stdout + r.stderr
         assert json.loads((out / "campaign.json").read_text())["config"]["shrink_grace_s"] == float(grace)
         found[grace] = json.loads((out / "findings.json").read_text())
@@ -173,14 +285,31 @@ def test_findings_left_when_the_budget_ends_are_shrunk_in_the_grace(tmp_path):
 def test_known_findings_are_reported_as_found_and_shrunk_only_when_asked(tmp_path):
     # A baseline that knows the fake's planted identity finding; its verdict findings stay new.
     baseline = tmp_path / "baseline.toml"
-    baseline.write_text('[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\n'
-                        'case = "tests/cases/planted.toml"\n')
+    baseline.write_text(
+        '[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\ncase = "tests/cases/planted.toml"\n'
+    )
     runs = {}
     for flag in ((), ("--shrink-known",)):
         out = tmp_path / ("known-shrunk" if flag else "default")
-        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                    "--shrink-time", "10", "--baseline", str(baseline), "--out", str(out), *flag,
-                    env=fake_probe_dir(tmp_path))
+        r = run_cli(
+            "fuzz",
+            "--targets",
+            "candle",
+            "--max-programs",
+            "256",
+            "--seed",
+            "1",
+            "--profile",
+            "quick",
+            "--shrink-time",
+            "10",
+            "--baseline",
+            str(baseline),
+            "--out",
+            str(out),
+            *flag,
+            env=fake_probe_dir(tmp_path),
+        )
         assert r.returncode == 1, r.stdout + r.stderr  # the verdict findings are new
         runs[flag] = (json.loads((out / "findings.json").read_text()), (out / "report.md").read_text())
     findings, md = runs[()]

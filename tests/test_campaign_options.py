@@ -24,8 +24,20 @@ from tests.test_campaign import fake_probe_dir
 from tests.test_run_folder import one_line_error
 from tests.test_run_folder_links import unstarted_run_folder
 
-FUZZ = ("fuzz", "--targets", "candle", "--profile", "quick", "--seed", "5", "--confirm", "0", "--shrink-time", "2",
-        "--no-report")
+FUZZ = (
+    "fuzz",
+    "--targets",
+    "candle",
+    "--profile",
+    "quick",
+    "--seed",
+    "5",
+    "--confirm",
+    "0",
+    "--shrink-time",
+    "2",
+    "--no-report",
+)
 
 
 def fuzz(tmp_path, *args: str, timeout: float = 120):
@@ -33,6 +45,7 @@ def fuzz(tmp_path, *args: str, timeout: float = 120):
 
 
 # -- the chunk size --------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("size", ["1000000000", str(MAX_CHUNK_SIZE + 1), "0", "-64"])
 def test_a_chunk_size_out_of_range_is_refused_before_anything_runs(tmp_path, size):
@@ -44,8 +57,17 @@ def test_a_chunk_size_out_of_range_is_refused_before_anything_runs(tmp_path, siz
 
 
 def test_bench_refuses_a_chunk_size_over_the_maximum(tmp_path):
-    r = run_cli("bench", "--targets", "candle", "--chunk-size", "1000000000", "--rss-programs", "0",
-                env=fake_probe_dir(tmp_path), timeout=60)
+    r = run_cli(
+        "bench",
+        "--targets",
+        "candle",
+        "--chunk-size",
+        "1000000000",
+        "--rss-programs",
+        "0",
+        env=fake_probe_dir(tmp_path),
+        timeout=60,
+    )
     one_line_error(r, f"--chunk-size 1000000000: {option_problem('chunk_size', 1_000_000_000)}")
     assert r.stdout == ""
 
@@ -56,8 +78,9 @@ def test_a_saved_chunk_size_out_of_range_is_refused_on_resume(tmp_path):
     doc["config"]["chunk_size"] = 1_000_000_000
     (out / "campaign.json").write_text(json.dumps(doc))
     before = (out / "campaign.json").read_bytes()
-    r = run_cli("fuzz", "--resume", str(out), "--budget", "10s", "--no-report", env=fake_probe_dir(tmp_path),
-                timeout=60)
+    r = run_cli(
+        "fuzz", "--resume", str(out), "--budget", "10s", "--no-report", env=fake_probe_dir(tmp_path), timeout=60
+    )
     one_line_error(r, f"campaign.json: config.chunk_size 1000000000: {option_problem('chunk_size', 1_000_000_000)}")
     assert (out / "campaign.json").read_bytes() == before
 
@@ -72,6 +95,7 @@ def test_the_largest_chunk_size_keeps_to_the_budget(tmp_path):
 
 
 # -- campaigns that run no program ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("budget", ["0s", "0m"])
 def test_a_budget_of_no_time_without_a_corpus_runs_nothing_and_is_exit_2(tmp_path, budget):
@@ -94,8 +118,17 @@ def test_a_campaign_that_ran_no_program_is_exit_2_never_0_new(tmp_path):
     """Targets too slow to finish one program within the budget (20 s a program, a budget of 3 s
     and no shrink grace): the runner's deadline cuts the first chunk off, so nothing ran and
     nothing was compared."""
-    r = run_cli(*FUZZ, "--out", str(tmp_path / "run"), "--budget", "3s", "--shrink-grace", "0",
-                env=fake_probe_dir(tmp_path, "--slow-ms", "20000"), timeout=120)
+    r = run_cli(
+        *FUZZ,
+        "--out",
+        str(tmp_path / "run"),
+        "--budget",
+        "3s",
+        "--shrink-grace",
+        "0",
+        env=fake_probe_dir(tmp_path, "--slow-ms", "20000"),
+        timeout=120,
+    )
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stderr.strip().splitlines()[-1] == "aliasfuzz: ran no program, so nothing was compared (see the log above)"
     assert "Traceback" not in r.stderr
@@ -104,7 +137,19 @@ def test_a_campaign_that_ran_no_program_is_exit_2_never_0_new(tmp_path):
 
 @pytest.mark.parametrize("value", ["-1", "-100"])
 def test_a_negative_confirm_is_refused(tmp_path, value):
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "8", "--confirm", value, "--no-report",
-                "--out", str(tmp_path / "run"), env=fake_probe_dir(tmp_path), timeout=120)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "8",
+        "--confirm",
+        value,
+        "--no-report",
+        "--out",
+        str(tmp_path / "run"),
+        env=fake_probe_dir(tmp_path),
+        timeout=120,
+    )
     one_line_error(r, f"--confirm {value}: must be 0")
     assert not (tmp_path / "run").exists()

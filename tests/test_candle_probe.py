@@ -13,13 +13,12 @@ import re
 import numpy as np
 import pytest
 
-from tests.probe_client import ROOT, Probe as ProbeClient, states
 from harness.targets.protocol import PROTOCOL_VERSION
-
+from tests.probe_client import ROOT, states
+from tests.probe_client import Probe as ProbeClient
 
 W = [[1.0, 2.0], [3.0, 4.0]]  # the param most tests snapshot
 W_FLAT = [1.0, 2.0, 3.0, 4.0]
-
 
 
 def Probe() -> ProbeClient:
@@ -36,6 +35,7 @@ def probe():
 
 # ---------------------------------------------------------------------------------------------
 # Program helpers: the wire form with every field present (as the harness sends it).
+
 
 def param(name, value, grad=None):
     arr = np.asarray(value, dtype=np.float32)
@@ -55,15 +55,25 @@ def snap(name, of, method):
 
 
 def write(target, value, index=None):
-    return {"op": "write", "target": target, "index": index,
-            "value": np.asarray(value, dtype=np.float32).ravel().tolist()}
+    return {
+        "op": "write",
+        "target": target,
+        "index": index,
+        "value": np.asarray(value, dtype=np.float32).ravel().tolist(),
+    }
 
 
 def step(optimizer="sgd", lr=0.5, momentum=0.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum, "dampening": 0.0,
-            "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
-
-
+    return {
+        "op": "step",
+        "optimizer": optimizer,
+        "lr": lr,
+        "momentum": momentum,
+        "dampening": 0.0,
+        "betas": list(betas),
+        "eps": eps,
+        "weight_decay": weight_decay,
+    }
 
 
 def statuses(trace: dict) -> list[str]:
@@ -73,9 +83,10 @@ def statuses(trace: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Handshake
 
+
 def _lock_version(krate: str) -> str:
     lock = (ROOT / "rust_probes" / "Cargo.lock").read_text()
-    m = re.search(r'name = "%s"\nversion = "([^"]+)"' % re.escape(krate), lock)
+    m = re.search(rf'name = "{re.escape(krate)}"\nversion = "([^"]+)"', lock)
     assert m, f"{krate} not in Cargo.lock"
     return m.group(1)
 
@@ -95,16 +106,57 @@ def test_hello(probe):
         assert h["devices"][0]["alt"] == names[1] and h["devices"][1]["alt"] == "cpu"
     # every op but no_grad and freeze (candle has no requires-grad switch: test_module_modes_unsupported);
     # valid/train set the flag ModuleT::forward_t is given (tests/test_layers_candle.py)
-    assert set(h["ops"]) == {"snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "read",
-                             "assign", "save", "load", "replace", "append", "valid", "train", "forward", "map", "add"}
+    assert set(h["ops"]) == {
+        "snapshot",
+        "write",
+        "fill",
+        "scale",
+        "step",
+        "backward",
+        "set_lr",
+        "move",
+        "module_clone",
+        "read",
+        "assign",
+        "save",
+        "load",
+        "replace",
+        "append",
+        "valid",
+        "train",
+        "forward",
+        "map",
+        "add",
+    }
     # deepcopy: candle has no deep-copy call (no such fn in candle-core/src/tensor.rs)
     assert "deepcopy" not in h["methods"]
-    assert set(h["methods"]) == {"alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu",
-                                 "contiguous", "reshape", "view_row", "transpose", "state_dict",
-                                 "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze",
-                                 "squeeze", "chunk", "select",  # the views: tests/test_views.py
-                                 "to_same_dtype", "via_bf16",  # tests/test_dtypes.py
-                                 "via_f32"}  # tests/test_declared_dtypes_candle.py
+    assert set(h["methods"]) == {
+        "alias",
+        "clone",
+        "detach",
+        "copy",
+        "mul1",
+        "to_home",
+        "to_cpu",
+        "contiguous",
+        "reshape",
+        "view_row",
+        "transpose",
+        "state_dict",
+        "to_host",
+        "save_load",
+        "expand",
+        "permute",
+        "flip",
+        "narrow",
+        "unsqueeze",
+        "squeeze",
+        "chunk",
+        "select",  # the views: tests/test_views.py
+        "to_same_dtype",
+        "via_bf16",  # tests/test_dtypes.py
+        "via_f32",
+    }  # tests/test_declared_dtypes_candle.py
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,20 +168,20 @@ def test_hello(probe):
 # SAME_ID: the snapshot is the param's own Tensor (same `Tensor::id`).
 SNAPSHOT_EXPECT = {
     # method: (shares storage, same id, requires_grad (is_variable), shape)
-    "alias": (True, True, True, [2, 2]),          # the same handle
-    "clone": (True, True, True, [2, 2]),          # Var derives Clone over Arc<Tensor_> (variable.rs)
-    "detach": (True, False, False, [2, 2]),       # tensor.rs `detach`: new id, `storage: self.storage.clone()`
-    "copy": (False, False, False, [2, 2]),        # tensor.rs `copy`: `storage().try_clone(..)`
-    "mul1": (False, False, False, [2, 2]),        # tensor.rs bin_trait Mul<f64> -> `affine`: new storage
-    "to_home": (True, True, True, [2, 2]),        # tensor.rs `to_device`: same device -> `self.clone()`
-    "to_cpu": (True, True, True, [2, 2]),         # same, the home device is the CPU here
-    "contiguous": (True, True, True, [2, 2]),     # tensor.rs `contiguous`: contiguous -> `self.clone()`
-    "reshape": (True, False, False, [4]),         # tensor.rs `reshape`: contiguous -> shares storage, new id
-    "view_row": (True, False, False, [1, 2]),     # tensor.rs `narrow`: new layout over the same storage
-    "transpose": (True, False, False, [2, 2]),    # tensor.rs `t`/`transpose`: shares storage
-    "state_dict": (True, True, True, [2, 2]),     # var_map.rs `data()`: the very Var the model holds
-    "to_host": (False, False, False, [2, 2]),     # `to_vec1` then `Tensor::new`: new storage
-    "save_load": (False, False, True, [2, 2]),    # var_map.rs `load` -> `Var::set` into a fresh Var
+    "alias": (True, True, True, [2, 2]),  # the same handle
+    "clone": (True, True, True, [2, 2]),  # Var derives Clone over Arc<Tensor_> (variable.rs)
+    "detach": (True, False, False, [2, 2]),  # tensor.rs `detach`: new id, `storage: self.storage.clone()`
+    "copy": (False, False, False, [2, 2]),  # tensor.rs `copy`: `storage().try_clone(..)`
+    "mul1": (False, False, False, [2, 2]),  # tensor.rs bin_trait Mul<f64> -> `affine`: new storage
+    "to_home": (True, True, True, [2, 2]),  # tensor.rs `to_device`: same device -> `self.clone()`
+    "to_cpu": (True, True, True, [2, 2]),  # same, the home device is the CPU here
+    "contiguous": (True, True, True, [2, 2]),  # tensor.rs `contiguous`: contiguous -> `self.clone()`
+    "reshape": (True, False, False, [4]),  # tensor.rs `reshape`: contiguous -> shares storage, new id
+    "view_row": (True, False, False, [1, 2]),  # tensor.rs `narrow`: new layout over the same storage
+    "transpose": (True, False, False, [2, 2]),  # tensor.rs `t`/`transpose`: shares storage
+    "state_dict": (True, True, True, [2, 2]),  # var_map.rs `data()`: the very Var the model holds
+    "to_host": (False, False, False, [2, 2]),  # `to_vec1` then `Tensor::new`: new storage
+    "save_load": (False, False, True, [2, 2]),  # var_map.rs `load` -> `Var::set` into a fresh Var
 }
 
 
@@ -183,9 +235,18 @@ def test_deepcopy_unsupported(probe):
 # Reverse writes: a row write (index 0) into the snapshot; the reshape snapshot is rank 1, so its
 # "row" 1 is the param's element 1.
 REVERSE = {
-    "alias": [7, 8, 3, 4], "clone": [7, 8, 3, 4], "detach": [7, 8, 3, 4], "copy": W_FLAT,
-    "mul1": W_FLAT, "to_home": [7, 8, 3, 4], "to_cpu": [7, 8, 3, 4], "contiguous": [7, 8, 3, 4],
-    "view_row": [7, 8, 3, 4], "state_dict": [7, 8, 3, 4], "to_host": W_FLAT, "save_load": W_FLAT,
+    "alias": [7, 8, 3, 4],
+    "clone": [7, 8, 3, 4],
+    "detach": [7, 8, 3, 4],
+    "copy": W_FLAT,
+    "mul1": W_FLAT,
+    "to_home": [7, 8, 3, 4],
+    "to_cpu": [7, 8, 3, 4],
+    "contiguous": [7, 8, 3, 4],
+    "view_row": [7, 8, 3, 4],
+    "state_dict": [7, 8, 3, 4],
+    "to_host": W_FLAT,
+    "save_load": W_FLAT,
 }
 
 
@@ -208,8 +269,10 @@ def test_reverse_write_reshape(probe):
 def test_reverse_write_transpose_errors_fill_reaches(probe):
     # tensor_cat.rs `slice_set`: `RequiresContiguous { op: "slice-set" }` on the transposed view;
     # tensor.rs `const_set` goes through the strided layout and writes the shared storage.
-    tr = probe.run([param("w", W)], [snap("s", "w", "transpose"), write("s", [7, 8], index=0),
-                                     {"op": "fill", "target": "s", "value": 5.0}])
+    tr = probe.run(
+        [param("w", W)],
+        [snap("s", "w", "transpose"), write("s", [7, 8], index=0), {"op": "fill", "target": "s", "value": 5.0}],
+    )
     assert statuses(tr) == ["ok", "error", "ok"]
     assert "contiguous" in tr["steps"][1]["message"]
     after_err, after_fill = states(tr)[1:]
@@ -217,11 +280,18 @@ def test_reverse_write_transpose_errors_fill_reaches(probe):
     assert after_fill["w"]["value"] == [5.0] * 4
 
 
-@pytest.mark.parametrize("method,reaches", [
-    ("alias", True), ("clone", True), ("state_dict", True),  # Var handles: variable.rs `Var::set`
-    ("detach", True), ("view_row", False),                   # plain tensors: `slice_set(&v, 0, 0)`
-    ("copy", False), ("save_load", False),
-])
+@pytest.mark.parametrize(
+    "method,reaches",
+    [
+        ("alias", True),
+        ("clone", True),
+        ("state_dict", True),  # Var handles: variable.rs `Var::set`
+        ("detach", True),
+        ("view_row", False),  # plain tensors: `slice_set(&v, 0, 0)`
+        ("copy", False),
+        ("save_load", False),
+    ],
+)
 def test_reverse_whole_write(probe, method, reaches):
     shape = SNAPSHOT_EXPECT[method][3]
     value = list(range(100, 100 + int(np.prod(shape))))
@@ -238,18 +308,22 @@ def test_reverse_whole_write(probe, method, reaches):
 # ---------------------------------------------------------------------------------------------
 # Writes, fill, scale
 
+
 def test_fill_scale_and_buffers(probe):
     tr = probe.run(
         [param("w", W), buffer("b", [1.0, 2.0, 3.0])],
-        [{"op": "scale", "target": "w", "factor": 2.0},      # Var::set(&(w * 2))
-         {"op": "scale", "target": "b", "factor": 2.0},      # no in-place multiply on a Tensor
-         {"op": "fill", "target": "b", "value": -1.5},       # tensor.rs `const_set`
-         snap("r", "w", "view_row"),
-         {"op": "fill", "target": "r", "value": 0.0},        # const_set through the row view
-         snap("d", "w", "detach"),
-         {"op": "scale", "target": "d", "factor": 3.0},      # a detached Tensor is no Var
-         write("b", [4, 5, 6]),                              # slice_set(&whole, 0, 0)
-         step("sgd", lr=1.0)])                               # buffers are not in the VarMap
+        [
+            {"op": "scale", "target": "w", "factor": 2.0},  # Var::set(&(w * 2))
+            {"op": "scale", "target": "b", "factor": 2.0},  # no in-place multiply on a Tensor
+            {"op": "fill", "target": "b", "value": -1.5},  # tensor.rs `const_set`
+            snap("r", "w", "view_row"),
+            {"op": "fill", "target": "r", "value": 0.0},  # const_set through the row view
+            snap("d", "w", "detach"),
+            {"op": "scale", "target": "d", "factor": 3.0},  # a detached Tensor is no Var
+            write("b", [4, 5, 6]),  # slice_set(&whole, 0, 0)
+            step("sgd", lr=1.0),
+        ],
+    )  # buffers are not in the VarMap
     assert statuses(tr) == ["ok", "unsupported", "ok", "ok", "ok", "ok", "unsupported", "ok", "ok"]
     assert "in-place multiply" in tr["steps"][1]["message"]
     st = states(tr)
@@ -265,6 +339,7 @@ def test_fill_scale_and_buffers(probe):
 
 # ---------------------------------------------------------------------------------------------
 # Optimizers
+
 
 def test_sgd_exact(probe):
     w0 = np.array([1.0, 2.0, -3.0], dtype=np.float32)
@@ -290,8 +365,8 @@ def _adamw_ref(p, g, lr, b1, b2, eps, wd, steps):
     for t in range(1, steps + 1):
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g * g
-        m_hat = m / (1 - b1 ** t)
-        v_hat = v / (1 - b2 ** t)
+        m_hat = m / (1 - b1**t)
+        v_hat = v / (1 - b2**t)
         p = p * (1 - lr * wd) - lr * (m_hat / (np.sqrt(v_hat) + eps))
         out.append(p.copy())
     return out
@@ -302,8 +377,7 @@ def test_adam_family(probe, kind, wd):
     p0 = [1.0, -2.0, 3.0, 0.5]
     g = [0.5, -1.0, 2.0, 1e-3]
     lr, betas, eps = 0.1, (0.9, 0.999), 1e-8
-    tr = probe.run([param("w", p0, grad=g)],
-                   [step(kind, lr=lr, betas=betas, eps=eps, weight_decay=wd)] * 3)
+    tr = probe.run([param("w", p0, grad=g)], [step(kind, lr=lr, betas=betas, eps=eps, weight_decay=wd)] * 3)
     assert statuses(tr) == ["ok"] * 3
     # first step by the brief's formula: p - lr*(m_hat/(sqrt(v_hat)+eps)) - lr*wd*p
     p, gg = np.array(p0), np.array(g)
@@ -315,8 +389,7 @@ def test_adam_family(probe, kind, wd):
 
 
 def test_unsupported_optimizers(probe):
-    tr = probe.run([param("w", W)], [step("sgd_momentum", momentum=0.9),
-                                     step("adam", weight_decay=0.01)])
+    tr = probe.run([param("w", W)], [step("sgd_momentum", momentum=0.9), step("adam", weight_decay=0.01)])
     assert statuses(tr) == ["unsupported", "unsupported"]
     assert "momentum" in tr["steps"][0]["message"]
     assert "decoupled" in tr["steps"][1]["message"]
@@ -328,8 +401,9 @@ def test_optimizer_per_spec_and_lazy(probe):
     # (candle has no lazy init) through VarMap::get with Init::Const (candle-nn init.rs).
     lazy = {"name": "z", "kind": "lazy", "shape": [2], "init": "const", "fill": 0.5}
     uni = {"name": "u", "kind": "lazy", "shape": [3], "init": "uniform", "seed": 7}
-    tr = probe.run([param("w", [1.0, 2.0]), lazy, uni],
-                   [step("sgd", lr=0.5), step("sgd", lr=0.25), step("sgd", lr=0.5)])
+    tr = probe.run(
+        [param("w", [1.0, 2.0]), lazy, uni], [step("sgd", lr=0.5), step("sgd", lr=0.25), step("sgd", lr=0.5)]
+    )
     assert statuses(tr) == ["ok"] * 3
     init = tr["initial"]
     assert init["z"]["initialized"] and init["z"]["value"] == [0.5, 0.5] and init["z"]["requires_grad"]
@@ -343,18 +417,22 @@ def test_optimizer_per_spec_and_lazy(probe):
 # ---------------------------------------------------------------------------------------------
 # Move and module_clone
 
+
 def test_move(probe):
     h = probe.hello()
     has_alt = h["devices"][0]["alt"] is not None
-    tr = probe.run([param("w", W)], [
-        {"op": "move", "target": "w", "device": "home", "method": "to"},
-        {"op": "scale", "target": "w", "factor": 2.0},
-        step("sgd", lr=1.0),
-        {"op": "move", "target": "w", "device": "alt", "method": "to"},
-        {"op": "move", "target": "w", "device": "cpu", "method": "fork"},
-        step("sgd", lr=1.0),
-        snap("m", "w", "state_dict"),
-    ])
+    tr = probe.run(
+        [param("w", W)],
+        [
+            {"op": "move", "target": "w", "device": "home", "method": "to"},
+            {"op": "scale", "target": "w", "factor": 2.0},
+            step("sgd", lr=1.0),
+            {"op": "move", "target": "w", "device": "alt", "method": "to"},
+            {"op": "move", "target": "w", "device": "cpu", "method": "fork"},
+            step("sgd", lr=1.0),
+            snap("m", "w", "state_dict"),
+        ],
+    )
     st = states(tr)
     # tensor.rs `to_device`: same device -> `self.clone()`: the same tensor (same id, still a
     # variable) but the name now holds a Tensor, not a Var, so `scale` is unsupported.
@@ -378,18 +456,30 @@ def test_move(probe):
 
 
 def test_state_dict_and_save_load_need_a_param(probe):
-    tr = probe.run([param("w", W), buffer("b", [1.0])],
-                   [snap("s", "b", "state_dict"), snap("t", "b", "save_load"),
-                    snap("d", "w", "detach"), snap("e", "d", "state_dict")])
+    tr = probe.run(
+        [param("w", W), buffer("b", [1.0])],
+        [
+            snap("s", "b", "state_dict"),
+            snap("t", "b", "save_load"),
+            snap("d", "w", "detach"),
+            snap("e", "d", "state_dict"),
+        ],
+    )
     assert statuses(tr) == ["unsupported", "unsupported", "ok", "unsupported"]
     assert "VarMap" in tr["steps"][0]["message"]
 
 
 def test_module_clone(probe):
     # the cloned `VarMap::data()` map: Var clones share storage and ids with the model's params
-    tr = probe.run([param("w", W), param("v", [1.0, 2.0]), buffer("b", [0.0])],
-                   [{"op": "module_clone", "name": "m"}, step("sgd", lr=1.0),
-                    write("m.v", [5, 6]), {"op": "read", "target": "m.w"}])
+    tr = probe.run(
+        [param("w", W), param("v", [1.0, 2.0]), buffer("b", [0.0])],
+        [
+            {"op": "module_clone", "name": "m"},
+            step("sgd", lr=1.0),
+            write("m.v", [5, 6]),
+            {"op": "read", "target": "m.w"},
+        ],
+    )
     assert statuses(tr) == ["ok"] * 4
     st = states(tr)
     assert set(st[0]) == {"w", "v", "b", "m.w", "m.v"}
@@ -408,9 +498,13 @@ def test_a_failed_load_sets_the_vars_a_hashmap_yields_before_the_failure(probe):
     # runs both outcomes show (the chance that one of two equally likely orders shows 32 times
     # running is 2**-31).
     tensors = [param("p0", [1.0]), param("p1", [2.0])]
-    ops = [{"op": "save", "name": "c0", "to": "memory"}, snap("s0", "p0", "mul1"),
-           {"op": "replace", "target": "p0", "value": "s0", "how": "new"},
-           {"op": "scale", "target": "p0", "factor": 0.0}, {"op": "load", "from": "c0", "assign": False}]
+    ops = [
+        {"op": "save", "name": "c0", "to": "memory"},
+        snap("s0", "p0", "mul1"),
+        {"op": "replace", "target": "p0", "value": "s0", "how": "new"},
+        {"op": "scale", "target": "p0", "factor": 0.0},
+        {"op": "load", "from": "c0", "assign": False},
+    ]
     restored = set()
     for _ in range(32):
         tr = probe.run(tensors, ops)
@@ -430,31 +524,58 @@ def test_module_modes_unsupported(probe):
 # ---------------------------------------------------------------------------------------------
 # Robustness: the probe answers everything and keeps serving.
 
+
 def test_robustness(probe):
     for line in ["{not json", "[]", '{"type":"bogus"}', '{"type":"run","id":3}', "42"]:
         r = probe.send_raw(line)
         assert r["type"] == "error" and r["id"] is None, r
-    tr = probe.run([param("w", W)], [
-        {"op": "frobnicate", "x": 1},                                    # unknown op
-        {"op": "write", "target": "w", "index": 0},                      # missing field
-        {"op": "snapshot", "name": "s", "of": "w"},                      # missing field
-        snap("t", "w", "transpose"), write("t", [1, 2], index=0),        # slice_set: not contiguous
-        write("w", [1, 2, 3], index=0),                                  # row of the wrong length
-        write("w", [1, 2], index=5),                                     # row out of range
-        write("w", [1, 2, 3]),                                           # Var::set shape mismatch
-        snap("u", "nope", "clone"),                                      # unknown name
-        {"op": "read", "target": "w"},
-    ], valid_request=False)
-    assert statuses(tr) == ["unsupported", "error", "error", "ok", "error", "error", "error",
-                            "error", "skipped", "ok"], tr["steps"]
+    tr = probe.run(
+        [param("w", W)],
+        [
+            {"op": "frobnicate", "x": 1},  # unknown op
+            {"op": "write", "target": "w", "index": 0},  # missing field
+            {"op": "snapshot", "name": "s", "of": "w"},  # missing field
+            snap("t", "w", "transpose"),
+            write("t", [1, 2], index=0),  # slice_set: not contiguous
+            write("w", [1, 2, 3], index=0),  # row of the wrong length
+            write("w", [1, 2], index=5),  # row out of range
+            write("w", [1, 2, 3]),  # Var::set shape mismatch
+            snap("u", "nope", "clone"),  # unknown name
+            {"op": "read", "target": "w"},
+        ],
+        valid_request=False,
+    )
+    assert statuses(tr) == [
+        "unsupported",
+        "error",
+        "error",
+        "ok",
+        "error",
+        "error",
+        "error",
+        "error",
+        "skipped",
+        "ok",
+    ], tr["steps"]
     assert all(s.get("message") for s in tr["steps"] if s["status"] != "ok")
     assert all("\n" not in s.get("message", "") for s in tr["steps"])  # one-line candle errors
     assert states(tr)[-1]["w"]["value"] == W_FLAT
     # programs whose tensors cannot be created: a trace with status error
-    bad = [probe.run([param("w", W)], [], device="tpu"),
-           probe.request({"type": "run", "id": 99, "device": "cpu", "program": {"tensors": [
-               {"name": "w", "kind": "param", "shape": [2, 2], "value": [1, 2, 3]}], "ops": []}}),
-           probe.run([param("w", W), param("w", W)], [])]
+    bad = [
+        probe.run([param("w", W)], [], device="tpu"),
+        probe.request(
+            {
+                "type": "run",
+                "id": 99,
+                "device": "cpu",
+                "program": {
+                    "tensors": [{"name": "w", "kind": "param", "shape": [2, 2], "value": [1, 2, 3]}],
+                    "ops": [],
+                },
+            }
+        ),
+        probe.run([param("w", W), param("w", W)], []),
+    ]
     for t in bad:
         assert t["type"] == "trace" and t["status"] == "error" and t["message"], t
     assert probe.hello()["framework"] == "candle"

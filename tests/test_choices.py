@@ -20,12 +20,16 @@ def _draw(data: ConjectureData, draw):
         return draw()
 
 
-@pytest.mark.parametrize("leaf, equivalent", [
-    (Menu(("a", "b", "c", "d"), "test"), st.sampled_from(("a", "b", "c", "d"))),
-    (Flag(), st.booleans()),
-    (Count(2, 9), st.integers(2, 9)),
-    (Bytes(3, tuple, "test"), st.binary(min_size=3, max_size=3).map(tuple)),
-], ids=["menu", "flag", "count", "bytes"])
+@pytest.mark.parametrize(
+    "leaf, equivalent",
+    [
+        (Menu(("a", "b", "c", "d"), "test"), st.sampled_from(("a", "b", "c", "d"))),
+        (Flag(), st.booleans()),
+        (Count(2, 9), st.integers(2, 9)),
+        (Bytes(3, tuple, "test"), st.binary(min_size=3, max_size=3).map(tuple)),
+    ],
+    ids=["menu", "flag", "count", "bytes"],
+)
 def test_a_leaf_makes_the_choice_of_the_strategy_it_stands_for(leaf, equivalent):
     seen = set()
     for seed in range(40):

@@ -51,8 +51,22 @@ def test_no_confirmation_runs_leave_a_finding_new_and_unconfirmed():
 
 def test_a_campaign_reports_flaky_findings_apart_and_does_not_fail_on_them(tmp_path):
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--out", str(out), env=fake_probe_dir(tmp_path, "--planted-after", "1"))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--out",
+        str(out),
+        env=fake_probe_dir(tmp_path, "--planted-after", "1"),
+    )
     assert r.returncode == 0, r.stdout + r.stderr  # nothing new: the flaky findings are no failure
     findings = json.loads((out / "findings.json").read_text())
     flaky = [f for f in findings if f["status"] == "flaky"]
@@ -64,8 +78,23 @@ def test_a_campaign_reports_flaky_findings_apart_and_does_not_fail_on_them(tmp_p
     assert 'id="flaky"' in (out / "report.html").read_text()
     # the same campaign on a fake whose bug needs no earlier program: new, confirmed 3 of 3
     out = tmp_path / "stable"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--out", str(out), "--no-report", env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--out",
+        str(out),
+        "--no-report",
+        env=fake_probe_dir(tmp_path),
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     findings = json.loads((out / "findings.json").read_text())
     assert findings and all(f["status"] == "new" and f["confirmed"] == 3 for f in findings)
@@ -74,8 +103,18 @@ def test_a_campaign_reports_flaky_findings_apart_and_does_not_fail_on_them(tmp_p
 def test_junit_shows_a_flaky_finding_as_skipped_not_failed():
     from harness.reporting.junit import junit_xml
 
-    xml = junit_xml([{"signature": "s1", "kind": "device", "status": "flaky", "sentence": "it moved",
-                      "confirmed": 1, "confirm_runs": 3},
-                     {"signature": "s2", "kind": "device", "status": "new", "sentence": "it moved too"}])
+    xml = junit_xml(
+        [
+            {
+                "signature": "s1",
+                "kind": "device",
+                "status": "flaky",
+                "sentence": "it moved",
+                "confirmed": 1,
+                "confirm_runs": 3,
+            },
+            {"signature": "s2", "kind": "device", "status": "new", "sentence": "it moved too"},
+        ]
+    )
     assert 'failures="1"' in xml and 'skipped="1"' in xml
     assert 'message="flaky (shown in 1 of 3 runs on fresh probe processes): it moved"' in xml

@@ -26,8 +26,12 @@ W = TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0))
 
 
 def _case(dtype: str, value: list, ops: list | None = None) -> dict:
-    return {"format": "aliasfuzz-case/1", "dtype": dtype, "tensors": {"w": {"kind": "param", "value": value}},
-            "ops": ops or []}
+    return {
+        "format": "aliasfuzz-case/1",
+        "dtype": dtype,
+        "tensors": {"w": {"kind": "param", "value": value}},
+        "ops": ops or [],
+    }
 
 
 def _program(dtype: str, *ops: dict) -> Program:
@@ -48,12 +52,15 @@ def test_a_dtype_round_trips_through_a_case_file(dtype):
     assert program.to_wire().get("dtype") == (None if dtype == "f32" else dtype)
 
 
-@pytest.mark.parametrize("dtype, value, index, rounds_to", [
-    ("bf16", [1.0, 1.00390625], 1, "1.0"),  # a tie, to even
-    ("bf16", [0.1], 0, "0.10009765625"),
-    ("f16", [1.0, 2.0, 0.1], 2, "0.0999755859375"),
-    ("f16", [70000.0], 0, "inf"),  # beyond f16's range
-])
+@pytest.mark.parametrize(
+    "dtype, value, index, rounds_to",
+    [
+        ("bf16", [1.0, 1.00390625], 1, "1.0"),  # a tie, to even
+        ("bf16", [0.1], 0, "0.10009765625"),
+        ("f16", [1.0, 2.0, 0.1], 2, "0.0999755859375"),
+        ("f16", [70000.0], 0, "inf"),  # beyond f16's range
+    ],
+)
 def test_a_value_the_dtype_does_not_hold_is_refused_with_its_place(dtype, value, index, rounds_to):
     with pytest.raises(CaseError) as e:
         parse_case(_case(dtype, value), "c.toml")
@@ -107,12 +114,14 @@ def test_the_minimizer_tries_float32_first():
 @pytest.fixture(scope="module")
 def torch_bf16(runner):
     """A bf16 parameter, three conversions to its own dtype, a row write and an SGD step."""
-    program = _program("bf16",
-                       {"op": "snapshot", "name": "same", "of": "w", "method": "to_same_dtype"},
-                       {"op": "snapshot", "name": "rt", "of": "w", "method": "via_bf16"},
-                       {"op": "snapshot", "name": "wide", "of": "w", "method": "via_f32"},
-                       {"op": "write", "target": "w", "index": 1, "value": [10.0, 10.0]},
-                       {"op": "step", "optimizer": "sgd", "lr": 0.5})
+    program = _program(
+        "bf16",
+        {"op": "snapshot", "name": "same", "of": "w", "method": "to_same_dtype"},
+        {"op": "snapshot", "name": "rt", "of": "w", "method": "via_bf16"},
+        {"op": "snapshot", "name": "wide", "of": "w", "method": "via_f32"},
+        {"op": "write", "target": "w", "index": 1, "value": [10.0, 10.0]},
+        {"op": "step", "optimizer": "sgd", "lr": 0.5},
+    )
     traces = runner.run_one(program, every_target=True)
     return program, traces["torch:cpu"]
 
@@ -143,7 +152,7 @@ def test_torch_adam_runs_in_the_cases_dtype(runner, dtype):
     w = trace.state_after(0)["w"]
     assert trace.steps[0].status == "ok" and w.dtype == dtype
     # Adam's first step moves every element by about lr: 1 - 0.25, 2 - 0.25, ... rounded in the dtype
-    assert w.value.ravel().tolist() == pytest.approx([0.75, 1.75, 2.75, 3.75], rel=2 ** -7)
+    assert w.value.ravel().tolist() == pytest.approx([0.75, 1.75, 2.75, 3.75], rel=2**-7)
 
 
 def test_the_torch_reproducer_makes_the_cases_dtype(tmp_path):
@@ -156,5 +165,7 @@ def test_the_torch_reproducer_makes_the_cases_dtype(tmp_path):
 
 def test_repro_of_the_bundled_bf16_case_on_torch_names_no_divergence_of_its_own():
     # torch against its own foreach variant: one target alone would be no comparison (exit 2).
-    r = run_cli("repro", "--targets", "torch:cpu,torch:cpu+foreach", "tests/cases/bf16_conversions_to_its_own_dtype.toml")
+    r = run_cli(
+        "repro", "--targets", "torch:cpu,torch:cpu+foreach", "tests/cases/bf16_conversions_to_its_own_dtype.toml"
+    )
     assert r.returncode == 0, r.stderr

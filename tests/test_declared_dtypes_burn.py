@@ -57,8 +57,9 @@ def burn():
 
 def _run(burn, dtype: str, tensors, ops, layers=()):
     tensors = tuple(tensors)
-    program = Program(tensors, check_program(tensors, ops, layers=layers, dtype=dtype), dtype=dtype,
-                      layers=tuple(layers))
+    program = Program(
+        tensors, check_program(tensors, ops, layers=layers, dtype=dtype), dtype=dtype, layers=tuple(layers)
+    )
     return program, burn.run_one(program, every_target=True)
 
 
@@ -79,9 +80,11 @@ def _exact_in(dtype: str, values) -> bool:
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_every_declared_tensor_is_made_in_the_programs_dtype(burn, dtype):
-    lazies = [TensorDecl("lc", "lazy", (2,), init="const", fill=3.0),
-              TensorDecl("lu", "lazy", (2,), init="uniform", seed=7),
-              TensorDecl("lr", "lazy", (2,), init="program_rng")]
+    lazies = [
+        TensorDecl("lc", "lazy", (2,), init="const", fill=3.0),
+        TensorDecl("lu", "lazy", (2,), init="uniform", seed=7),
+        TensorDecl("lr", "lazy", (2,), init="program_rng"),
+    ]
     _, traces = _run(burn, dtype, [W, X, *lazies], [{"op": "read", "target": n} for n in ("lc", "lu", "lr")])
     t = traces["burn:flex"]
     _ok(t)
@@ -130,14 +133,16 @@ def test_the_other_optimizers_step_a_param_in_its_dtype(burn, dtype, optimizer):
         assert moved.tolist() == [0.5] * 4
         assert _flat(t, 1, "w") == [-0.25, 0.75, 1.75, 2.75]  # buf = 0.5 * 1 + 1: a step of 0.75
     else:  # lr * m̂ / (√v̂ + ε) = lr * g / (|g| + ε), rounded in the dtype
-        assert np.allclose(moved, 0.5, atol=2 ** -6), moved
+        assert np.allclose(moved, 0.5, atol=2**-6), moved
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_the_dtype_conversions_keep_the_dtype_and_are_values(burn, dtype):
     methods = ("to_same_dtype", "via_f32", "via_bf16", "to_host", "state_dict", "save_load")
     snaps = [{"op": "snapshot", "name": m, "of": "w", "method": m} for m in methods]
-    _, traces = _run(burn, dtype, [W], [*snaps, {"op": "write", "target": "w", "index": 0, "value": [10.0, 10.0]}, STEP])
+    _, traces = _run(
+        burn, dtype, [W], [*snaps, {"op": "write", "target": "w", "index": 0, "value": [10.0, 10.0]}, STEP]
+    )
     t = traces["burn:flex"]
     _ok(t)
     last = len(methods) + 1
@@ -152,13 +157,17 @@ def test_the_dtype_conversions_keep_the_dtype_and_are_values(burn, dtype):
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_written_values_are_made_in_the_targets_dtype(burn, dtype):
     b, c = TensorDecl("b", "buffer", (2,), (1.0, 2.0)), TensorDecl("c", "buffer", (2,), (6.0, 7.0))
-    ops = [{"op": "write", "target": "w", "index": 1, "value": [8.0, 9.0]},
-           {"op": "assign", "target": "w", "index": 0, "source": "c"},
-           {"op": "write", "target": "b", "value": [3.0, 4.0]},
-           {"op": "fill", "target": "b", "value": 5.0}, {"op": "scale", "target": "b", "factor": 2.0},
-           {"op": "map", "target": "b", "fn": "add_scalar"}, {"op": "add", "target": "b", "other": "b"},
-           {"op": "append", "target": "b", "source": "b", "how": "cache"},
-           {"op": "append", "target": "b", "source": "c", "how": "cat"}]
+    ops = [
+        {"op": "write", "target": "w", "index": 1, "value": [8.0, 9.0]},
+        {"op": "assign", "target": "w", "index": 0, "source": "c"},
+        {"op": "write", "target": "b", "value": [3.0, 4.0]},
+        {"op": "fill", "target": "b", "value": 5.0},
+        {"op": "scale", "target": "b", "factor": 2.0},
+        {"op": "map", "target": "b", "fn": "add_scalar"},
+        {"op": "add", "target": "b", "other": "b"},
+        {"op": "append", "target": "b", "source": "b", "how": "cache"},
+        {"op": "append", "target": "b", "source": "c", "how": "cat"},
+    ]
     _, traces = _run(burn, dtype, [W, b, c], ops)
     t = traces["burn:flex"]
     _ok(t)
@@ -172,8 +181,11 @@ def test_written_values_are_made_in_the_targets_dtype(burn, dtype):
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_a_batch_norm_keeps_its_running_statistics_in_the_dtype(burn, dtype):
     bn = LayerDecl("bn", "batch_norm", features=2, momentum=0.5)
-    ops = [{"op": "forward", "name": "y", "layer": "bn", "input": "x"}, {"op": "valid"},
-           {"op": "save", "name": "c", "to": "file"}]
+    ops = [
+        {"op": "forward", "name": "y", "layer": "bn", "input": "x"},
+        {"op": "valid"},
+        {"op": "save", "name": "c", "to": "file"},
+    ]
     _, traces = _run(burn, dtype, [W, X], ops, layers=[bn])
     _, f32 = _run(burn, "f32", [W, X], ops, layers=[bn])
     t = traces["burn:flex"]
@@ -183,7 +195,11 @@ def test_a_batch_norm_keeps_its_running_statistics_in_the_dtype(burn, dtype):
     assert t.initial["bn.running_var"].value.tolist() == [1, 1]
     end = t.state_after(2)
     # batch means [2, 4], momentum 0.5: [1, 2], exact in every dtype, as in the f32 program.
-    assert end["bn.running_mean"].value.tolist() == [1, 2] == f32["burn:flex"].state_after(2)["bn.running_mean"].value.tolist()
+    assert (
+        end["bn.running_mean"].value.tolist()
+        == [1, 2]
+        == f32["burn:flex"].state_after(2)["bn.running_mean"].value.tolist()
+    )
     for n in ("y", "bn.running_mean", "bn.running_var", "c.bn.running_mean", "c.bn.running_var", "c.w"):
         assert end[n].dtype == dtype, n
     assert end["y"].value.ravel().tolist() == [-1, -1, 1, 1]  # each feature normalised over the batch
@@ -192,8 +208,12 @@ def test_a_batch_norm_keeps_its_running_statistics_in_the_dtype(burn, dtype):
 @pytest.mark.parametrize("kind", ["param", "lazy"])
 def test_a_move_to_ndarray_in_a_bf16_program_is_unsupported_and_the_program_goes_on(burn, kind):
     w = W if kind == "param" else TensorDecl("w", "lazy", (2, 2), init="const", fill=1.0)
-    _, traces = _run(burn, "bf16", [w], [{"op": "move", "target": "w", "device": "alt", "method": "to"},
-                                         {"op": "read", "target": "w"}, STEP])
+    _, traces = _run(
+        burn,
+        "bf16",
+        [w],
+        [{"op": "move", "target": "w", "device": "alt", "method": "to"}, {"op": "read", "target": "w"}, STEP],
+    )
     t = traces["burn:flex"]
     assert t.steps[0].status == "unsupported" and "has no BF16" in t.steps[0].message, t.steps[0]
     # the param stayed on flex: it is read and trained there
@@ -278,9 +298,16 @@ def test_the_reproducer_declares_the_dtype():
 
     text = burn_main(parse_case(tomllib.loads(CASE)))
     assert "let dtype = FloatDType::BF16;" in text
-    for call in ("param_in::<2>(", "tensor_in::<2>(", "const_param([2], 3.0f32, dtype, &dev)",
-                 "uniform_param([2], 7, dtype, &dev)", "batch_norm(2, 0.5, dtype, &dev)",
-                 ".cast(dtype)", ".cast(FloatDType::F32).cast(dtype)", "&dev, dtype).expect(\"save_load\")"):
+    for call in (
+        "param_in::<2>(",
+        "tensor_in::<2>(",
+        "const_param([2], 3.0f32, dtype, &dev)",
+        "uniform_param([2], 7, dtype, &dev)",
+        "batch_norm(2, 0.5, dtype, &dev)",
+        ".cast(dtype)",
+        ".cast(FloatDType::F32).cast(dtype)",
+        '&dev, dtype).expect("save_load")',
+    ):
         assert call in text, call
 
 

@@ -74,10 +74,16 @@ ROW = {"op": "write", "target": "w", "index": 0, "value": [10.0, 10.0]}
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_every_declared_tensor_is_made_in_the_programs_dtype(run, dtype):
-    program = case(dtype, {"w": {"kind": "param", "value": W}, "b": {"kind": "buffer", "value": [0.5, -2.0]},
-                           "l": {"kind": "lazy", "shape": [3], "init": "const", "fill": 0.25},
-                           "u": {"kind": "lazy", "shape": [4], "init": "uniform", "seed": 3}},
-                   [{"op": "read", "target": "w"}])
+    program = case(
+        dtype,
+        {
+            "w": {"kind": "param", "value": W},
+            "b": {"kind": "buffer", "value": [0.5, -2.0]},
+            "l": {"kind": "lazy", "shape": [3], "init": "const", "fill": 0.25},
+            "u": {"kind": "lazy", "shape": [4], "init": "uniform", "seed": 3},
+        },
+        [{"op": "read", "target": "w"}],
+    )
     t = run(program)
     for name in ("w", "b", "l", "u"):
         assert t.initial[name].dtype == dtype, (name, t.initial[name])
@@ -165,28 +171,33 @@ def test_adam_steps_a_bf16_param_in_bf16(run, optimizer):
     # roundings).
     w = [1.0, 2.0, -3.0, 4.0]
     g = [1.0, -2.0, 0.5, 1.0]
-    program = case("bf16", {"w": {"kind": "param", "value": w, "grad": g}},
-                   [{"op": "step", "optimizer": optimizer, "lr": 0.5}])
+    program = case(
+        "bf16", {"w": {"kind": "param", "value": w, "grad": g}}, [{"op": "step", "optimizer": optimizer, "lr": 0.5}]
+    )
     t = run(program)
     assert t.steps[0].status == "ok", t.steps
     got = np.array(flat(t, 0, "w"))
     want = np.array(w) - 0.5 * np.sign(g)
     assert t.state_after(0)["w"].dtype == "bf16"
-    assert np.allclose(got, want, rtol=0, atol=4 * 2 ** -7 * np.abs(want).max()), got
+    assert np.allclose(got, want, rtol=0, atol=4 * 2**-7 * np.abs(want).max()), got
     assert got.tolist() == bf16_rounded(got.astype(np.float32)).tolist()  # values bf16 holds
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_written_filled_and_mapped_values_are_made_in_the_tensors_dtype(run, dtype):
-    program = case(dtype, {"w": {"kind": "param", "value": W}, "b": {"kind": "buffer", "value": W}}, [
-        snap("alias", "b", "r0"),
-        {"op": "write", "target": "w", "value": [[5.0, 6.0], [7.0, 8.0]]},   # Var::set
-        {"op": "write", "target": "b", "index": 1, "value": [-1.0, -2.0]},   # slice_set of a row
-        {"op": "fill", "target": "b", "value": 1.5},                         # const_set
-        {"op": "scale", "target": "w", "factor": 0.5},                       # affine, Var::set
-        {"op": "map", "target": "b", "fn": "add_scalar"},                   # affine: a new tensor
-        {"op": "map", "target": "b", "fn": "clamp"},                        # maximum / minimum of scalars
-    ])
+    program = case(
+        dtype,
+        {"w": {"kind": "param", "value": W}, "b": {"kind": "buffer", "value": W}},
+        [
+            snap("alias", "b", "r0"),
+            {"op": "write", "target": "w", "value": [[5.0, 6.0], [7.0, 8.0]]},  # Var::set
+            {"op": "write", "target": "b", "index": 1, "value": [-1.0, -2.0]},  # slice_set of a row
+            {"op": "fill", "target": "b", "value": 1.5},  # const_set
+            {"op": "scale", "target": "w", "factor": 0.5},  # affine, Var::set
+            {"op": "map", "target": "b", "fn": "add_scalar"},  # affine: a new tensor
+            {"op": "map", "target": "b", "fn": "clamp"},  # maximum / minimum of scalars
+        ],
+    )
     t = run(program)
     assert [s.status for s in t.steps] == ["ok"] * 7, t.steps
     assert flat(t, 1, "w") == [5, 6, 7, 8] and flat(t, 2, "r0") == [1, 2, -1, -2]
@@ -198,7 +209,11 @@ def test_written_filled_and_mapped_values_are_made_in_the_tensors_dtype(run, dty
 
 def test_a_bf16_map_rounds_its_result(run):
     # t + 1.0 is Affine(1, 1) in bf16: 256 + 1 = 257 is a tie between 256 and 258, to even: 256.
-    t = run(case("bf16", {"b": {"kind": "buffer", "value": [256.0, 2.0]}}, [{"op": "map", "target": "b", "fn": "add_scalar"}]))
+    t = run(
+        case(
+            "bf16", {"b": {"kind": "buffer", "value": [256.0, 2.0]}}, [{"op": "map", "target": "b", "fn": "add_scalar"}]
+        )
+    )
     assert flat(t, 0, "b") == [256.0, 3.0]
 
 
@@ -206,12 +221,19 @@ def test_a_bf16_map_rounds_its_result(run):
 def test_the_training_loop_ops_run_in_the_programs_dtype(run, dtype):
     # backward then step: the two passes' gradients summed (support::add_grads) and one SGD step;
     # appends grow a buffer in its dtype (Tensor::cat, candle-nn's kv_cache::Cache).
-    program = case(dtype, {"w": {"kind": "param", "value": W}, "b": {"kind": "buffer", "value": W}}, [
-        {"op": "backward"}, SGD,
-        {"op": "append", "target": "b", "source": "w", "how": "cache"},
-        {"op": "append", "target": "b", "source": "w", "how": "cat"},
-        {"op": "save", "name": "c", "to": "file"}, {"op": "load", "from": "c"},
-        {"op": "assign", "target": "b", "source": "w", "index": 0, "source_index": 1}])
+    program = case(
+        dtype,
+        {"w": {"kind": "param", "value": W}, "b": {"kind": "buffer", "value": W}},
+        [
+            {"op": "backward"},
+            SGD,
+            {"op": "append", "target": "b", "source": "w", "how": "cache"},
+            {"op": "append", "target": "b", "source": "w", "how": "cat"},
+            {"op": "save", "name": "c", "to": "file"},
+            {"op": "load", "from": "c"},
+            {"op": "assign", "target": "b", "source": "w", "index": 0, "source_index": 1},
+        ],
+    )
     t = run(program)
     assert [s.status for s in t.steps] == ["ok"] * 7, t.steps
     assert flat(t, 1, "w") == [0, 1, 2, 3]  # w - 0.5 * (1 + 1)
@@ -222,9 +244,17 @@ def test_the_training_loop_ops_run_in_the_programs_dtype(run, dtype):
 
 
 def test_to_host_and_checkpoints_keep_the_dtype(run):
-    program = case("bf16", {"w": {"kind": "param", "value": W}}, [
-        snap("to_host", name="h"), snap("save_load", name="sl"), {"op": "save", "name": "c", "to": "file"},
-        {"op": "save", "name": "m", "to": "memory"}, ROW])
+    program = case(
+        "bf16",
+        {"w": {"kind": "param", "value": W}},
+        [
+            snap("to_host", name="h"),
+            snap("save_load", name="sl"),
+            {"op": "save", "name": "c", "to": "file"},
+            {"op": "save", "name": "m", "to": "memory"},
+            ROW,
+        ],
+    )
     t = run(program)
     assert [s.status for s in t.steps] == ["ok"] * 5, t.steps
     st = t.state_after(4)
@@ -235,11 +265,16 @@ def test_to_host_and_checkpoints_keep_the_dtype(run):
 
 
 def test_batch_norm_in_bf16_refuses_to_train_and_evaluates(run):
-    program = case("bf16", {"x": {"kind": "buffer", "value": [[1.0, 2.0], [3.0, 6.0]]}}, [
-        {"op": "forward", "name": "y", "layer": "bn", "input": "x"},
-        {"op": "valid"},
-        {"op": "forward", "name": "y_eval", "layer": "bn", "input": "x"},
-    ], layers={"bn": {"kind": "batch_norm", "features": 2, "momentum": 0.5}})
+    program = case(
+        "bf16",
+        {"x": {"kind": "buffer", "value": [[1.0, 2.0], [3.0, 6.0]]}},
+        [
+            {"op": "forward", "name": "y", "layer": "bn", "input": "x"},
+            {"op": "valid"},
+            {"op": "forward", "name": "y_eval", "layer": "bn", "input": "x"},
+        ],
+        layers={"bn": {"kind": "batch_norm", "features": 2, "momentum": 0.5}},
+    )
     t = run(program)
     assert t.initial["bn.running_mean"].dtype == t.initial["bn.running_var"].dtype == "bf16"
     assert [s.status for s in t.steps] == ["error", "ok", "ok"], t.steps
@@ -262,10 +297,19 @@ def test_the_handshake_lists_via_f32():
 # The reproducer: the generated cargo project prints what the probe observed.
 
 
-REPRO_OPS = [snap("to_same_dtype"), snap("via_f32", name="f"), snap("via_bf16", name="v"), snap("to_host", name="h"),
-             ROW, {"op": "write", "target": "b", "value": [[5.0, 6.0], [7.0, 8.0]]},
-             {"op": "fill", "target": "b", "value": 1.5}, {"op": "map", "target": "b", "fn": "add_scalar"},
-             SGD, {"op": "step", "optimizer": "adamw", "lr": 0.25}, {"op": "save", "name": "c", "to": "file"}]
+REPRO_OPS = [
+    snap("to_same_dtype"),
+    snap("via_f32", name="f"),
+    snap("via_bf16", name="v"),
+    snap("to_host", name="h"),
+    ROW,
+    {"op": "write", "target": "b", "value": [[5.0, 6.0], [7.0, 8.0]]},
+    {"op": "fill", "target": "b", "value": 1.5},
+    {"op": "map", "target": "b", "fn": "add_scalar"},
+    SGD,
+    {"op": "step", "optimizer": "adamw", "lr": 0.25},
+    {"op": "save", "name": "c", "to": "file"},
+]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -273,9 +317,16 @@ def test_the_reproducer_makes_the_programs_dtype_and_prints_what_the_probe_obser
     # The generated project runs the probe's calls in the program's dtype (`let dt = DType::BF16`)
     # and prints, after every op, the values the probe observed.
 
-    program = case(dtype, {"w": {"kind": "param", "value": W, "grad": [[1.0, -1.0], [0.5, 2.0]]},
-                           "b": {"kind": "buffer", "value": W}, "l": {"kind": "lazy", "shape": [2], "init": "const", "fill": 0.75}},
-                   REPRO_OPS, layers={"bn": {"kind": "batch_norm", "features": 2, "momentum": 0.5}})
+    program = case(
+        dtype,
+        {
+            "w": {"kind": "param", "value": W, "grad": [[1.0, -1.0], [0.5, 2.0]]},
+            "b": {"kind": "buffer", "value": W},
+            "l": {"kind": "lazy", "shape": [2], "init": "const", "fill": 0.75},
+        },
+        REPRO_OPS,
+        layers={"bn": {"kind": "batch_norm", "features": 2, "momentum": 0.5}},
+    )
     path = write_case(program, tmp_path / f"{dtype}_program.toml")
     checkpoint_files = set(Path(tempfile.gettempdir()).glob("aliasfuzz-repro-*.safetensors"))
     out, doc = _cargo_reproducer("candle", path, TARGET, tmp_path)

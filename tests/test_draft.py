@@ -16,8 +16,8 @@ def test_draft_of_a_candidate_names_the_call_and_makes_it(tmp_path):
     title = draft.splitlines()[0]
     assert title.startswith("# candle: `flip` fails on a tensor made by `transpose`"), title
     main = (tmp_path / f"{stem}-candle" / "src" / "main.rs").read_text(encoding="utf-8")
-    assert ".flip(&[0])?" in main and "println!(\"op 1: error: {e}\")" in main
-    body = main[main.index("fn main()"):]
+    assert ".flip(&[0])?" in main and 'println!("op 1: error: {e}")' in main
+    body = main[main.index("fn main()") :]
     body = body[: body.index("\n}\n")]
     statements = [line for line in body.splitlines() if line.rstrip().endswith(";")]
     assert len(statements) <= 15, body  # the size target of a reproducer a maintainer reads
@@ -41,8 +41,14 @@ def test_a_case_with_only_known_divergences_has_nothing_to_draft_unless_asked(tm
 def test_a_bad_bisection_file_is_one_line_naming_the_file_and_field(tmp_path):
     bad = tmp_path / "bisect.json"
     bad.write_text(json.dumps({"framework": "candle", "reference": {}}))
-    r = run_cli("draft", str(CASES / "candle_flip_of_a_strided_tensor_fails.toml"), "--bisect", str(bad),
-                "--out", str(tmp_path / "out"))
+    r = run_cli(
+        "draft",
+        str(CASES / "candle_flip_of_a_strided_tensor_fails.toml"),
+        "--bisect",
+        str(bad),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert str(bad) in r.stderr and "`releases`" in r.stderr
     assert not (tmp_path / "out").exists()  # nothing written before every input was checked
@@ -53,8 +59,9 @@ def test_draft_of_an_optimizer_variant_names_the_class_and_its_keywords(tmp_path
     r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
-    assert draft.splitlines()[0] == ("# torch: `torch.optim.AdamW` gives different values with `foreach=False` and "
-                                     "`foreach=True`")
+    assert draft.splitlines()[0] == (
+        "# torch: `torch.optim.AdamW` gives different values with `foreach=False` and `foreach=True`"
+    )
     script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
     assert "run('', foreach=False)" in script and "run('foreach: ', foreach=True)" in script
     assert script.strip() in draft  # the reproducer inline
@@ -77,8 +84,13 @@ def test_a_value_torch_alone_computes_is_drafted_against_torch(tmp_path):
 def test_identity_that_torch_alone_keeps_apart_is_not_drafted_against_torch(tmp_path):
     """candle and burn both keep one object where torch makes two: a design difference, so the
     draft stays addressed to the framework beside torch."""
-    r = run_cli("draft", str(CASES / "candle_failed_load_sets_a_subset_in_hashmap_order.toml"), "--known", "--out",
-                str(tmp_path))
+    r = run_cli(
+        "draft",
+        str(CASES / "candle_failed_load_sets_a_subset_in_hashmap_order.toml"),
+        "--known",
+        "--out",
+        str(tmp_path),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     titles = [p.read_text(encoding="utf-8").splitlines()[0] for p in sorted(tmp_path.glob("*.issue.md"))]
     assert titles and not [t for t in titles if t.startswith("# torch: ")], titles

@@ -64,8 +64,12 @@ def across_write(runner):
     element moves by -0.5, values stay exact in bfloat16), on every target."""
     out = {}
     for m in ("to_same_dtype", "via_bf16"):
-        program = _program(m, [1, 2, 3, 4], {"op": "write", "target": "w", "index": 0, "value": [10.0, 10.0]},
-                           {"op": "step", "optimizer": "sgd", "lr": 0.5})
+        program = _program(
+            m,
+            [1, 2, 3, 4],
+            {"op": "write", "target": "w", "index": 0, "value": [10.0, 10.0]},
+            {"op": "step", "optimizer": "sgd", "lr": 0.5},
+        )
         out[m] = (program, runner.run_one(program, every_target=True))
     return out
 
@@ -129,10 +133,17 @@ def test_a_failure_after_an_op_one_backend_does_not_support_is_no_divergence_of_
     from harness.judging.oracle import compare
 
     w = TensorDecl("p0", "param", (1, 1), (0.0,))
-    program = Program((w,), check_program((w,), [
-        {"op": "snapshot", "name": "s0", "of": "p0", "method": "via_bf16"},
-        {"op": "replace", "target": "p0", "value": "s0"},
-        {"op": "save", "name": "c0", "to": "file"}]))
+    program = Program(
+        (w,),
+        check_program(
+            (w,),
+            [
+                {"op": "snapshot", "name": "s0", "of": "p0", "method": "via_bf16"},
+                {"op": "replace", "target": "p0", "value": "s0"},
+                {"op": "save", "name": "c0", "to": "file"},
+            ],
+        ),
+    )
     traces = runner.run_one(program, every_target=True)
     flex, nd = traces["burn:flex"], traces["burn:ndarray"]
     assert [s.status for s in flex.steps] == ["ok", "error", "error"], flex.steps

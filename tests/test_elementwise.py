@@ -39,9 +39,27 @@ VALUES = (-2.0, -0.5, 0.5, 2.0)
 #: The snapshot methods each program takes of its buffer (of each shape) before mapping every
 #: snapshot and then the buffer: clones, views and copies, the views burn#1430 and burn#5375 name
 #: among them (`permute`, `flip`, `expand`).
-SHAPES = {(2, 2): ("alias", "clone", "detach", "copy", "transpose", "view_row", "reshape", "flip", "narrow",
-                   "chunk", "select", "expand", "unsqueeze", "contiguous", "to_home", "to_cpu"),
-          (2, 1, 2): ("permute", "flip", "select", "narrow", "reshape", "clone")}
+SHAPES = {
+    (2, 2): (
+        "alias",
+        "clone",
+        "detach",
+        "copy",
+        "transpose",
+        "view_row",
+        "reshape",
+        "flip",
+        "narrow",
+        "chunk",
+        "select",
+        "expand",
+        "unsqueeze",
+        "contiguous",
+        "to_home",
+        "to_cpu",
+    ),
+    (2, 1, 2): ("permute", "flip", "select", "narrow", "reshape", "clone"),
+}
 
 
 def test_the_table_declares_every_function_and_the_torch_target_calls_each():
@@ -52,7 +70,10 @@ def test_the_table_declares_every_function_and_the_torch_target_calls_each():
 
     for fn, call in MAP_CALLS.items():
         x = torch.tensor(VALUES)
-        assert eval(call.format("x"), {"torch": torch, "x": x}).tolist() == FNS[fn](np.array(VALUES, dtype=np.float32)).tolist(), fn
+        assert (
+            eval(call.format("x"), {"torch": torch, "x": x}).tolist()
+            == FNS[fn](np.array(VALUES, dtype=np.float32)).tolist()
+        ), fn
 
 
 def _mapped_program(fn: str, shape: tuple[int, ...]) -> Program:
@@ -96,8 +117,10 @@ def test_a_map_binds_a_new_tensor_and_leaves_every_other_name_untouched(mapped, 
             # Every other name, the buffer first, holds what it held before this map.
             for other in ["x"] + [f"s_{o}" for o in methods if o != m]:
                 if other in trace.state_after(n + k):
-                    assert np.array_equal(_value(trace, n + k, other), _value(trace, n + k - 1, other)), \
-                        (target, f"map of {name} changed {other}")
+                    assert np.array_equal(_value(trace, n + k, other), _value(trace, n + k - 1, other)), (
+                        target,
+                        f"map of {name} changed {other}",
+                    )
         last = 2 * n
         assert trace.steps[last].status == "ok", (target, trace.steps[last])
         x = np.array(VALUES, dtype=np.float32).reshape(shape)
@@ -114,13 +137,19 @@ def test_burn_maps_a_uniquely_owned_tensor_without_touching_any_clone(runner):
     holding the buffer (a unique handle: burn may compute in place), then a handle a `clone`
     shares; the clone keeps its values and so does every value taken before."""
     x = TensorDecl("x", "buffer", (2, 2), VALUES)
-    program = Program((x,), check_program((x,), [
-        {"op": "map", "target": "x", "fn": "neg"},  # unique: nobody else holds x's buffer
-        {"op": "snapshot", "name": "c", "of": "x", "method": "clone"},
-        {"op": "map", "target": "x", "fn": "relu"},  # shared with c
-        {"op": "add", "target": "c", "other": "c"},  # c + c: both operands one buffer
-        {"op": "map", "target": "c", "fn": "add_scalar"},  # unique again
-    ]))
+    program = Program(
+        (x,),
+        check_program(
+            (x,),
+            [
+                {"op": "map", "target": "x", "fn": "neg"},  # unique: nobody else holds x's buffer
+                {"op": "snapshot", "name": "c", "of": "x", "method": "clone"},
+                {"op": "map", "target": "x", "fn": "relu"},  # shared with c
+                {"op": "add", "target": "c", "other": "c"},  # c + c: both operands one buffer
+                {"op": "map", "target": "c", "fn": "add_scalar"},  # unique again
+            ],
+        ),
+    )
     traces = runner.run_one(program, every_target=True)
     a = np.array(VALUES, dtype=np.float32).reshape(2, 2)
     burn = [t for t in traces if t.startswith("burn:")]
@@ -155,14 +184,20 @@ def test_add_broadcasts_a_row_and_the_case_agrees_everywhere(runner):
     assert [f for f in findings if f.aspect in ("value", "status")] == [], findings
 
 
-@pytest.mark.parametrize("ops_, field, message", [
-    ([{"op": "add", "target": "x", "other": "y"}], "ops[0].other", "neither the target's [2, 2] nor a row of it"),
-    ([{"op": "map", "target": "w", "fn": "relu"}], "ops[0].target", "map takes a buffer"),
-    ([{"op": "map", "target": "x", "fn": "exp"}], "ops[0].fn", "unknown fn 'exp'"),
-])
+@pytest.mark.parametrize(
+    "ops_, field, message",
+    [
+        ([{"op": "add", "target": "x", "other": "y"}], "ops[0].other", "neither the target's [2, 2] nor a row of it"),
+        ([{"op": "map", "target": "w", "fn": "relu"}], "ops[0].target", "map takes a buffer"),
+        ([{"op": "map", "target": "x", "fn": "exp"}], "ops[0].fn", "unknown fn 'exp'"),
+    ],
+)
 def test_a_bad_element_wise_op_is_one_line_naming_the_field(ops_, field, message):
-    decls = (TensorDecl("w", "param", (2, 2), VALUES), TensorDecl("x", "buffer", (2, 2), VALUES),
-             TensorDecl("y", "buffer", (3,), (1.0, 2.0, 3.0)))
+    decls = (
+        TensorDecl("w", "param", (2, 2), VALUES),
+        TensorDecl("x", "buffer", (2, 2), VALUES),
+        TensorDecl("y", "buffer", (3,), (1.0, 2.0, 3.0)),
+    )
     with pytest.raises(CaseError) as e:
         check_program(decls, ops_)
     msg = str(e.value)
@@ -195,11 +230,17 @@ def test_a_name_a_map_rebinds_ends_the_relation_of_its_snapshots():
     from harness.judging.trace import relation_end, snapshots
 
     x = TensorDecl("x", "buffer", (2,), (1.0, 2.0))
-    program = Program((x,), check_program((x,), [
-        {"op": "snapshot", "name": "a", "of": "x", "method": "alias"},
-        {"op": "map", "target": "x", "fn": "neg"},
-        {"op": "fill", "target": "x", "value": 0.0},
-    ]))
+    program = Program(
+        (x,),
+        check_program(
+            (x,),
+            [
+                {"op": "snapshot", "name": "a", "of": "x", "method": "alias"},
+                {"op": "map", "target": "x", "fn": "neg"},
+                {"op": "fill", "target": "x", "value": 0.0},
+            ],
+        ),
+    )
     (snap,) = snapshots(program)
     assert relation_end(program, snap, len(program.ops)) == 1
     assert ops.remade(program.ops[1]) == "x" and ops.rebinds(program.ops[1], "x")

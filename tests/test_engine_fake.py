@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
+from harness.case.ir import Program, TensorDecl, check_program
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.engine import Engine
 from harness.fuzzing.generation import generate
-from harness.case.ir import Program, TensorDecl, check_program
-from harness.shrinking.minimize import canonical_names, is_one_minimal
 from harness.judging.oracle import compare
+from harness.shrinking.minimize import canonical_names, is_one_minimal
 from harness.targets.runner import Runner
 from tests.fakes.targets import fake_target
 
@@ -33,13 +33,15 @@ def program(tensors, ops) -> Program:
 
 PLANTED = program(
     [TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0)), TensorDecl("buf", "buffer", (3,), (0.0, 0.0, 0.0))],
-    [{"op": "snapshot", "name": "a", "of": "buf", "method": "alias"},
-     {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-     {"op": "fill", "target": "buf", "value": 2.0},
-     {"op": "snapshot", "name": "d", "of": "buf", "method": "detach"},
-     {"op": "write", "target": "w", "index": 1, "value": [5.0, 6.0]},
-     {"op": "scale", "target": "a", "factor": 2.0},
-     {"op": "step", "optimizer": "sgd", "lr": 0.5}],
+    [
+        {"op": "snapshot", "name": "a", "of": "buf", "method": "alias"},
+        {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
+        {"op": "fill", "target": "buf", "value": 2.0},
+        {"op": "snapshot", "name": "d", "of": "buf", "method": "detach"},
+        {"op": "write", "target": "w", "index": 1, "value": [5.0, 6.0]},
+        {"op": "scale", "target": "a", "factor": 2.0},
+        {"op": "step", "optimizer": "sgd", "lr": 0.5},
+    ],
 )
 
 
@@ -74,20 +76,26 @@ def test_signature_survives_renaming_padding_and_values(fake_runner):
     assert len(base) == 2
     renamed = canonical_names(PLANTED)
     assert signatures(fake_runner, renamed) == base
-    padded_ops = [{"op": "read", "target": "buf"}, *PLANTED.ops[:4],
-                  {"op": "snapshot", "name": "extra", "of": "buf", "method": "reshape"},
-                  *PLANTED.ops[4:], {"op": "fill", "target": "buf", "value": 1.0}]
+    padded_ops = [
+        {"op": "read", "target": "buf"},
+        *PLANTED.ops[:4],
+        {"op": "snapshot", "name": "extra", "of": "buf", "method": "reshape"},
+        *PLANTED.ops[4:],
+        {"op": "fill", "target": "buf", "value": 1.0},
+    ]
     assert signatures(fake_runner, program(PLANTED.tensors, padded_ops)) == base
     revalued = program(
         [TensorDecl("w", "param", (2, 2), (8.0, -1.0, 0.5, 0.0)), PLANTED.tensors[1]],
-        [*PLANTED.ops[:4], {**PLANTED.ops[4], "value": [9.0, 9.0]}, *PLANTED.ops[5:]])
+        [*PLANTED.ops[:4], {**PLANTED.ops[4], "value": [9.0, 9.0]}, *PLANTED.ops[5:]],
+    )
     assert signatures(fake_runner, revalued) == base
 
 
 def test_clean_program_has_no_finding(fake_runner):
-    clean = program([TensorDecl("w", "param", (2,), (1.0, 2.0))],
-                    [{"op": "snapshot", "name": "c", "of": "w", "method": "detach"},
-                     {"op": "step", "optimizer": "sgd", "lr": 0.5}])
+    clean = program(
+        [TensorDecl("w", "param", (2,), (1.0, 2.0))],
+        [{"op": "snapshot", "name": "c", "of": "w", "method": "detach"}, {"op": "step", "optimizer": "sgd", "lr": 0.5}],
+    )
     assert signatures(fake_runner, clean) == set()
 
 
@@ -127,7 +135,7 @@ def test_pipeline_results_equal_check_even_when_the_consumer_runs_programs(fake_
     assert sum(map(len, firsts)) == sum(map(len, chunks)) - 3
     expected = [[(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in engine.check(c)] for c in firsts]
     got = []
-    for programs, results in pipeline(engine, iter(chunks)):
+    for _programs, results in pipeline(engine, iter(chunks)):
         assert signatures(fake_runner, PLANTED)  # the targets, used mid-pipeline
         got.append([(p.key(), sorted(f.signature for f in fs)) for p, _t, fs in results])
     assert got == expected

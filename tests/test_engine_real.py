@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from harness.case.ir import load_case
 from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.engine import Engine
-from harness.case.ir import load_case
 from harness.shrinking.minimize import is_one_minimal
 from tests.conftest import CASES, run_cli
 
@@ -63,8 +63,7 @@ def test_minimize_cli_shrinks_a_padded_20_op_case(tmp_path):
     assert len(load_case(case).ops) == 20
     out = tmp_path / "min.toml"
     sig = "framework|candle:cpu~torch:cpu|verdict|clone|step|follows~keeps"
-    result = run_cli("minimize", str(case), "--targets", "torch:cpu,candle:cpu", "--signature", sig,
-                     "--out", str(out))
+    result = run_cli("minimize", str(case), "--targets", "torch:cpu,candle:cpu", "--signature", sig, "--out", str(out))
     assert result.returncode == 1, result.stderr  # a divergence was kept, as every command says
     assert "20 -> 2 ops" in result.stdout and "(complete)" in result.stdout
     minimal = load_case(out)

@@ -10,7 +10,6 @@ the number of workers or on a kill and resume in between.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from pathlib import Path
 
@@ -87,8 +86,22 @@ def test_a_campaign_runs_the_same_programs_in_any_number_of_workers_and_after_a_
         logs = tmp_path / f"log-{name}"
         logs.mkdir(exist_ok=True)
         env = fake_probe_dir(tmp_path / name, "--log-programs", str(logs))
-        r = run_cli("fuzz", "--targets", "candle:ref", "--seed", "11", "--profile", "quick", "--chunk-size", "16",
-                    "--out", str(tmp_path / name / "run"), "--no-report", *args, env=env)
+        r = run_cli(
+            "fuzz",
+            "--targets",
+            "candle:ref",
+            "--seed",
+            "11",
+            "--profile",
+            "quick",
+            "--chunk-size",
+            "16",
+            "--out",
+            str(tmp_path / name / "run"),
+            "--no-report",
+            *args,
+            env=env,
+        )
         assert r.returncode == 0, r.stderr
         return logged_programs(logs)
 
@@ -103,6 +116,7 @@ def test_a_campaign_runs_the_same_programs_in_any_number_of_workers_and_after_a_
 
 def test_a_shape_is_one_draw_over_every_shape_simplest_first():
     from generators.programs import _shape_menu, shapes
+
     menu = _shape_menu()
     every = {s for r in (1, 2, 3) for s in itertools.product((1, 2, 3), repeat=r)}
     assert set(menu) == every

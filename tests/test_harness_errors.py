@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.case.ir import Program, TensorDecl, check_program, load_case
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.engine import Engine
 from harness.judging.harness_errors import HARNESS_ERROR, safe_compare
-from harness.case.ir import Program, TensorDecl, check_program, load_case
 from harness.judging.oracle import FAULT_ENV
 from harness.targets.runner import Runner
 from tests.conftest import run_cli
@@ -36,12 +36,22 @@ def program(tensors, ops) -> Program:
 
 # A program with the planted clone divergence and, among other ops, the fill that makes the
 # oracle raise; and one with the planted divergence only.
-WITH_FILL = program([W, B], [{"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-                             {"op": "scale", "target": "b", "factor": 2.0},
-                             {"op": "fill", "target": "b", "value": 3.0},
-                             {"op": "write", "target": "w", "index": None, "value": [5.0, 6.0]}])
-PLANTED_ONLY = program([W], [{"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-                             {"op": "write", "target": "w", "index": None, "value": [5.0, 6.0]}])
+WITH_FILL = program(
+    [W, B],
+    [
+        {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
+        {"op": "scale", "target": "b", "factor": 2.0},
+        {"op": "fill", "target": "b", "value": 3.0},
+        {"op": "write", "target": "w", "index": None, "value": [5.0, 6.0]},
+    ],
+)
+PLANTED_ONLY = program(
+    [W],
+    [
+        {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
+        {"op": "write", "target": "w", "index": None, "value": [5.0, 6.0]},
+    ],
+)
 
 
 @pytest.fixture(scope="module")
@@ -96,15 +106,34 @@ def test_an_exception_while_recording_a_finding_is_a_harness_error_and_the_engin
 
 
 def _campaign_env(tmp_path: Path) -> dict:
-    return {"ALIASFUZZ_PROBE_DIR": str(_probe_dir(tmp_path)), FAULT_ENV: "fill",
-            "ALIASFUZZ_BUG_DIR": str(tmp_path / "bugs")}
+    return {
+        "ALIASFUZZ_PROBE_DIR": str(_probe_dir(tmp_path)),
+        FAULT_ENV: "fill",
+        "ALIASFUZZ_BUG_DIR": str(tmp_path / "bugs"),
+    }
 
 
 def test_campaign_saves_the_harness_error_as_a_finding_and_runs_to_its_end(tmp_path: Path):
     out = tmp_path / "run"
-    result = run_cli("fuzz", "--max-programs", "128", "--seed", "7", "--profile", "quick", "--targets",
-                     "candle", "--shrink-time", "10", "--chunk-size", "32", "--out", str(out),
-                     env=_campaign_env(tmp_path), timeout=600)
+    result = run_cli(
+        "fuzz",
+        "--max-programs",
+        "128",
+        "--seed",
+        "7",
+        "--profile",
+        "quick",
+        "--targets",
+        "candle",
+        "--shrink-time",
+        "10",
+        "--chunk-size",
+        "32",
+        "--out",
+        str(out),
+        env=_campaign_env(tmp_path),
+        timeout=600,
+    )
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     state = json.loads((out / "campaign.json").read_text())
@@ -127,13 +156,15 @@ def test_campaign_saves_the_harness_error_as_a_finding_and_runs_to_its_end(tmp_p
 
 def test_repro_of_a_case_that_makes_the_harness_raise_is_a_bug_report_with_the_case(tmp_path: Path):
     case = tmp_path / "fills.toml"
-    case.write_text('format = "aliasfuzz-case/1"\n[tensors.w]\nkind = "param"\nvalue = [1.0, 2.0]\n'
-                    '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = 3.0\n')
+    case.write_text(
+        'format = "aliasfuzz-case/1"\n[tensors.w]\nkind = "param"\nvalue = [1.0, 2.0]\n'
+        '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = 3.0\n'
+    )
     env = {**_campaign_env(tmp_path)}
     result = run_cli("repro", str(case), "--targets", "candle", env=env, timeout=120)
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
-    (line,) = [l for l in result.stderr.splitlines() if l.startswith("aliasfuzz:")]
+    (line,) = [text for text in result.stderr.splitlines() if text.startswith("aliasfuzz:")]
     assert "InjectedFault" in line and "bug report: " in line
     report = Path(line.split("bug report: ", 1)[1].rstrip(")"))
     text = report.read_text()
@@ -142,13 +173,25 @@ def test_repro_of_a_case_that_makes_the_harness_raise_is_a_bug_report_with_the_c
 
 def test_minimize_of_such_a_case_shrinks_the_harness_error(tmp_path: Path):
     case = tmp_path / "fills.toml"
-    case.write_text('format = "aliasfuzz-case/1"\n[tensors.w]\nkind = "param"\nvalue = [1.0, 2.0]\n'
-                    '[tensors.b]\nkind = "buffer"\nvalue = [0.0]\n'
-                    '[[ops]]\nop = "scale"\ntarget = "b"\nfactor = 2.0\n'
-                    '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = 3.0\n')
+    case.write_text(
+        'format = "aliasfuzz-case/1"\n[tensors.w]\nkind = "param"\nvalue = [1.0, 2.0]\n'
+        '[tensors.b]\nkind = "buffer"\nvalue = [0.0]\n'
+        '[[ops]]\nop = "scale"\ntarget = "b"\nfactor = 2.0\n'
+        '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = 3.0\n'
+    )
     out = tmp_path / "min.toml"
-    result = run_cli("minimize", str(case), "--targets", "candle", "--out", str(out), "--time", "20",
-                     env=_campaign_env(tmp_path), timeout=120)
+    result = run_cli(
+        "minimize",
+        str(case),
+        "--targets",
+        "candle",
+        "--out",
+        str(out),
+        "--time",
+        "20",
+        env=_campaign_env(tmp_path),
+        timeout=120,
+    )
     assert result.returncode == 3, result.stdout + result.stderr
     assert "harness-error" in result.stdout and "Traceback" not in result.stderr
     assert [op["op"] for op in load_case(out).ops] == ["fill"]

@@ -34,12 +34,42 @@ pytestmark = pytest.mark.timeout(600)
 #: and Python keywords and builtins (harmless to a dict, fatal to generated code that would use
 #: them as identifiers).
 HOSTILE = (
-    "training", "cuda", "forward", "state_dict", "_parameters", "to", "register_buffer", "T",
-    "__class__", "named_parameters", "zero_grad", "eval", "_buffers", "_modules", "__dict__",
-    "__init__", "_apply", "__getattr__", "__setattr__", "_version", "parameters", "train",
-    "load_state_dict", "add_module", "get_buffer", "register_parameter", "half", "type",
-    "_non_persistent_buffers_set", "__reduce_ex__", "__deepcopy__", "case_training", "class", "None",
-    "lambda", "print",
+    "training",
+    "cuda",
+    "forward",
+    "state_dict",
+    "_parameters",
+    "to",
+    "register_buffer",
+    "T",
+    "__class__",
+    "named_parameters",
+    "zero_grad",
+    "eval",
+    "_buffers",
+    "_modules",
+    "__dict__",
+    "__init__",
+    "_apply",
+    "__getattr__",
+    "__setattr__",
+    "_version",
+    "parameters",
+    "train",
+    "load_state_dict",
+    "add_module",
+    "get_buffer",
+    "register_parameter",
+    "half",
+    "type",
+    "_non_persistent_buffers_set",
+    "__reduce_ex__",
+    "__deepcopy__",
+    "case_training",
+    "class",
+    "None",
+    "lambda",
+    "print",
 )
 
 
@@ -75,8 +105,15 @@ def rename(program: Program, names: list[str]) -> tuple[Program, dict[str, str]]
                 mapping[f"{old}.{p}"] = f"{op[f.name]}.{mapping[p]}"
         renamed.append(op)
     tensors = tuple(replace(t, name=mapping[t.name]) for t in program.tensors)
-    out = Program(tensors, check_program(tensors, renamed, layers=tuple(layers), dtype=program.dtype),
-                  program.title, program.meta, tuple(layers), program.inert, program.dtype)
+    out = Program(
+        tensors,
+        check_program(tensors, renamed, layers=tuple(layers), dtype=program.dtype),
+        program.title,
+        program.meta,
+        tuple(layers),
+        program.inert,
+        program.dtype,
+    )
     return out, {new: old for old, new in mapping.items()}
 
 
@@ -89,17 +126,27 @@ def hostile_names(offset: int, count: int) -> list[str]:
 
 def names_bound_count(program: Program) -> int:
     """How many names ``rename`` takes for ``program``."""
-    return len(program.tensors) + len(program.layers) + sum(
-        len(ops.spec(op).of_kind(kind)) for op in program.ops for kind in ("new", "prefix"))
+    return (
+        len(program.tensors)
+        + len(program.layers)
+        + sum(len(ops.spec(op).of_kind(kind)) for op in program.ops for kind in ("new", "prefix"))
+    )
 
 
 def back(trace: Trace, old_of: dict[str, str]) -> Trace:
     """The trace with every name mapped back to the original case's."""
+
     def names(obs: dict) -> dict:
         return {old_of[n]: o for n, o in obs.items()}
 
-    return Trace(trace.target, trace.status, trace.message, names(trace.initial),
-                 [StepResult(s.status, s.message, names(s.changed)) for s in trace.steps], trace.elapsed_us)
+    return Trace(
+        trace.target,
+        trace.status,
+        trace.message,
+        names(trace.initial),
+        [StepResult(s.status, s.message, names(s.changed)) for s in trace.steps],
+        trace.elapsed_us,
+    )
 
 
 #: Cases whose outcome on a target is drawn afresh on every run, so that two runs which agree
@@ -249,8 +296,9 @@ def test_torch_reproducers_of_hostile_names_run_and_print_what_torch_observed(tm
         script = path.with_suffix(".torch.py")
         script.write_text(torch_script(renamed), encoding="utf-8")
         scripts.append(str(script))
-    run = subprocess.run([sys.executable, "-c", _RUN_SCRIPTS, *scripts], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", _RUN_SCRIPTS, *scripts], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     printed = json.loads(run.stdout)
     for script, path, (name, _, _, _) in zip(scripts, paths, cases):

@@ -29,12 +29,14 @@ from tests.test_report_reliability import make_run, record
 MARKER_NAME = "INJECTED-MARKER"
 PY_PAYLOAD = f"import pathlib; pathlib.Path({MARKER_NAME!r}).write_text('x'); raise SystemExit(99)"
 RS_PAYLOAD = "fn injected_by_aliasfuzz_text() {}"
-HOSTILE = (f'title """\n{PY_PAYLOAD}\n""" \'\'\'\n{PY_PAYLOAD}\n\'\'\' */ /* \r{RS_PAYLOAD}\r\n{RS_PAYLOAD}\u2028'
-           f'{RS_PAYLOAD}\u2029 back\\slash \\" \u202e\x1b[31m red <script>alert(1)</script>')
+HOSTILE = (
+    f"title \"\"\"\n{PY_PAYLOAD}\n\"\"\" '''\n{PY_PAYLOAD}\n''' */ /* \r{RS_PAYLOAD}\r\n{RS_PAYLOAD}\u2028"
+    f'{RS_PAYLOAD}\u2029 back\\slash \\" \u202e\x1b[31m red <script>alert(1)</script>'
+)
 
 # A case whose names are legal but awkward: `class` (a Python keyword, the target of a replace),
 # `c_w` beside the `c.w` a save named `c` binds (one Rust variable before), `fn` (a Rust keyword).
-CASE = f'''format = "aliasfuzz-case/1"
+CASE = f"""format = "aliasfuzz-case/1"
 title = {json.dumps(HOSTILE)}
 
 [tensors]
@@ -63,7 +65,7 @@ name = "c"
 op = "scale"
 target = "fn"
 factor = 2.0
-'''
+"""
 
 TARGETS = ["torch:cpu", "candle:cpu", "burn:flex"]
 
@@ -71,14 +73,24 @@ TARGETS = ["torch:cpu", "candle:cpu", "burn:flex"]
 def _repro() -> dict:
     """Every target reports op 1 and 3 with a hostile status and message (a probe's answer, or
     another machine's stored repro JSON)."""
-    ops = [{"status": "ok"}, {"status": f"error\n{PY_PAYLOAD}\n{RS_PAYLOAD}", "message": HOSTILE},
-           {"status": "ok"}, {"status": "unsupported", "message": HOSTILE}]
+    ops = [
+        {"status": "ok"},
+        {"status": f"error\n{PY_PAYLOAD}\n{RS_PAYLOAD}", "message": HOSTILE},
+        {"status": "ok"},
+        {"status": "unsupported", "message": HOSTILE},
+    ]
     return {"targets": {t: {"status": "ok", "ops": ops} for t in TARGETS}}
 
 
 def _hostile_run(tmp_path: Path) -> tuple[Path, str]:
-    rec = record(1, targets=TARGETS, sentence=HOSTILE, detail=HOSTILE + "\n```\n" + HOSTILE,
-                 kind="framework <img src=x onerror=alert(1)>", op="scale`` <b>x</b>")
+    rec = record(
+        1,
+        targets=TARGETS,
+        sentence=HOSTILE,
+        detail=HOSTILE + "\n```\n" + HOSTILE,
+        kind="framework <img src=x onerror=alert(1)>",
+        op="scale`` <b>x</b>",
+    )
     run = make_run(tmp_path / "run", [rec])
     (run / rec["case"]).write_text(CASE, encoding="utf-8")
     (run / rec["repro"]).write_text(json.dumps(_repro()), encoding="utf-8")
@@ -115,8 +127,9 @@ def test_torch_reproducer_of_a_hostile_case_runs_no_planted_statement(hostile_ru
     assert docstring is not None and HOSTILE in docstring  # the title, exactly, as text
     expected = ast.parse(_benign_script(tmp_path))
     assert [ast.dump(s) for s in tree.body[1:]] == [ast.dump(s) for s in expected.body[1:]]
-    r = subprocess.run([sys.executable, str(run / f"{stem}.torch.py")], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, str(run / f"{stem}.torch.py")], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert not (tmp_path / MARKER_NAME).exists()
     assert r.returncode == 0, r.stderr[-3000:]
 
@@ -139,8 +152,9 @@ def test_rust_reproducers_of_a_hostile_case_parse_and_hold_the_text_as_comments(
         assert bad not in src, repr(bad)
     assert not _rust_tokens_outside_comments(src)
     # rustfmt parses the file (stdin: `mod support;` is not followed) without compiling anything.
-    r = subprocess.run(["rustfmt", "--edition", "2021", "--emit", "stdout"], input=src, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        ["rustfmt", "--edition", "2021", "--emit", "stdout"], input=src, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     # The names are bound to distinct variables: `c_w` and the save's `c.w`.
     if framework == "candle":  # the transcript's variables: the name, `.` made `_`, `_` added while taken
@@ -155,7 +169,7 @@ def test_rust_and_toml_escapers_round_trip():
     character outside the BMP, which TOML refuses); ``rust_str`` holds no raw line break."""
     from harness.escaping import rust_str, toml_str
 
-    text = HOSTILE + "\U0001F600\x00\x7f"
+    text = HOSTILE + "\U0001f600\x00\x7f"
     assert tomllib.loads(f"k = {toml_str(text)}")["k"] == text
     lit = rust_str(text)
     assert "\n" not in lit and "\r" not in lit and lit.startswith('"') and lit.endswith('"')

@@ -21,10 +21,9 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.errors import InputError
+from harness.case.ir import FORMAT, CaseError, TensorDecl, check_program, dump_case, load_case, parse_case
 from harness.case.ops import LAZY_INITS, METHODS, OP_KINDS, OPS, OPTIMIZERS, TENSOR_KINDS
-from harness.case.ir import (FORMAT, CaseError, TensorDecl,
-                        check_program, dump_case, load_case, parse_case)
+from harness.errors import InputError
 from tests.conftest import CASES, PY, ROOT, run_cli
 
 HEADER = 'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [1.0, 2.0] }\n'
@@ -54,6 +53,7 @@ def refused(path: Path, where: str, fragment: str) -> str:
 
 # -- 1. numbers: finite float32 only --------------------------------------------------------------
 
+
 def _step(field: str) -> str:
     return HEADER + f'[[ops]]\nop = "step"\noptimizer = "adamw"\nlr = 0.1\n{field}\n'
 
@@ -63,25 +63,42 @@ NON_FINITE = {
     "value_nan": (HEADER.replace("2.0]", "nan]"), "tensors.w.value[1]", "must be a finite number"),
     "value_nested_inf": (HEADER.replace("[1.0, 2.0]", "[[1.0], [-inf]]"), "tensors.w.value[1][0]", "finite"),
     "grad_inf": (HEADER.replace("2.0] }", "2.0], grad = [inf, 1.0] }"), "tensors.w.grad[0]", "finite"),
-    "lazy_fill_nan": ('format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2], init = "const", '
-                      'fill = nan }\n', "tensors.l.fill", "finite"),
-    "write_value_nan": (HEADER + '[[ops]]\nop = "write"\ntarget = "w"\nvalue = [1.0, nan]\n', "ops[0].value[1]", "finite"),
-    "write_row_inf": (HEADER.replace("[1.0, 2.0]", "[[1.0, 2.0]]") + '[[ops]]\nop = "write"\ntarget = "w"\nindex = 0\n'
-                      'value = [inf, 1.0]\n', "ops[0].value[0]", "finite"),
+    "lazy_fill_nan": (
+        'format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2], init = "const", fill = nan }\n',
+        "tensors.l.fill",
+        "finite",
+    ),
+    "write_value_nan": (
+        HEADER + '[[ops]]\nop = "write"\ntarget = "w"\nvalue = [1.0, nan]\n',
+        "ops[0].value[1]",
+        "finite",
+    ),
+    "write_row_inf": (
+        HEADER.replace("[1.0, 2.0]", "[[1.0, 2.0]]") + '[[ops]]\nop = "write"\ntarget = "w"\nindex = 0\n'
+        "value = [inf, 1.0]\n",
+        "ops[0].value[0]",
+        "finite",
+    ),
     "fill_nan": (HEADER + '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = nan\n', "ops[0].value", "finite"),
     "scale_inf": (HEADER + '[[ops]]\nop = "scale"\ntarget = "w"\nfactor = -inf\n', "ops[0].factor", "finite"),
     "lr_nan": (HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd"\nlr = nan\n', "ops[0].lr", "finite"),
     "betas_nan": (_step("betas = [0.9, nan]"), "ops[0].betas[1]", "finite"),
     "eps_inf": (_step("eps = inf"), "ops[0].eps", "finite"),
     "weight_decay_nan": (_step("weight_decay = nan"), "ops[0].weight_decay", "finite"),
-    "momentum_nan": (HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd_momentum"\nlr = 0.1\nmomentum = nan\n',
-                     "ops[0].momentum", "finite"),
+    "momentum_nan": (
+        HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd_momentum"\nlr = 0.1\nmomentum = nan\n',
+        "ops[0].momentum",
+        "finite",
+    ),
     # Finite in float64 but not in float32: they overflowed to infinity (with a numpy warning).
     "lr_1e300": (HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd"\nlr = 1e300\n', "ops[0].lr", "float32"),
     "value_1e39": (HEADER.replace("2.0]", "1e39]"), "tensors.w.value[1]", "float32"),
     "fill_minus_1e39": (HEADER + '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = -1e39\n', "ops[0].value", "float32"),
-    "grad_int_2_to_128": (HEADER.replace("2.0] }", "2.0], grad = [1, 340282366920938463463374607431768211456] }"),
-                          "tensors.w.grad[1]", "float32"),
+    "grad_int_2_to_128": (
+        HEADER.replace("2.0] }", "2.0], grad = [1, 340282366920938463463374607431768211456] }"),
+        "tensors.w.grad[1]",
+        "float32",
+    ),
 }
 
 
@@ -113,20 +130,59 @@ def test_cli_refuses_a_non_finite_number_instead_of_reporting_no_divergence(tmp_
 W = TensorDecl("w", "param", (2,), (1.0, 2.0))
 
 
-@pytest.mark.parametrize("tensors, ops, where", [
-    ([TensorDecl("w", "param", (2,), (1.0, math.nan))], [], "tensors.w.value[1]"),
-    ([TensorDecl("w", "param", (2,), (1.0, 2.0), (math.inf, 1.0))], [], "tensors.w.grad[0]"),
-    ([TensorDecl("w", "param", (2,), (1.0, 1e39))], [], "tensors.w.value[1]"),
-    ([TensorDecl("l", "lazy", (2,), init="const", fill=math.nan)], [], "tensors.l.fill"),
-    ([TensorDecl("w", "param", (2,), (1.0,))], [], "tensors.w.value"),  # fewer values than the shape
-    ([W], [{"op": "fill", "target": "w", "value": math.inf}], "ops[0].value"),
-    ([W], [{"op": "write", "target": "w", "index": None, "value": [0.0, math.nan]}], "ops[0].value[1]"),
-    ([W], [{"op": "step", "optimizer": "adam", "lr": 1e300, "momentum": 0.0, "betas": [0.9, 0.999],
-            "eps": 1e-8, "weight_decay": 0.0}], "ops[0].lr"),
-    ([W], [{"op": "step", "optimizer": "adam", "lr": 0.1, "momentum": 0.0, "betas": [0.9, math.nan],
-            "eps": 1e-8, "weight_decay": 0.0}], "ops[0].betas[1]"),
-], ids=["value_nan", "grad_inf", "value_1e39", "lazy_fill_nan", "short_value", "fill_inf", "write_nan",
-        "lr_1e300", "betas_nan"])
+@pytest.mark.parametrize(
+    "tensors, ops, where",
+    [
+        ([TensorDecl("w", "param", (2,), (1.0, math.nan))], [], "tensors.w.value[1]"),
+        ([TensorDecl("w", "param", (2,), (1.0, 2.0), (math.inf, 1.0))], [], "tensors.w.grad[0]"),
+        ([TensorDecl("w", "param", (2,), (1.0, 1e39))], [], "tensors.w.value[1]"),
+        ([TensorDecl("l", "lazy", (2,), init="const", fill=math.nan)], [], "tensors.l.fill"),
+        ([TensorDecl("w", "param", (2,), (1.0,))], [], "tensors.w.value"),  # fewer values than the shape
+        ([W], [{"op": "fill", "target": "w", "value": math.inf}], "ops[0].value"),
+        ([W], [{"op": "write", "target": "w", "index": None, "value": [0.0, math.nan]}], "ops[0].value[1]"),
+        (
+            [W],
+            [
+                {
+                    "op": "step",
+                    "optimizer": "adam",
+                    "lr": 1e300,
+                    "momentum": 0.0,
+                    "betas": [0.9, 0.999],
+                    "eps": 1e-8,
+                    "weight_decay": 0.0,
+                }
+            ],
+            "ops[0].lr",
+        ),
+        (
+            [W],
+            [
+                {
+                    "op": "step",
+                    "optimizer": "adam",
+                    "lr": 0.1,
+                    "momentum": 0.0,
+                    "betas": [0.9, math.nan],
+                    "eps": 1e-8,
+                    "weight_decay": 0.0,
+                }
+            ],
+            "ops[0].betas[1]",
+        ),
+    ],
+    ids=[
+        "value_nan",
+        "grad_inf",
+        "value_1e39",
+        "lazy_fill_nan",
+        "short_value",
+        "fill_inf",
+        "write_nan",
+        "lr_1e300",
+        "betas_nan",
+    ],
+)
 def test_check_program_applies_the_same_checks_to_programs_built_in_code(tensors, ops, where):
     # The generator, the minimizer and the corpus build programs without a case file.
     with pytest.raises(CaseError) as info:
@@ -187,8 +243,12 @@ def _bad_baseline(tmp_path: Path, name: str) -> Path:
     return path
 
 
-BASELINE_FILE_FAULTS = {"absent": "cannot read", "directory": "not a regular file", "fifo": "not a regular file",
-                        "not_utf8": "UTF-8"}
+BASELINE_FILE_FAULTS = {
+    "absent": "cannot read",
+    "directory": "not a regular file",
+    "fifo": "not a regular file",
+    "not_utf8": "UTF-8",
+}
 
 
 @pytest.mark.parametrize("name", sorted(BAD_BASELINES) + sorted(BASELINE_FILE_FAULTS))
@@ -209,14 +269,25 @@ def test_repro_with_a_bad_baseline_is_one_line_exit_2(tmp_path: Path, name: str)
     # Before: an absent file was an empty baseline (exit 1, every known finding "new"); the
     # others were tracebacks.
     path = _bad_baseline(tmp_path, name)
-    one_line_exit_2(run_cli("repro", str(GOOD_CASE), "--targets", "torch:cpu", "--baseline", str(path), timeout=120),
-                    str(path))
+    one_line_exit_2(
+        run_cli("repro", str(GOOD_CASE), "--targets", "torch:cpu", "--baseline", str(path), timeout=120), str(path)
+    )
 
 
 def test_fuzz_with_an_absent_baseline_is_one_line_exit_2(tmp_path: Path):
     absent = tmp_path / "no-such-baseline.toml"
-    result = run_cli("fuzz", "--targets", "torch:cpu", "--max-programs", "1", "--baseline", str(absent),
-                     "--out", str(tmp_path / "run"), timeout=300)
+    result = run_cli(
+        "fuzz",
+        "--targets",
+        "torch:cpu",
+        "--max-programs",
+        "1",
+        "--baseline",
+        str(absent),
+        "--out",
+        str(tmp_path / "run"),
+        timeout=300,
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
     assert str(absent) in result.stderr and "cannot read" in result.stderr
 
@@ -226,8 +297,9 @@ def test_the_bundled_baseline_and_a_well_formed_file_still_load(tmp_path: Path):
 
     assert len(load_baseline().entries) >= 8
     path = tmp_path / "b.toml"
-    path.write_text(ENTRY + 'frameworks = ["candle", "torch"]\nmethod = "clone"\nsides = ["a~b", "c~d"]\n'
-                    'upstream = "ref"\n')
+    path.write_text(
+        ENTRY + 'frameworks = ["candle", "torch"]\nmethod = "clone"\nsides = ["a~b", "c~d"]\nupstream = "ref"\n'
+    )
     entry = load_baseline(path).entries[0]
     assert entry.frameworks == ("candle", "torch") and entry.sides == ("a~b", "c~d")
     path.write_text("")  # an empty file is a baseline that knows nothing
@@ -236,6 +308,7 @@ def test_the_bundled_baseline_and_a_well_formed_file_still_load(tmp_path: Path):
 
 # -- 3. case paths that are not regular files, and size ------------------------------------------
 
+
 def _limited(*args: str, timeout: float) -> subprocess.CompletedProcess:
     """The command line with its address space capped at 4 GiB: reading /dev/zero whole (the old
     behaviour) then ends in a MemoryError, not in the OOM killer taking the machine's processes."""
@@ -243,8 +316,9 @@ def _limited(*args: str, timeout: float) -> subprocess.CompletedProcess:
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 
-    return subprocess.run([PY, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, preexec_fn=cap)
+    return subprocess.run(
+        [PY, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, preexec_fn=cap
+    )
 
 
 @pytest.mark.parametrize("command", ["repro", "minimize"])
@@ -289,26 +363,54 @@ DEEP = 5000
 # (case text, the location the message must name, a fragment of the message)
 TRACEBACK_CASES = {
     "op_is_a_list": (HEADER + '[[ops]]\nop = ["snapshot"]\n', "ops[0].op", "unknown op"),
-    "op_is_a_table": (HEADER + '[[ops]]\nop = { a = 1 }\n', "ops[0].op", "unknown op"),
+    "op_is_a_table": (HEADER + "[[ops]]\nop = { a = 1 }\n", "ops[0].op", "unknown op"),
     "param_shape_int": (HEADER.replace("2.0] }", "2.0], shape = 5 }"), "tensors.w.shape", "says 5"),
     "param_shape_strings": (HEADER.replace("2.0] }", '2.0], shape = ["2"] }'), "tensors.w.shape", "says"),
-    "value_5000_deep": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = '
-                        + "[" * DEEP + "1.0" + "]" * DEEP + " }\n", "", "nested too deeply"),
-    "value_200_deep": ('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = '
-                       + "[" * 200 + "1.0" + "]" * 200 + " }\n", "tensors.w.value[0][0][0]", "rank"),
+    "value_5000_deep": (
+        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = '
+        + "[" * DEEP
+        + "1.0"
+        + "]" * DEEP
+        + " }\n",
+        "",
+        "nested too deeply",
+    ),
+    "value_200_deep": (
+        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = '
+        + "[" * 200
+        + "1.0"
+        + "]" * 200
+        + " }\n",
+        "tensors.w.value[0][0][0]",
+        "rank",
+    ),
     "meta_100_deep": (HEADER + "[meta]\nm = " + "[" * 100 + "]" * 100 + "\n", "meta", "nested more than"),
     "ops_is_an_int": (HEADER.replace("[tensors]", "ops = 5\n[tensors]"), "ops", "expected an array"),
     "op_is_an_int": (HEADER.replace("[tensors]", "ops = [1]\n[tensors]"), "ops[0]", "expected a table"),
     "tensor_is_an_int": ('format = "aliasfuzz-case/1"\n[tensors]\nw = 1\n', "tensors.w", "expected a table"),
-    "method_is_a_list": (HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = ["clone"]\n',
-                         "ops[0].method", "unknown method"),
-    "optimizer_is_a_table": (HEADER + '[[ops]]\nop = "step"\noptimizer = { a = 1 }\nlr = 0.1\n',
-                             "ops[0].optimizer", "unknown optimizer"),
+    "method_is_a_list": (
+        HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = ["clone"]\n',
+        "ops[0].method",
+        "unknown method",
+    ),
+    "optimizer_is_a_table": (
+        HEADER + '[[ops]]\nop = "step"\noptimizer = { a = 1 }\nlr = 0.1\n',
+        "ops[0].optimizer",
+        "unknown optimizer",
+    ),
     "betas_is_a_string": (_step('betas = "0.9"'), "ops[0].betas", "two numbers"),
-    "lazy_seed_too_large": ('format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2], '
-                            'init = "uniform", seed = 18446744073709551616 }\n', "tensors.l.seed", "integer in"),
-    "index_is_a_float": (HEADER.replace("[1.0, 2.0]", "[[1.0, 2.0]]") + '[[ops]]\nop = "write"\ntarget = "w"\n'
-                         'index = 0.0\nvalue = [1.0, 2.0]\n', "ops[0].index", "integer"),
+    "lazy_seed_too_large": (
+        'format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2], '
+        'init = "uniform", seed = 18446744073709551616 }\n',
+        "tensors.l.seed",
+        "integer in",
+    ),
+    "index_is_a_float": (
+        HEADER.replace("[1.0, 2.0]", "[[1.0, 2.0]]") + '[[ops]]\nop = "write"\ntarget = "w"\n'
+        "index = 0.0\nvalue = [1.0, 2.0]\n",
+        "ops[0].index",
+        "integer",
+    ),
 }
 
 
@@ -362,16 +464,26 @@ def mostly(good: st.SearchStrategy, bad: st.SearchStrategy, one_in: int = 10) ->
     return st.sampled_from([good] * (one_in - 1) + [bad]).flatmap(lambda chosen: chosen)
 
 
-NAMES = mostly(st.sampled_from(["w", "p0", "b0", "l0", "s0", "m0", "m0.w", "bn", "drop", "bn.running_mean", "m0.bn.running_var"]),
-               st.sampled_from(["p0\n", "a b", "", "1x", "w.x", "tensors"]) | st.text(max_size=4), one_in=5)
-NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2 ** 130, 2 ** 130),
-                    st.sampled_from([0, 1, -1, 0.5, 1e39, -1e300, 3.4028234663852886e38]))
+NAMES = mostly(
+    st.sampled_from(["w", "p0", "b0", "l0", "s0", "m0", "m0.w", "bn", "drop", "bn.running_mean", "m0.bn.running_var"]),
+    st.sampled_from(["p0\n", "a b", "", "1x", "w.x", "tensors"]) | st.text(max_size=4),
+    one_in=5,
+)
+NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**130), 2**130),
+    st.sampled_from([0, 1, -1, 0.5, 1e39, -1e300, 3.4028234663852886e38]),
+)
 GOOD_NUMBERS = st.floats(-4, 4, width=32) | st.integers(-4, 4)
-WORDS = st.sampled_from(sorted({*TENSOR_KINDS, *LAZY_INITS, *METHODS, *OP_KINDS, *OPTIMIZERS, "home", "cpu", "alt",
-                                "to", "fork", FORMAT}))
+WORDS = st.sampled_from(
+    sorted({*TENSOR_KINDS, *LAZY_INITS, *METHODS, *OP_KINDS, *OPTIMIZERS, "home", "cpu", "alt", "to", "fork", FORMAT})
+)
 SCALARS = st.one_of(NUMBERS, st.booleans(), WORDS, NAMES, st.dates())
-ANY = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES | WORDS, inner, max_size=3),
-                   max_leaves=12)
+ANY = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(NAMES | WORDS, inner, max_size=3),
+    max_leaves=12,
+)
 
 
 def _rectangular(shape: list[int]) -> st.SearchStrategy:
@@ -381,37 +493,57 @@ def _rectangular(shape: list[int]) -> st.SearchStrategy:
 
 
 SHAPES = st.lists(st.integers(1, 3), min_size=1, max_size=3)
-VALUES = mostly(SHAPES.flatmap(_rectangular),
-                st.recursive(NUMBERS, lambda inner: st.lists(inner, max_size=3), max_leaves=10))  # ragged, deep
+VALUES = mostly(
+    SHAPES.flatmap(_rectangular), st.recursive(NUMBERS, lambda inner: st.lists(inner, max_size=3), max_leaves=10)
+)  # ragged, deep
 FIELD_VALUES = {
-    "value": VALUES, "grad": VALUES, "shape": mostly(SHAPES, st.lists(st.integers(-1, 5), max_size=4)),
-    "init": st.sampled_from(LAZY_INITS), "fill": GOOD_NUMBERS, "seed": st.integers(-1, 2 ** 65),
-    "name": NAMES, "of": NAMES, "target": NAMES, "method": st.sampled_from(METHODS),
-    "index": st.none() | st.integers(-1, 3), "factor": GOOD_NUMBERS, "optimizer": st.sampled_from(OPTIMIZERS),
-    "lr": GOOD_NUMBERS, "momentum": GOOD_NUMBERS, "eps": GOOD_NUMBERS, "weight_decay": GOOD_NUMBERS,
+    "value": VALUES,
+    "grad": VALUES,
+    "shape": mostly(SHAPES, st.lists(st.integers(-1, 5), max_size=4)),
+    "init": st.sampled_from(LAZY_INITS),
+    "fill": GOOD_NUMBERS,
+    "seed": st.integers(-1, 2**65),
+    "name": NAMES,
+    "of": NAMES,
+    "target": NAMES,
+    "method": st.sampled_from(METHODS),
+    "index": st.none() | st.integers(-1, 3),
+    "factor": GOOD_NUMBERS,
+    "optimizer": st.sampled_from(OPTIMIZERS),
+    "lr": GOOD_NUMBERS,
+    "momentum": GOOD_NUMBERS,
+    "eps": GOOD_NUMBERS,
+    "weight_decay": GOOD_NUMBERS,
     "betas": mostly(st.lists(st.floats(0, 0.99), min_size=2, max_size=2), st.lists(NUMBERS, max_size=3), one_in=5),
-    "device": st.sampled_from(["home", "cpu", "alt"]), "op": st.sampled_from(OP_KINDS),
+    "device": st.sampled_from(["home", "cpu", "alt"]),
+    "op": st.sampled_from(OP_KINDS),
 }
-UNKNOWN = st.dictionaries(st.sampled_from(["colour", "op", "kind", "ops", "value", "seed", "shape"]), ANY,
-                          min_size=1, max_size=1)
+UNKNOWN = st.dictionaries(
+    st.sampled_from(["colour", "op", "kind", "ops", "value", "seed", "shape"]), ANY, min_size=1, max_size=1
+)
 
 
 def _strategies(fields: tuple[str, ...] | dict[str, st.SearchStrategy]) -> dict[str, st.SearchStrategy]:
     return fields if isinstance(fields, dict) else {k: FIELD_VALUES[k] for k in fields}
 
 
-def _table(required: dict[str, st.SearchStrategy], optional: tuple[str, ...] | dict[str, st.SearchStrategy]) -> st.SearchStrategy:
+def _table(
+    required: dict[str, st.SearchStrategy], optional: tuple[str, ...] | dict[str, st.SearchStrategy]
+) -> st.SearchStrategy:
     """A table with the ``required`` fields and some of the ``optional`` ones, one value in ten
     anything, and one table in ten with a field more (which may be one it does not take)."""
-    known = st.fixed_dictionaries({k: mostly(v, ANY) for k, v in required.items()},
-                                  optional={k: mostly(v, ANY) for k, v in _strategies(optional).items()})
+    known = st.fixed_dictionaries(
+        {k: mostly(v, ANY) for k, v in required.items()},
+        optional={k: mostly(v, ANY) for k, v in _strategies(optional).items()},
+    )
     return mostly(known, st.tuples(known, UNKNOWN).map(lambda t: {**t[1], **t[0]}))
 
 
 def _tensor(kind: str) -> st.SearchStrategy:
     if kind == "lazy":
-        return _table({"kind": st.just(kind), "shape": FIELD_VALUES["shape"], "init": FIELD_VALUES["init"]},
-                      ("fill", "seed"))
+        return _table(
+            {"kind": st.just(kind), "shape": FIELD_VALUES["shape"], "init": FIELD_VALUES["init"]}, ("fill", "seed")
+        )
     # No "shape" here: drawn apart from the value it would rarely agree (the unknown field of
     # _table gives a shape now and then).
     return _table({"kind": st.just(kind), "value": VALUES}, ("grad",) if kind == "param" else ())
@@ -424,35 +556,67 @@ def _field_values(f) -> st.SearchStrategy:
         return FIELD_VALUES[f.name]
     if f.kind == "choice":
         return mostly(st.sampled_from(f.choices), ANY)
-    return {"name": NAMES, "new": NAMES, "prefix": NAMES, "checkpoint": NAMES, "layer": NAMES, "number": GOOD_NUMBERS,
-            "values": VALUES, "row": FIELD_VALUES["index"], "betas": FIELD_VALUES["betas"],
-            "flag": mostly(st.booleans(), ANY)}[f.kind]
+    return {
+        "name": NAMES,
+        "new": NAMES,
+        "prefix": NAMES,
+        "checkpoint": NAMES,
+        "layer": NAMES,
+        "number": GOOD_NUMBERS,
+        "values": VALUES,
+        "row": FIELD_VALUES["index"],
+        "betas": FIELD_VALUES["betas"],
+        "flag": mostly(st.booleans(), ANY),
+    }[f.kind]
 
 
 def _op(kind: str) -> st.SearchStrategy:
     fields = OPS[kind].fields
-    return _table({"op": st.just(kind), **{f.name: _field_values(f) for f in fields if f.required}},
-                  {f.name: _field_values(f) for f in fields if not f.required})
+    return _table(
+        {"op": st.just(kind), **{f.name: _field_values(f) for f in fields if f.required}},
+        {f.name: _field_values(f) for f in fields if not f.required},
+    )
 
 
 TENSOR = mostly(st.sampled_from(TENSOR_KINDS).flatmap(_tensor), ANY)
-LAYER = mostly(st.one_of(
-    _table({"kind": st.just("batch_norm")}, {"features": st.sampled_from([2, 0, 9, 1.5, True]),
-                                             "momentum": st.sampled_from([0.5, 0.0, 1.5, float("nan")])}),
-    _table({"kind": st.just("dropout")}, {"p": st.sampled_from([0.0, 1.0, 0.5, -1.0])})), ANY)
+LAYER = mostly(
+    st.one_of(
+        _table(
+            {"kind": st.just("batch_norm")},
+            {
+                "features": st.sampled_from([2, 0, 9, 1.5, True]),
+                "momentum": st.sampled_from([0.5, 0.0, 1.5, float("nan")]),
+            },
+        ),
+        _table({"kind": st.just("dropout")}, {"p": st.sampled_from([0.0, 1.0, 0.5, -1.0])}),
+    ),
+    ANY,
+)
 OP = mostly(st.sampled_from(OP_KINDS).flatmap(_op), ANY)
 TENSOR_NAMES = mostly(st.sampled_from(["w", "p0", "b0", "l0"]), NAMES)
 DOCUMENT = st.fixed_dictionaries(
-    {"format": mostly(st.just(FORMAT), ANY), "tensors": mostly(st.dictionaries(TENSOR_NAMES, TENSOR, min_size=1, max_size=3), ANY),
-     "ops": mostly(st.lists(OP, max_size=6), ANY)},
-    optional={"title": mostly(st.text(max_size=5), ANY), "meta": ANY,
-              "layers": mostly(st.dictionaries(st.sampled_from(["bn", "drop", "w"]), LAYER, max_size=2), ANY)})
-DOCUMENTS = mostly(DOCUMENT, st.tuples(DOCUMENT, st.dictionaries(NAMES, ANY, min_size=1, max_size=2)).map(
-    lambda t: {**t[1], **t[0]}))
+    {
+        "format": mostly(st.just(FORMAT), ANY),
+        "tensors": mostly(st.dictionaries(TENSOR_NAMES, TENSOR, min_size=1, max_size=3), ANY),
+        "ops": mostly(st.lists(OP, max_size=6), ANY),
+    },
+    optional={
+        "title": mostly(st.text(max_size=5), ANY),
+        "meta": ANY,
+        "layers": mostly(st.dictionaries(st.sampled_from(["bn", "drop", "w"]), LAYER, max_size=2), ANY),
+    },
+)
+DOCUMENTS = mostly(
+    DOCUMENT, st.tuples(DOCUMENT, st.dictionaries(NAMES, ANY, min_size=1, max_size=2)).map(lambda t: {**t[1], **t[0]})
+)
 
 
 # AF_EXAMPLES=5000 for a longer search (about 5 minutes).
-@settings(max_examples=int(os.environ.get("AF_EXAMPLES", 400)), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=int(os.environ.get("AF_EXAMPLES", 400)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(doc=DOCUMENTS)
 def test_random_documents_raise_only_case_error(tmp_path_factory, doc):
     try:
@@ -483,12 +647,17 @@ def test_random_documents_raise_only_case_error(tmp_path_factory, doc):
 
 # -- 5. names end where they seem to ---------------------------------------------------------------
 
-@pytest.mark.parametrize("text, where", [
-    ('format = "aliasfuzz-case/1"\n[tensors]\n"p0\\n" = { kind = "param", value = [1.0] }\n', r"tensors.p0\n"),
-    (HEADER + '[[ops]]\nop = "snapshot"\nname = "s0\\n"\nof = "w"\nmethod = "clone"\n', "ops[0].name"),
-    (HEADER + '[[ops]]\nop = "module_clone"\nname = "m0\\n"\n', "ops[0].name"),
-    (HEADER + '[[ops]]\nop = "snapshot"\nname = "s0\\u2028"\nof = "w"\nmethod = "clone"\n', "ops[0].name"),
-], ids=["tensor", "snapshot", "module_clone", "line_separator"])
+
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ('format = "aliasfuzz-case/1"\n[tensors]\n"p0\\n" = { kind = "param", value = [1.0] }\n', r"tensors.p0\n"),
+        (HEADER + '[[ops]]\nop = "snapshot"\nname = "s0\\n"\nof = "w"\nmethod = "clone"\n', "ops[0].name"),
+        (HEADER + '[[ops]]\nop = "module_clone"\nname = "m0\\n"\n', "ops[0].name"),
+        (HEADER + '[[ops]]\nop = "snapshot"\nname = "s0\\u2028"\nof = "w"\nmethod = "clone"\n', "ops[0].name"),
+    ],
+    ids=["tensor", "snapshot", "module_clone", "line_separator"],
+)
 def test_a_name_ending_in_a_newline_is_refused(tmp_path: Path, text: str, where: str):
     path = tmp_path / "case.toml"
     path.write_text(text)

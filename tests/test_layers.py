@@ -23,22 +23,41 @@ def _parse(text: str):
     return parse_case(tomllib.loads(text), "t.toml")
 
 
-@pytest.mark.parametrize("layers,ops,where,message", [
-    ('bn = { kind = "conv" }', "", "layers.bn.kind", "must be one of"),
-    ('bn = { kind = "batch_norm" }', "", "layers.bn.features", "integer in 1..8"),
-    ('bn = { kind = "batch_norm", features = 2, momentum = 0.0 }', "", "layers.bn.momentum", "(0, 1]"),
-    ('drop = { kind = "dropout", p = 0.5 }', "", "layers.drop.p", "0 or 1"),
-    ('drop = { kind = "dropout", features = 2 }', "", "layers.drop.features", "unknown field"),
-    ('x = { kind = "dropout" }', "", "layers.x", "already declared"),
-    ('bn = { kind = "batch_norm", features = 3 }', '[[ops]]\nop = "forward"\nname = "y"\nlayer = "bn"\ninput = "x"\n',
-     "ops[0].input", "reads [batch >= 2, 3]"),
-    ('bn = { kind = "batch_norm", features = 2 }', '[[ops]]\nop = "forward"\nname = "y"\nlayer = "nope"\ninput = "x"\n',
-     "ops[0].layer", "no layer named"),
-    ('bn = { kind = "batch_norm", features = 2 }', '[[ops]]\nop = "snapshot"\nname = "bn"\nof = "x"\nmethod = "clone"\n',
-     "ops[0].name", "names a layer"),
-    ('bn = { kind = "batch_norm", features = 2 }', '[[ops]]\nop = "append"\ntarget = "bn.running_mean"\nsource = "bn.running_var"\n',
-     "ops[0].target", "is a running"),
-])
+@pytest.mark.parametrize(
+    "layers,ops,where,message",
+    [
+        ('bn = { kind = "conv" }', "", "layers.bn.kind", "must be one of"),
+        ('bn = { kind = "batch_norm" }', "", "layers.bn.features", "integer in 1..8"),
+        ('bn = { kind = "batch_norm", features = 2, momentum = 0.0 }', "", "layers.bn.momentum", "(0, 1]"),
+        ('drop = { kind = "dropout", p = 0.5 }', "", "layers.drop.p", "0 or 1"),
+        ('drop = { kind = "dropout", features = 2 }', "", "layers.drop.features", "unknown field"),
+        ('x = { kind = "dropout" }', "", "layers.x", "already declared"),
+        (
+            'bn = { kind = "batch_norm", features = 3 }',
+            '[[ops]]\nop = "forward"\nname = "y"\nlayer = "bn"\ninput = "x"\n',
+            "ops[0].input",
+            "reads [batch >= 2, 3]",
+        ),
+        (
+            'bn = { kind = "batch_norm", features = 2 }',
+            '[[ops]]\nop = "forward"\nname = "y"\nlayer = "nope"\ninput = "x"\n',
+            "ops[0].layer",
+            "no layer named",
+        ),
+        (
+            'bn = { kind = "batch_norm", features = 2 }',
+            '[[ops]]\nop = "snapshot"\nname = "bn"\nof = "x"\nmethod = "clone"\n',
+            "ops[0].name",
+            "names a layer",
+        ),
+        (
+            'bn = { kind = "batch_norm", features = 2 }',
+            '[[ops]]\nop = "append"\ntarget = "bn.running_mean"\nsource = "bn.running_var"\n',
+            "ops[0].target",
+            "is a running",
+        ),
+    ],
+)
 def test_a_bad_layer_or_forward_is_refused_naming_the_field(layers, ops, where, message):
     with pytest.raises(CaseError) as e:
         _parse(HEADER + "[layers]\n" + layers + "\n" + ops)
@@ -49,8 +68,18 @@ def test_a_bad_layer_or_forward_is_refused_naming_the_field(layers, ops, where, 
 def test_layer_stats_are_model_names_bound_under_every_prefix():
     program = load_case(BN_CASE)
     assert program.model_names == ["bn.running_mean", "bn.running_var"]
-    assert names_bound(program) == ["x", "bn.running_mean", "bn.running_var", "entry", "m.bn.running_mean",
-                                    "m.bn.running_var", "c.bn.running_mean", "c.bn.running_var", "y", "y_eval"]
+    assert names_bound(program) == [
+        "x",
+        "bn.running_mean",
+        "bn.running_var",
+        "entry",
+        "m.bn.running_mean",
+        "m.bn.running_var",
+        "c.bn.running_mean",
+        "c.bn.running_var",
+        "y",
+        "y_eval",
+    ]
     # A case with layers written and read back is the same program.
     assert parse_case(tomllib.loads(dump_case(program))).key() == program.key()
     assert program.to_wire()["layers"] == [{"name": "bn", "kind": "batch_norm", "features": 2, "momentum": 0.5}]
@@ -142,10 +171,12 @@ def test_torch_batch_norm_normalizes_an_input_after_updating_the_running_var_it_
     # normalizes the input; an input that is a view of running_var (expand of [1.]) has moved
     # to 0.5 by then and is normalized with the statistics of the values passed (mean 1, var 0).
     # candle and burn normalize what was passed (0).
-    traces = runner.run_one(load_case(CASES / "torch_batch_norm_normalizes_an_input_it_updated.toml"), every_target=True)
+    traces = runner.run_one(
+        load_case(CASES / "torch_batch_norm_normalizes_an_input_it_updated.toml"), every_target=True
+    )
     t = traces["torch:cpu"]
     assert [s.status for s in t.steps] == ["ok"] * 2, t.steps
     assert _value(t, 1, "n0.running_var") == [0.5]
-    assert [row[0] for row in _value(t, 1, "s1")] == pytest.approx([(0.5 - 1.0) / 1e-5 ** 0.5] * 2)
+    assert [row[0] for row in _value(t, 1, "s1")] == pytest.approx([(0.5 - 1.0) / 1e-5**0.5] * 2)
     for other in ("candle:cpu", "burn:flex"):
         assert _value(traces[other], 1, "s1") == [[0.0], [0.0]], other

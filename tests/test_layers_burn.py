@@ -33,6 +33,7 @@ EPS = 1e-5
 def run():
     """Runs a program on the burn CPU targets (only those: the other probes are not needed)."""
     with targets_runner(BURN) as runner:
+
         def run(program: Program):
             traces = runner.run_one(program, every_target=True)
             for t in BURN:
@@ -49,8 +50,12 @@ def _case(name: str) -> Program:
 def _reordered(program: Program, picks: list[int], extra: list[dict] = ()) -> Program:
     """``program`` with ops ``picks`` (in that order), then ``extra``."""
     new = [program.ops[i] for i in picks] + list(extra)
-    return Program(program.tensors, check_program(program.tensors, new, layers=program.layers),
-                   program.title, layers=program.layers)
+    return Program(
+        program.tensors,
+        check_program(program.tensors, new, layers=program.layers),
+        program.title,
+        layers=program.layers,
+    )
 
 
 def _value(trace, i: int, name: str) -> list:

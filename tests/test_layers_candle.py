@@ -102,8 +102,12 @@ def test_load_of_a_file_checkpoint_restores_the_running_stats(run):
         np.testing.assert_array_equal(_value(trace, 3, "c." + stat), init)
     # VarMap::load sets every Var of the map from the file (Var::set: in place, the same Vars), so
     # the layer, the state_dict entry and the module clone are back to the saved values.
-    for name, init in (("bn.running_mean", [0.0, 0.0]), ("bn.running_var", [1.0, 1.0]),
-                       ("entry", [0.0, 0.0]), ("m.bn.running_var", [1.0, 1.0])):
+    for name, init in (
+        ("bn.running_mean", [0.0, 0.0]),
+        ("bn.running_var", [1.0, 1.0]),
+        ("entry", [0.0, 0.0]),
+        ("m.bn.running_var", [1.0, 1.0]),
+    ):
         np.testing.assert_array_equal(_value(trace, 7, name), init, err_msg=name)
     assert _id(trace, 7, "bn.running_mean") == _id(trace, -1, "bn.running_mean")
 
@@ -111,12 +115,14 @@ def test_load_of_a_file_checkpoint_restores_the_running_stats(run):
 def test_a_step_leaves_the_running_stats_and_a_write_reaches_the_layer(run):
     doc = tomllib.loads(BN_CASE.read_text())
     doc["tensors"]["w"] = {"kind": "param", "value": [1.0, 2.0]}
-    doc["ops"] = [{"op": "forward", "name": "y", "layer": "bn", "input": "x"},
-                  {"op": "step", "optimizer": "sgd", "lr": 0.5},
-                  {"op": "step", "optimizer": "adamw", "lr": 0.5, "weight_decay": 0.5},
-                  {"op": "write", "target": "bn.running_mean", "value": [7.0, 8.0]},
-                  {"op": "valid"},
-                  {"op": "forward", "name": "y_eval", "layer": "bn", "input": "x"}]
+    doc["ops"] = [
+        {"op": "forward", "name": "y", "layer": "bn", "input": "x"},
+        {"op": "step", "optimizer": "sgd", "lr": 0.5},
+        {"op": "step", "optimizer": "adamw", "lr": 0.5, "weight_decay": 0.5},
+        {"op": "write", "target": "bn.running_mean", "value": [7.0, 8.0]},
+        {"op": "valid"},
+        {"op": "forward", "name": "y_eval", "layer": "bn", "input": "x"},
+    ]
     trace = run(parse_case(doc))
     assert [s.status for s in trace.steps] == ["ok"] * 6, trace.steps
     # The optimizers are made over VarMap::all_vars(), the running stats included, but

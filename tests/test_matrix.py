@@ -23,7 +23,9 @@ def matrix():
     try:
         missing = {"torch:cpu", "candle:cpu", "burn:flex"} - set(runner.ids)
         if missing:
-            pytest.fail(f"targets missing: {sorted(missing)} ({dict(found.unavailable)}); build the probes with `make probes`")
+            pytest.fail(
+                f"targets missing: {sorted(missing)} ({dict(found.unavailable)}); build the probes with `make probes`"
+            )
         yield build(runner)
     finally:
         runner.close()
@@ -62,9 +64,21 @@ def test_rendered_with_cases_and_html(matrix, tmp_path):
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         pytest.fail("chromium is needed (Debian/Ubuntu: apt-get install -y chromium)")
-    r = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                        f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", (tmp_path / "matrix.html").as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            (tmp_path / "matrix.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert '<table class="matrix">' in r.stdout
     assert 'class="mono differs"><code>w.clone()</code> follows</td>' in r.stdout
@@ -72,6 +86,7 @@ def test_rendered_with_cases_and_html(matrix, tmp_path):
 
 def test_the_matrix_in_docs_is_current(matrix):
     # Regenerate with `make matrix` after changing the op table or a probe.
-    assert (DOCS / "matrix.md").read_text() == render_markdown(matrix), \
+    assert (DOCS / "matrix.md").read_text() == render_markdown(matrix), (
         "docs/matrix/matrix.md is stale: run `make matrix`"
+    )
     assert sorted(p.name for p in (DOCS / "cases").glob("*.toml")) == sorted(f"{r.stem}.toml" for r in matrix.rows)

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import pytest
 
+from generators.programs import Profile
 from harness.case.inert import check_inert, inert_ops, variant, without
 from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_case, parse_case
 from harness.fuzzing import variants
 from harness.fuzzing.baseline import Baseline
-from generators.programs import Profile
 from harness.fuzzing.engine import Engine
 from harness.fuzzing.generation import generate
 from harness.judging.metamorphic import compare_inert
@@ -59,19 +59,24 @@ def clean():
 
 
 def test_inert_groups_by_kind():
-    p = program([W, B, U], [
-        {"op": "snapshot", "name": "s", "of": "w", "method": "clone"},  # used by the write: not inert
-        {"op": "snapshot", "name": "t", "of": "b", "method": "contiguous"},  # unused: inert
-        {"op": "write", "target": "s", "value": [3.0, 4.0]},
-        {"op": "read", "target": "w"},  # deterministic: inert
-        {"op": "read", "target": "u"},  # a uniform lazy's read draws from the RNG: not inert
-        {"op": "valid"}, {"op": "train"},  # in training mode: inert together
-        {"op": "module_clone", "name": "m"},  # m.w unused: inert
-        {"op": "valid"}, {"op": "valid"}, {"op": "train"},  # valid, valid, train: the last two are
-    ])                                                     # not inert (the model was in eval mode)
+    p = program(
+        [W, B, U],
+        [
+            {"op": "snapshot", "name": "s", "of": "w", "method": "clone"},  # used by the write: not inert
+            {"op": "snapshot", "name": "t", "of": "b", "method": "contiguous"},  # unused: inert
+            {"op": "write", "target": "s", "value": [3.0, 4.0]},
+            {"op": "read", "target": "w"},  # deterministic: inert
+            {"op": "read", "target": "u"},  # a uniform lazy's read draws from the RNG: not inert
+            {"op": "valid"},
+            {"op": "train"},  # in training mode: inert together
+            {"op": "module_clone", "name": "m"},  # m.w unused: inert
+            {"op": "valid"},
+            {"op": "valid"},
+            {"op": "train"},  # valid, valid, train: the last two are
+        ],
+    )  # not inert (the model was in eval mode)
     found = [(g.ops, g.label) for g in inert_ops(p)]
-    assert found == [((1,), "snapshot:contiguous"), ((3,), "read"), ((5, 6), "valid+train"),
-                     ((7,), "module_clone")]
+    assert found == [((1,), "snapshot:contiguous"), ((3,), "read"), ((5, 6), "valid+train"), ((7,), "module_clone")]
     assert inert_ops(p, "read")[0].ops == (3,)
     assert check_inert(p, [7]).binds == frozenset({"m.w", "m.u"})
 
@@ -87,8 +92,9 @@ def test_variants_are_inert_and_reproducible():
     drawn = generate(60, 11, "default")
     batch, pairs = variants.plan(drawn, 1.0)
     again = variants.plan(drawn, 1.0)[1]
-    assert [(p.original, p.inert, p.program.key()) for p in pairs] == \
-           [(p.original, p.inert, p.program.key()) for p in again]
+    assert [(p.original, p.inert, p.program.key()) for p in pairs] == [
+        (p.original, p.inert, p.program.key()) for p in again
+    ]
     assert len(pairs) >= 50 and len(batch) == len(drawn) + len(pairs)
     for pair in pairs:
         assert check_inert(pair.program, pair.program.inert) == pair.inert
@@ -114,9 +120,16 @@ def test_variant_of_an_empty_program_is_an_insertion():
 # The comparison, on the fake probe.
 
 
-READ_THEN_STEP = program([W, B], [{"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
-                                  {"op": "read", "target": "w"}, STEP, {"op": "fill", "target": "b", "value": 2.0}],
-                         inert=(1,))
+READ_THEN_STEP = program(
+    [W, B],
+    [
+        {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
+        {"op": "read", "target": "w"},
+        STEP,
+        {"op": "fill", "target": "b", "value": 2.0},
+    ],
+    inert=(1,),
+)
 
 
 def test_the_planted_inert_read_is_a_metamorphic_value_finding(planted):
@@ -125,8 +138,10 @@ def test_the_planted_inert_read_is_a_metamorphic_value_finding(planted):
     f = found[0]
     assert f.signature == "metamorphic|fake:ref~fake:ref|value|+read|step:sgd|unchanged~changed"
     assert (f.op_index, f.subject, f.inert, f.values) == (2, "w", (1,), ("[1., 2.]", "[0., 1.]"))
-    assert f.sentence() == ("On fake:ref, after op 2 (`step:sgd`), w stayed [1., 2.] with the inert `read` "
-                            "(op 1) but changed to [0., 1.] without it.")
+    assert f.sentence() == (
+        "On fake:ref, after op 2 (`step:sgd`), w stayed [1., 2.] with the inert `read` "
+        "(op 1) but changed to [0., 1.] without it."
+    )
 
 
 def test_a_clean_target_agrees_with_itself(clean):
@@ -149,29 +164,36 @@ def test_a_status_difference_is_found(clean):
     assert f.agrees is None and f.signature.endswith("|error~ok")
     # A reference that ran the op to ok agrees with the run without the group.
     reference = clean.run_one(READ_THEN_STEP)["fake:ref"]
-    g = compare_inert(READ_THEN_STEP, check_inert(READ_THEN_STEP, [1]), {**with_t, "torch:cpu": reference}, without_t)[0]
+    g = compare_inert(READ_THEN_STEP, check_inert(READ_THEN_STEP, [1]), {**with_t, "torch:cpu": reference}, without_t)[
+        0
+    ]
     assert (g.aspect, g.agrees) == ("status", "without") and g.signature.endswith("|error~ok|agrees:without")
     assert "torch agrees with the run without it. planted by the test" in g.sentence()
 
 
 def padded_read() -> Program:
     """The planted read (op 2, the case's inert group) among ops that play no part in it."""
-    return program([W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))], [
-        {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
-        {"op": "fill", "target": "b", "value": 3.0},
-        {"op": "read", "target": "w"},
-        {"op": "scale", "target": "x", "factor": 2.0},
-        STEP,
-        {"op": "snapshot", "name": "t", "of": "x", "method": "detach"},
-    ], inert=(2,))
+    return program(
+        [W, B, TensorDecl("x", "param", (3,), (1.0, 1.0, 1.0))],
+        [
+            {"op": "snapshot", "name": "s", "of": "b", "method": "clone"},
+            {"op": "fill", "target": "b", "value": 3.0},
+            {"op": "read", "target": "w"},
+            {"op": "scale", "target": "x", "factor": 2.0},
+            STEP,
+            {"op": "snapshot", "name": "t", "of": "x", "method": "detach"},
+        ],
+        inert=(2,),
+    )
 
 
 def test_engine_finds_shrinks_and_confirms_a_metamorphic_finding(planted):
     engine = Engine(planted, Baseline([]), shrink_time_s=60, metamorphic_share=1.0)
     padded = padded_read()
     recorded = []
-    engine.record([(padded, planted.run_one(padded), variants.pair_findings([padded], planted.run, None)[0])],
-                  recorded.append)
+    engine.record(
+        [(padded, planted.run_one(padded), variants.pair_findings([padded], planted.run, None)[0])], recorded.append
+    )
     rec = next(r for r in recorded if r.finding.kind == "metamorphic")
     m = rec.minimized
     assert [op["op"] for op in m.ops] == ["read", "step"] and m.inert == (0,)
@@ -186,8 +208,12 @@ def test_engine_finds_shrinks_and_confirms_a_metamorphic_finding(planted):
 #: The ops the fake probe implements, reads and steps often: the planted bug needs a read of a
 #: param and a later sgd step, which default programs (every op kind, four optimizers) hold in
 #: about one variant in 200.
-FAKE_OPS = Profile("fake-ops", max_ops=10, layer_probability=0.0,
-                   weights=(("snapshot", 3), ("write", 2), ("fill", 1), ("scale", 1), ("step", 4), ("read", 3)))
+FAKE_OPS = Profile(
+    "fake-ops",
+    max_ops=10,
+    layer_probability=0.0,
+    weights=(("snapshot", 3), ("write", 2), ("fill", 1), ("scale", 1), ("step", 4), ("read", 3)),
+)
 
 
 def test_campaign_pairs_find_the_planted_read(planted):
@@ -202,8 +228,12 @@ def test_campaign_pairs_find_the_planted_read(planted):
 def test_case_inert_field_is_checked():
     doc = tomllib.loads(dump_case(READ_THEN_STEP))
     assert doc["inert"] == [1]
-    for bad, message in (([2], "not an inert group"), ([9], "ascending op indices"), ("1", "list of op indices"),
-                         ([2, 1], "ascending")):
+    for bad, message in (
+        ([2], "not an inert group"),
+        ([9], "ascending op indices"),
+        ("1", "list of op indices"),
+        ([2, 1], "ascending"),
+    ):
         with pytest.raises(CaseError, match=message) as e:
             parse_case({**doc, "inert": bad}, "case.toml")
         assert "case.toml" in str(e.value) and "inert" in str(e.value)
@@ -295,8 +325,15 @@ def test_a_metamorphic_finding_with_an_agreement_is_shrunk_with_its_reference():
     from harness.judging.finding import Finding
 
     ids = ["burn:flex", "burn:ndarray", "candle:cpu", "torch:cpu", "torch:cpu+foreach"]
-    f = Finding(kind="metamorphic", aspect="value", targets=("burn:flex", "burn:flex"), op_label="step:sgd",
-                method="+valid+train", sides=("changed", "changed"), agrees="without")
+    f = Finding(
+        kind="metamorphic",
+        aspect="value",
+        targets=("burn:flex", "burn:flex"),
+        op_label="step:sgd",
+        method="+valid+train",
+        sides=("changed", "changed"),
+        agrees="without",
+    )
     assert _targets_for(f, ids) == ["burn:flex", "torch:cpu"]
     assert _targets_for(replace(f, agrees=None), ids) == ["burn:flex"]
     torch_own = replace(f, targets=("torch:cpu", "torch:cpu"), agrees=None)

@@ -22,7 +22,9 @@ def runner():
     missing = {"torch:cpu", "candle:cpu", "burn:flex", "burn:ndarray"} - set(r.ids)
     if missing:
         r.close()
-        pytest.fail(f"targets missing: {sorted(missing)} ({dict(found.unavailable)}); build the probes with `make probes`")
+        pytest.fail(
+            f"targets missing: {sorted(missing)} ({dict(found.unavailable)}); build the probes with `make probes`"
+        )
     yield r
     r.close()
 
@@ -34,7 +36,10 @@ def test_an_unused_module_clone_stops_a_moved_lazy_from_training_on_burn(runner)
     assert sorted(meta) == ["burn:flex", "burn:ndarray"]  # torch and candle agree with themselves
     for target, f in meta.items():
         # torch trains l: the clone moved burn away from it
-        assert f.signature == f"metamorphic|{target}~{target}|value|+module_clone|step:sgd|unchanged~changed|agrees:without"
+        assert (
+            f.signature
+            == f"metamorphic|{target}~{target}|value|+module_clone|step:sgd|unchanged~changed|agrees:without"
+        )
         assert (f.op_index, f.subject, f.inert) == (2, "l", (0,))
         assert f.values == ("[0.5, 0.5]", "[-0.5, -0.5]")
         # burn documents it (burn#5739): a baseline entry written for the metamorphic oracle knows it
@@ -55,7 +60,9 @@ def test_a_valid_train_round_trip_halves_the_step_of_a_tied_param_on_burn(runner
     assert sorted(meta) == ["burn:flex", "burn:ndarray"]  # torch and candle agree with themselves
     for target, f in meta.items():
         # torch steps p0 by -0.5, as burn without the round trip: the group moved burn away
-        assert f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:sgd|changed~changed|agrees:without"
+        assert (
+            f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:sgd|changed~changed|agrees:without"
+        )
         assert (f.op_index, f.subject, f.inert) == (3, "p0", (1, 2))
         assert f.values == ("[[[-0.25, -0.25]]]", "[[[-0.5, -0.5]]]")
         assert result.known[f.signature] is None, "a candidate report, not a documented difference"
@@ -70,7 +77,9 @@ def test_a_valid_train_round_trip_separates_params_param_map_joined_on_burn(runn
     meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
     assert sorted(meta) == ["burn:flex", "burn:ndarray"]
     for target, f in meta.items():
-        assert f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:adam|changed~changed|agrees:neither"
+        assert (
+            f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:adam|changed~changed|agrees:neither"
+        )
         assert (f.op_index, f.subject) == (3, "p0")
         assert f.values == ("[-1., -1., -1.]", "[-1., -1.,  0.]")
         assert result.known[f.signature] is None, "a candidate report, not a documented difference"
@@ -83,8 +92,10 @@ def test_a_valid_train_round_trip_that_restores_torchs_step_is_told_from_one_tha
     # agreement with torch tells them apart, so the baseline knows the first and not the second.
     moved = load_case(CASES / "burn_valid_train_makes_a_param_moved_after_a_backward_pass_train_with_both.toml")
     tied = load_case(CASES / "burn_tied_param_valid_train_halves_a_step.toml")
-    for program, agrees, known in ((moved, "with", "burn-valid-train-gives-a-moved-param-both-passes"),
-                                   (tied, "without", None)):
+    for program, agrees, known in (
+        (moved, "with", "burn-valid-train-gives-a-moved-param-both-passes"),
+        (tied, "without", None),
+    ):
         result = run_case(program, runner, runner.infos, load_baseline(None))
         meta = [f for f in result.findings if f.kind == "metamorphic"]
         assert sorted(f.targets[0] for f in meta) == ["burn:flex", "burn:ndarray"]
@@ -97,16 +108,24 @@ def test_a_valid_train_round_trip_that_restores_torchs_step_is_told_from_one_tha
 def test_every_target_agrees_with_itself_on_every_inert_group_without_lazies(runner):
     # Each kind of inert group, inserted into one training program without lazy params: every
     # target runs both programs alike (the oracle does not invent divergences).
-    from harness.case.inert import check_inert
-    from harness.case.ir import Program, TensorDecl, check_program
     from dataclasses import replace
 
+    from harness.case.inert import check_inert
+    from harness.case.ir import Program, TensorDecl, check_program
+
     tensors = (TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0)), TensorDecl("b", "buffer", (2,), (0.0, 1.0)))
-    train = [{"op": "snapshot", "name": "s", "of": "w", "method": "detach"},
-             {"op": "step", "optimizer": "adam", "lr": 0.5}, {"op": "fill", "target": "b", "value": 3.0}]
-    groups = [[{"op": "snapshot", "name": "z", "of": "w", "method": "contiguous"}], [{"op": "module_clone", "name": "z"}],
-              [{"op": "read", "target": "w"}], [{"op": "valid"}, {"op": "train"}],
-              [{"op": "snapshot", "name": "z", "of": "b", "method": "clone"}]]
+    train = [
+        {"op": "snapshot", "name": "s", "of": "w", "method": "detach"},
+        {"op": "step", "optimizer": "adam", "lr": 0.5},
+        {"op": "fill", "target": "b", "value": 3.0},
+    ]
+    groups = [
+        [{"op": "snapshot", "name": "z", "of": "w", "method": "contiguous"}],
+        [{"op": "module_clone", "name": "z"}],
+        [{"op": "read", "target": "w"}],
+        [{"op": "valid"}, {"op": "train"}],
+        [{"op": "snapshot", "name": "z", "of": "b", "method": "clone"}],
+    ]
     for group in groups:
         ops = train[:1] + group + train[1:]
         p = Program(tensors, check_program(tensors, ops))

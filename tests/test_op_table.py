@@ -15,8 +15,8 @@ from generators.programs import DRAWERS, PROFILES
 from harness.case import ops, schema
 from harness.case.ir import load_case
 from harness.targets import registry
-from tests.conftest import CASES
 from harness.targets.protocol import PROTOCOL_VERSION
+from tests.conftest import CASES
 
 
 def test_the_schema_file_is_generated_from_the_table():
@@ -42,8 +42,9 @@ def test_op_table_invariants(spec):
     assert sum(f.writes for f in spec.fields) <= 1
     rows = spec.of_kind("row")
     assert sum(f.of is None for f in rows) <= 1 and len(spec.of_kind("values")) <= 1
-    assert [f.of is None for f in rows] == sorted((f.of is None for f in rows), reverse=True), \
+    assert [f.of is None for f in rows] == sorted((f.of is None for f in rows), reverse=True), (
         "the written name's row comes first"
+    )
     assert all(f.of in names and spec.field(f.of).kind == "name" for f in rows if f.of is not None)
     if spec.of_kind("row") or spec.of_kind("values") or spec.of_kind("new"):
         assert spec.of_kind("name"), "rows, values and snapshots are of a named tensor"
@@ -51,7 +52,7 @@ def test_op_table_invariants(spec):
         if f.kind == "choice":
             assert f.choices and len(set(f.choices)) == len(f.choices)
         if isinstance(f.default, ops.Derived):
-            assert f.default.depends_on in names[:names.index(f.name)]
+            assert f.default.depends_on in names[: names.index(f.name)]
         if f.writes or f.roles:
             assert f.kind == "name"
     assert spec.doc
@@ -84,16 +85,23 @@ def test_bundled_cases_are_valid_wire_programs():
 def test_simplified_ops_stay_valid_and_get_cheaper():
     from harness.shrinking.minimize import _simpler_op
 
-    step = {"op": "step", "optimizer": "adamw", "lr": 2.0, "momentum": 0.0, "dampening": 0.0, "betas": [0.9, 0.999],
-            "eps": 1e-8, "weight_decay": 0.01}
+    step = {
+        "op": "step",
+        "optimizer": "adamw",
+        "lr": 2.0,
+        "momentum": 0.0,
+        "dampening": 0.0,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "weight_decay": 0.01,
+    }
     simpler = list(_simpler_op(step))
     assert [s["optimizer"] for s in simpler[:3]] == ["sgd", "sgd_momentum", "adam"]
     assert simpler[1]["momentum"] == 0.9 and simpler[0]["weight_decay"] == 0.0  # derived again
     assert simpler[3] == {**step, "lr": 1.0}
     assert all(ops.op_cost(s) < ops.op_cost(step) for s in simpler)
     move = {"op": "move", "target": "p0", "device": "alt", "method": "fork"}
-    assert list(_simpler_op(move)) == [{**move, "device": "home"}, {**move, "device": "cpu"},
-                                       {**move, "method": "to"}]
+    assert list(_simpler_op(move)) == [{**move, "device": "home"}, {**move, "device": "cpu"}, {**move, "method": "to"}]
     snap = {"op": "snapshot", "name": "s0", "of": "p0", "method": "save_load"}
     assert list(_simpler_op(snap)) == []  # methods are not ordered by simplicity
 
@@ -106,8 +114,14 @@ def test_the_docs_name_every_op_and_method(doc):
 
 
 def _hello(plugin) -> dict:
-    proc = subprocess.run(plugin.command(), input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n",
-                          capture_output=True, text=True, cwd=plugin.CWD, timeout=120)
+    proc = subprocess.run(
+        plugin.command(),
+        input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n",
+        capture_output=True,
+        text=True,
+        cwd=plugin.CWD,
+        timeout=120,
+    )
     assert proc.stdout, f"{plugin.FRAMEWORK}: no hello ({proc.stderr[-500:]})"
     return json.loads(proc.stdout.splitlines()[0])
 

@@ -71,8 +71,10 @@ def torch_alone():
     ("case", "signature"),
     [
         # pytorch#79788: Parameter.__deepcopy__ clones each Parameter's data on its own
-        ("torch_deepcopy_splits_parameters_over_one_storage.toml",
-         "sharing|torch:cpu~torch:cpu|storage|-|module_clone|shared~split"),
+        (
+            "torch_deepcopy_splits_parameters_over_one_storage.toml",
+            "sharing|torch:cpu~torch:cpu|storage|-|module_clone|shared~split",
+        ),
         # pytorch#188346: load_state_dict(assign=True) puts each entry in its own slot
         ("load_assign_unties_parameters.toml", "sharing|torch:cpu~torch:cpu|identity|-|load:assign|shared~split"),
     ],

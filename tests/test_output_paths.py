@@ -45,9 +45,30 @@ def unchanged(path: Path, how: str) -> None:
 def test_fuzz_junit_that_is_not_a_regular_file_is_refused_before_the_campaign(tmp_path, how):
     junit = not_regular(tmp_path, how)
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--profile", "quick", "--seed", "3", "--max-programs", "8",
-                "--chunk-size", "8", "--confirm", "0", "--shrink-time", "2", "--no-report", "--out", str(out),
-                "--junit", str(junit), env=fake_probe_dir(tmp_path), timeout=300)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--profile",
+        "quick",
+        "--seed",
+        "3",
+        "--max-programs",
+        "8",
+        "--chunk-size",
+        "8",
+        "--confirm",
+        "0",
+        "--shrink-time",
+        "2",
+        "--no-report",
+        "--out",
+        str(out),
+        "--junit",
+        str(junit),
+        env=fake_probe_dir(tmp_path),
+        timeout=300,
+    )
     one_line_error(r, f"--junit {junit}", "not a regular file")
     unchanged(junit, how)
     assert not out.exists(), "the campaign ran before the --junit path was checked"
@@ -56,9 +77,28 @@ def test_fuzz_junit_that_is_not_a_regular_file_is_refused_before_the_campaign(tm
 @pytest.mark.parametrize("how", ["fifo", "link-to-dev-null"])
 def test_bench_markdown_that_is_not_a_regular_file_is_refused_before_the_bench(tmp_path, how):
     page = not_regular(tmp_path, how)
-    r = run_cli("bench", "--targets", "candle", "--programs", "1", "--chunk-size", "1", "--spawn-programs", "1",
-                "--length-programs", "1", "--rss-programs", "0", "--repeat", "1", "--no-workers",
-                "--markdown", str(page), env=fake_probe_dir(tmp_path), timeout=300)
+    r = run_cli(
+        "bench",
+        "--targets",
+        "candle",
+        "--programs",
+        "1",
+        "--chunk-size",
+        "1",
+        "--spawn-programs",
+        "1",
+        "--length-programs",
+        "1",
+        "--rss-programs",
+        "0",
+        "--repeat",
+        "1",
+        "--no-workers",
+        "--markdown",
+        str(page),
+        env=fake_probe_dir(tmp_path),
+        timeout=300,
+    )
     one_line_error(r, f"--markdown {page}", "not a regular file")
     assert r.stdout == "", "the bench ran before the --markdown path was checked"
     unchanged(page, how)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets.runner import Runner
 from harness.targets.base import CANCELLED, HUNG_AFTER, SetupError
+from harness.targets.runner import Runner
 from tests.conftest import CASES, ROOT, run_cli
 from tests.fakes.targets import fake_target
 from tests.test_reliability import CLEAN, FILLS, _probe_dir, statuses
@@ -164,7 +164,8 @@ def test_the_interpreter_exits_with_a_runner_left_unclosed_mid_batch(tmp_path: P
     # Nobody closes this runner (an exception skipped it): threading's at-exit join of the
     # runner's threads must not wait for the hung program (before: 20 s per program).
     script = tmp_path / "leave.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import time
         from harness.targets.runner import Runner
         from tests.fakes.targets import fake_target
@@ -173,11 +174,18 @@ def test_the_interpreter_exits_with_a_runner_left_unclosed_mid_batch(tmp_path: P
         runner.submit([CLEAN] * 3)
         time.sleep(0.5)
         print("leaving", flush=True)
-    """))
+    """)
+    )
     start = time.monotonic()
     try:
-        result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True,
-                                timeout=30, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("the interpreter did not exit within 30 s: its at-exit join waited on a hung probe")
     assert result.returncode == 0, result.stderr
@@ -195,11 +203,29 @@ def _fuzz_hung(tmp_path: Path, interrupt_after: float | None, limit: float):
     # A fresh SIGINT disposition: under a shell's background job SIGINT is ignored, and a Python
     # that starts with it ignored never raises KeyboardInterrupt.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "harness.cli", "fuzz", "--budget", "10s", "--targets", "candle",
-         "--max-programs", "100000", "--out", str(out), "--no-report"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "fuzz",
+            "--budget",
+            "10s",
+            "--targets",
+            "candle",
+            "--max-programs",
+            "100000",
+            "--out",
+            str(out),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
         env={**os.environ, "ALIASFUZZ_PROBE_DIR": str(probes)},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     start = time.monotonic()
     if interrupt_after is not None:
         time.sleep(interrupt_after)
@@ -280,8 +306,10 @@ def test_an_explicit_target_list_narrows_silently(tmp_path: Path, monkeypatch):
 def test_cli_fuzz_and_repro_without_targets_refuse_missing_probes(tmp_path: Path):
     env = {"ALIASFUZZ_PROBE_DIR": str(_empty(tmp_path))}
     # Before: fuzz ran torch alone and exited 0; repro of a case said "No divergence."
-    for args in (("fuzz", "--max-programs", "8", "--seed", "1", "--out", str(tmp_path / "run"), "--no-report"),
-                 ("repro", str(CASES / "example_sgd_snapshots.toml"))):
+    for args in (
+        ("fuzz", "--max-programs", "8", "--seed", "1", "--out", str(tmp_path / "run"), "--no-report"),
+        ("repro", str(CASES / "example_sgd_snapshots.toml")),
+    ):
         result = run_cli(*args, env=env, timeout=300)
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()

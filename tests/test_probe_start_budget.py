@@ -20,8 +20,20 @@ from tests.test_run_folder import one_line_error
 def test_fuzz_gives_up_on_a_silent_probe_when_the_budget_ends(tmp_path):
     out = tmp_path / "run"
     started = time.monotonic()
-    r = run_cli("fuzz", "--targets", "candle", "--budget", "3s", "--shrink-grace", "0", "--no-report", "--out", str(out),
-                env=fake_probe_dir(tmp_path, "--hang-at-hello"), timeout=60)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--budget",
+        "3s",
+        "--shrink-grace",
+        "0",
+        "--no-report",
+        "--out",
+        str(out),
+        env=fake_probe_dir(tmp_path, "--hang-at-hello"),
+        timeout=60,
+    )
     took = time.monotonic() - started
     line = one_line_error(r, "candle: no handshake within", "when the campaign's time was up")
     assert "make probes" not in line  # the probe is there: it is no missing build
@@ -33,8 +45,22 @@ def test_fuzz_with_workers_gives_up_on_a_silent_probe_when_the_budget_ends(tmp_p
     """Each worker process opens its own targets: the same bound holds there."""
     started = time.monotonic()
     workers = str(min(2, usable_cpus()))  # more than the CPUs is refused before any start-up
-    r = run_cli("fuzz", "--targets", "candle", "--budget", "3s", "--shrink-grace", "0", "--workers", workers, "--no-report",
-                "--out", str(tmp_path / "run"), env=fake_probe_dir(tmp_path, "--hang-at-hello"), timeout=60)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--budget",
+        "3s",
+        "--shrink-grace",
+        "0",
+        "--workers",
+        workers,
+        "--no-report",
+        "--out",
+        str(tmp_path / "run"),
+        env=fake_probe_dir(tmp_path, "--hang-at-hello"),
+        timeout=60,
+    )
     took = time.monotonic() - started
     assert took < 3 + DRAIN_S + 20, f"start-up took {took:.0f}s with a budget of 3s and no shrink grace"
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]

@@ -86,8 +86,9 @@ def test_burn_draws_in_the_order_of_first_reads(runner):
 def test_a_burn_module_clone_before_the_first_read_initialises_once(runner):
     # burn#5045: the clone shares the lazy state, so reading the clone's l0 and then l0 gives one
     # draw, the same values, and l1 then takes the next values, as without the clone.
-    with_clone = runner.run_one(_program({"op": "module_clone", "name": "m"}, *_reads("m.l0", "l0", "l1")),
-                                every_target=True)
+    with_clone = runner.run_one(
+        _program({"op": "module_clone", "name": "m"}, *_reads("m.l0", "l0", "l1")), every_target=True
+    )
     plain = runner.run_one(_program(*_reads("l0", "l1")), every_target=True)
     for target in BURN:
         t = with_clone[target]
@@ -118,20 +119,27 @@ def test_values_of_the_program_generator_are_compared_within_a_target_only():
 
 def test_a_read_or_a_snapshot_of_a_program_generator_tensor_is_not_inert():
     # Its first read takes the generator's next values: removing it moves every later draw.
-    program = _program({"op": "module_clone", "name": "m"}, {"op": "read", "target": "l0"},
-                       {"op": "snapshot", "name": "s", "of": "l1", "method": "clone"})
+    program = _program(
+        {"op": "module_clone", "name": "m"},
+        {"op": "read", "target": "l0"},
+        {"op": "snapshot", "name": "s", "of": "l1", "method": "clone"},
+    )
     assert [g.label for g in inert.inert_ops(program)] == ["module_clone"]
     # Nor is a snapshot of a snapshot of one (burn's alias of a lazy param shares its lazy state).
-    program = _program({"op": "snapshot", "name": "s0", "of": "l0", "method": "alias"},
-                       {"op": "snapshot", "name": "s1", "of": "s0", "method": "clone"}, *_reads("l1"))
+    program = _program(
+        {"op": "snapshot", "name": "s0", "of": "l0", "method": "alias"},
+        {"op": "snapshot", "name": "s1", "of": "s0", "method": "clone"},
+        *_reads("l1"),
+    )
     assert inert.inert_ops(program) == []
 
 
 def test_an_unused_module_clone_changes_no_burn_draw(runner):
     # The metamorphic oracle on the real targets: the module clone nobody uses is inert, and burn
     # (which shares the clone's lazy state) draws the same values with and without it.
-    program = _program({"op": "module_clone", "name": "z"}, *_reads("l1", "l0"),
-                       {"op": "step", "optimizer": "sgd", "lr": 0.5})
+    program = _program(
+        {"op": "module_clone", "name": "z"}, *_reads("l1", "l0"), {"op": "step", "optimizer": "sgd", "lr": 0.5}
+    )
     program = replace(program, inert=inert.check_inert(program, [0]).ops)
     result = run_case(program, runner, runner.infos)
     assert [f.signature for f in result.findings if f.kind == "metamorphic"] == []
@@ -144,8 +152,11 @@ def test_an_unused_module_clone_changes_no_burn_draw(runner):
 def test_a_case_file_round_trips_and_refuses_a_seed_for_the_program_generator(tmp_path):
     program = _program(*_reads("l1"))
     assert parse_case(tomllib.loads(dump_case(program))).key() == program.key()
-    doc = {"format": FORMAT, "tensors": {"l": {"kind": "lazy", "shape": [2], "init": "program_rng", "seed": 1}},
-           "ops": []}
+    doc = {
+        "format": FORMAT,
+        "tensors": {"l": {"kind": "lazy", "shape": [2], "init": "program_rng", "seed": 1}},
+        "ops": [],
+    }
     with pytest.raises(CaseError, match=r"tensors\.l\.seed: .*program's one generator: no seed"):
         parse_case(doc, tmp_path / "c.toml")
 
@@ -173,11 +184,15 @@ def test_a_draw_hidden_by_a_step_that_also_trains_is_not_called_a_draw(runner):
     # Without the clone the step initialises l0 and trains it in one op, so its first values are
     # not its draw: the finding is the documented one, a moved param that stopped training.
     l0 = TensorDecl("l0", "lazy", (1,), init="program_rng")
-    program = _program({"op": "module_clone", "name": "m0"}, {"op": "move", "target": "l0", "device": "home"},
-                       {"op": "step", "optimizer": "sgd", "lr": 0.5}, tensors=(l0,))
+    program = _program(
+        {"op": "module_clone", "name": "m0"},
+        {"op": "move", "target": "l0", "device": "home"},
+        {"op": "step", "optimizer": "sgd", "lr": 0.5},
+        tensors=(l0,),
+    )
     program = replace(program, inert=(0,))
     result = run_case(program, runner, runner.infos, load_baseline(None))
-    for target, f in _metamorphic(result).items():
+    for _target, f in _metamorphic(result).items():
         assert f.aspect == "value" and f.sides == ("unchanged", "changed"), f.signature
         assert result.known[f.signature].id == "burn-lazy-initialised-before-a-move-stops-training"
 
@@ -187,10 +202,13 @@ def test_an_op_whose_effect_on_a_draw_depends_on_the_value_drawn_is_not_compared
     # changes l0 (to 0), where it drew a positive one it writes l0's own value back. torch and
     # burn draw different values by design, so "changed on one side only" is no finding.
     l0 = TensorDecl("l0", "lazy", (1,), init="program_rng")
-    program = _program({"op": "snapshot", "name": "s0", "of": "l0", "method": "clone"},
-                       {"op": "map", "target": "s0", "fn": "relu"}, {"op": "save", "name": "c0"},
-                       {"op": "assign", "target": "l0", "source": "s0", "index": 0, "source_index": 0},
-                       tensors=(l0,))
+    program = _program(
+        {"op": "snapshot", "name": "s0", "of": "l0", "method": "clone"},
+        {"op": "map", "target": "s0", "fn": "relu"},
+        {"op": "save", "name": "c0"},
+        {"op": "assign", "target": "l0", "source": "s0", "index": 0, "source_index": 0},
+        tensors=(l0,),
+    )
     traces = runner.run_one(program, every_target=True)
     drawn = {t: _final(traces[t], "s0")[0] for t in ("torch:cpu", "burn:flex")}
     assert drawn["torch:cpu"] == 0.0 and drawn["burn:flex"] > 0.0, drawn  # the two draws' signs differ

@@ -35,7 +35,6 @@ def statuses(trace) -> list[str]:
     return [s["status"] for s in trace["steps"]]
 
 
-
 class ListSession:
     """Binds names to lists of floats: ``snapshot`` copies, ``fill`` writes in place, ``scale``
     raises, ``read`` does nothing, any other op is unsupported; a name starting with ``bad``
@@ -66,9 +65,13 @@ class ListSession:
 
 class ListProbe:
     def hello(self):
-        return {"framework": "lists", "versions": {"python": sys.version.split()[0]},
-                "devices": [{"name": "cpu", "alt": None, "kind": "cpu"}],
-                "ops": list(op_table.OP_KINDS), "methods": ["clone"]}
+        return {
+            "framework": "lists",
+            "versions": {"python": sys.version.split()[0]},
+            "devices": [{"name": "cpu", "alt": None, "kind": "cpu"}],
+            "ops": list(op_table.OP_KINDS),
+            "methods": ["clone"],
+        }
 
     def open(self, device, program):
         if device != "cpu":
@@ -88,23 +91,42 @@ def _serve_lines(*requests) -> list[dict]:
 
 def test_driver_serves_a_session_only_probe():
     move = {"op": "move", "target": "w", "device": "cpu", "method": "to"}
-    prog = {"tensors": [{"name": "w", "kind": "param", "shape": [2], "value": [1, "NaN"]},
-                        {"name": "bad", "kind": "buffer", "shape": [1], "value": [0]}],
-            "ops": [snap("s", "w", "clone"), {"op": "fill", "target": "w", "value": 0.1},
-                    {"op": "scale", "target": "s", "factor": 2.0}, move,
-                    {"op": "read", "target": "nope"}, {"op": "teleport"}, {"op": "read"}, {},
-                    {"op": "read", "target": "bad"}]}
+    prog = {
+        "tensors": [
+            {"name": "w", "kind": "param", "shape": [2], "value": [1, "NaN"]},
+            {"name": "bad", "kind": "buffer", "shape": [1], "value": [0]},
+        ],
+        "ops": [
+            snap("s", "w", "clone"),
+            {"op": "fill", "target": "w", "value": 0.1},
+            {"op": "scale", "target": "s", "factor": 2.0},
+            move,
+            {"op": "read", "target": "nope"},
+            {"op": "teleport"},
+            {"op": "read"},
+            {},
+            {"op": "read", "target": "bad"},
+        ],
+    }
     hello, trace, missing, error = _serve_lines(
-        {"type": "hello", "protocol": 99}, {"type": "run", "id": 1, "device": "cpu", "program": prog},
-        {"type": "run", "id": 2, "device": "gpu", "program": prog}, b"{]\n", {"type": "exit"},
-        {"type": "hello", "protocol": PROTOCOL_VERSION})  # after exit: never answered
+        {"type": "hello", "protocol": 99},
+        {"type": "run", "id": 1, "device": "cpu", "program": prog},
+        {"type": "run", "id": 2, "device": "gpu", "program": prog},
+        b"{]\n",
+        {"type": "exit"},
+        {"type": "hello", "protocol": PROTOCOL_VERSION},
+    )  # after exit: never answered
     assert hello["type"] == "hello" and hello["protocol"] == PROTOCOL_VERSION
-    assert statuses(trace) == ["ok", "ok", "error", "unsupported", "skipped", "unsupported",
-                               "error", "error", "ok"]
+    assert statuses(trace) == ["ok", "ok", "error", "unsupported", "skipped", "unsupported", "error", "error", "ok"]
     msgs = [s.get("message") for s in trace["steps"]]
-    assert msgs[2:8] == ["ZeroDivisionError: planted", "no move here", "no tensor named nope",
-                         'unknown op "teleport"', "malformed op: missing field `target`",
-                         "malformed op: no string field `op`"]
+    assert msgs[2:8] == [
+        "ZeroDivisionError: planted",
+        "no move here",
+        "no tensor named nope",
+        'unknown op "teleport"',
+        "malformed op: missing field `target`",
+        "malformed op: no string field `op`",
+    ]
     # values are float32 on the wire (0.1 rounded), NaN travels as a string; the delta holds
     # only what changed; an observation that raises is unreadable, with the exception as note
     assert trace["initial"]["w"]["value"] == [1.0, "NaN"]
@@ -118,11 +140,23 @@ def test_driver_serves_a_session_only_probe():
 
 
 def test_op_parsing_follows_the_op_table():
-    samples = {"name": "w", "new": "s", "prefix": "m", "checkpoint": "c", "layer": "bn", "number": 0.1, "row": 1,
-               "values": [0.1, "Infinity"], "betas": [0.1, 0.999], "flag": True}
+    samples = {
+        "name": "w",
+        "new": "s",
+        "prefix": "m",
+        "checkpoint": "c",
+        "layer": "bn",
+        "number": 0.1,
+        "row": 1,
+        "values": [0.1, "Infinity"],
+        "betas": [0.1, 0.999],
+        "flag": True,
+    }
     for spec in op_table.OP_TABLE:
-        raw = {"op": spec.kind, **{f.name: f.choices[-1] if f.kind == "choice" else samples[f.kind]
-                                   for f in spec.fields}}
+        raw = {
+            "op": spec.kind,
+            **{f.name: f.choices[-1] if f.kind == "choice" else samples[f.kind] for f in spec.fields},
+        }
         op = parse_op(raw)
         assert list(op) == ["op"] + [f.name for f in spec.fields]
         for f in spec.fields:

@@ -18,12 +18,24 @@ CANDLE_CAUSE = "framework|candle:cpu~torch:cpu|verdict|clone|write:whole|follows
 
 
 def _store_with_a_candle_cause(path):
-    record = FindingRecord.from_json({"signature": CANDLE_CAUSE, "kind": "framework", "status": "new",
-                                      "sentence": "a candle cause", "targets": ["candle:cpu", "torch:cpu"],
-                                      "versions": {"candle:cpu": {"candle": "0.11.1"}}})
+    record = FindingRecord.from_json(
+        {
+            "signature": CANDLE_CAUSE,
+            "kind": "framework",
+            "status": "new",
+            "sentence": "a candle cause",
+            "targets": ["candle:cpu", "torch:cpu"],
+            "versions": {"candle:cpu": {"candle": "0.11.1"}},
+        }
+    )
     with TriageStore(path) as db:
-        db.record_run("run1", "2026-01-01T00:00:00Z", 10, [record],
-                      {CANDLE_CAUSE: str(CASES / "candle_clone_shares_storage.toml")})
+        db.record_run(
+            "run1",
+            "2026-01-01T00:00:00Z",
+            10,
+            [record],
+            {CANDLE_CAUSE: str(CASES / "candle_clone_shares_storage.toml")},
+        )
     return path
 
 
@@ -75,8 +87,9 @@ def test_repro_on_one_target_says_nothing_was_compared(tmp_path):
 
 
 def test_repro_on_two_targets_that_agree_still_says_no_divergence():
-    r = run_cli("repro", str(CASES / "example_sgd_snapshots.toml"), "--targets", "torch:cpu,torch:cpu+foreach",
-                "--json")
+    r = run_cli(
+        "repro", str(CASES / "example_sgd_snapshots.toml"), "--targets", "torch:cpu,torch:cpu+foreach", "--json"
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["compared"] is True and doc["divergences"] == []

@@ -13,14 +13,48 @@ from tests.test_campaign import fake_probe_dir
 def test_second_campaign_replays_the_first(tmp_path, redis_url):
     env = fake_probe_dir(tmp_path)
     first, second = tmp_path / "first", tmp_path / "second"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--db", redis_url, "--out", str(first), "--no-report", env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--db",
+        redis_url,
+        "--out",
+        str(first),
+        "--no-report",
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     found = {f["signature"] for f in json.loads((first / "findings.json").read_text())}
     assert found
     # Another machine of the same nightly: another seed, the same corpus, (almost) no budget of its own.
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "1", "--seed", "2", "--profile", "quick",
-                "--shrink-time", "10", "--db", redis_url, "--out", str(second), "--no-report", env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "1",
+        "--seed",
+        "2",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--db",
+        redis_url,
+        "--out",
+        str(second),
+        "--no-report",
+        env=env,
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     state = json.loads((second / "campaign.json").read_text())
     assert state["replayed"] > 0
@@ -30,6 +64,16 @@ def test_second_campaign_replays_the_first(tmp_path, redis_url):
 
 def test_unreachable_redis_is_a_one_line_error(tmp_path):
     port = free_port()
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "1", "--db", f"redis://127.0.0.1:{port}/0",
-                "--out", str(tmp_path / "x"), env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "1",
+        "--db",
+        f"redis://127.0.0.1:{port}/0",
+        "--out",
+        str(tmp_path / "x"),
+        env=fake_probe_dir(tmp_path),
+    )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.case.ir import Program, TensorDecl, check_program
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.campaign import CampaignError, RunFolder
 from harness.fuzzing.engine import Engine
-from harness.case.ir import Program, TensorDecl, check_program
 from harness.judging.trace import alike
-from harness.targets.runner import Runner
 from harness.targets.base import ProbeProcess, SetupError
+from harness.targets.runner import Runner
 from tests.conftest import CASES, run_cli
 from tests.fakes.targets import FAKE, fake_target
 from tests.test_case_format import BAD_CASES
@@ -39,15 +39,34 @@ def program(tensors, ops) -> Program:
 
 
 W = TensorDecl("w", "param", (2,), (1.0, 2.0))
-CLEAN = program([W], [{"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-                      {"op": "write", "target": "w", "index": None, "value": [3.0, 4.0]}])
+CLEAN = program(
+    [W],
+    [
+        {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
+        {"op": "write", "target": "w", "index": None, "value": [3.0, 4.0]},
+    ],
+)
 SCALES = program([W], [{"op": "scale", "target": "w", "factor": 2.0}])
 FILLS = program([W], [{"op": "fill", "target": "w", "value": 5.0}])
 FAULT = Program((W,), ({"op": "_fault"},))  # the torch worker's fault hook (not a case-format op)
 # The same with a step after the fault, so that a torch variant (which is only sent programs with
 # a step) runs it too and can be the clean side of a comparison.
-FAULT_THEN_STEP = Program((W,), ({"op": "_fault"}, {"op": "step", "optimizer": "sgd", "lr": 0.5, "momentum": 0.0, "dampening": 0.0,
-                                                    "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.0}))
+FAULT_THEN_STEP = Program(
+    (W,),
+    (
+        {"op": "_fault"},
+        {
+            "op": "step",
+            "optimizer": "sgd",
+            "lr": 0.5,
+            "momentum": 0.0,
+            "dampening": 0.0,
+            "betas": [0.9, 0.999],
+            "eps": 1e-8,
+            "weight_decay": 0.0,
+        },
+    ),
+)
 
 
 def statuses(traces):
@@ -181,10 +200,17 @@ def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
         probes = tmp_path / "empty"
         probes.mkdir()
     else:
-        probes = _probe_dir(tmp_path, {"stale": "--protocol 1", "bad-hello": "--bad-hello",
-                                       "exit-at-start": "--exit-at-start"}[fault])
-    result = run_cli("repro", str(CASES / "example_sgd_snapshots.toml"), "--targets", "candle",
-                     env={"ALIASFUZZ_PROBE_DIR": str(probes)}, timeout=120)
+        probes = _probe_dir(
+            tmp_path, {"stale": "--protocol 1", "bad-hello": "--bad-hello", "exit-at-start": "--exit-at-start"}[fault]
+        )
+    result = run_cli(
+        "repro",
+        str(CASES / "example_sgd_snapshots.toml"),
+        "--targets",
+        "candle",
+        env={"ALIASFUZZ_PROBE_DIR": str(probes)},
+        timeout=120,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
@@ -203,8 +229,9 @@ def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
 def _torch(target: str, fault: str | None, timeout_s: float = 60.0):
     from harness.targets.registry import discover
 
-    found = discover([target], env={"ALIASFUZZ_TORCH_FAULT": fault} if fault else {"ALIASFUZZ_TORCH_FAULT": ""},
-                     timeout_s=timeout_s)
+    found = discover(
+        [target], env={"ALIASFUZZ_TORCH_FAULT": fault} if fault else {"ALIASFUZZ_TORCH_FAULT": ""}, timeout_s=timeout_s
+    )
     assert [t.id for t in found.targets] == [target]
     return found.targets[0]
 
@@ -254,9 +281,25 @@ def test_torch_target_killed_from_outside_mid_program_and_hanging():
 
 def _fuzz(tmp_path: Path, out: Path, *flags: str, budget=("--max-programs", "64")):
     probes = _probe_dir(tmp_path, *flags)
-    return run_cli("fuzz", *budget, "--seed", "7", "--profile", "quick", "--targets", "candle",
-                   "--shrink-time", "5", "--chunk-size", "32", "--out", str(out), "--no-report",
-                   env={"ALIASFUZZ_PROBE_DIR": str(probes)}, timeout=600)
+    return run_cli(
+        "fuzz",
+        *budget,
+        "--seed",
+        "7",
+        "--profile",
+        "quick",
+        "--targets",
+        "candle",
+        "--shrink-time",
+        "5",
+        "--chunk-size",
+        "32",
+        "--out",
+        str(out),
+        "--no-report",
+        env={"ALIASFUZZ_PROBE_DIR": str(probes)},
+        timeout=600,
+    )
 
 
 def _journal(out: Path) -> list[dict]:
@@ -278,15 +321,19 @@ def test_campaign_survives_probe_faults_and_keeps_its_findings(tmp_path: Path, f
     assert any(r["kind"] == "device" and "clone" in r["signature"] for r in records), [r["signature"] for r in records]
     state = json.loads((out / "campaign.json").read_text())
     assert state["programs"] >= 64
-    log_line = {"--die-on-scale": "died running this program", "--garbage": "ignored stray output",
-                "--bad-trace": "malformed trace"}[fault]
+    log_line = {
+        "--die-on-scale": "died running this program",
+        "--garbage": "ignored stray output",
+        "--bad-trace": "malformed trace",
+    }[fault]
     assert log_line in result.stdout, result.stdout[-2000:]
 
 
 def _tmpfs(path: Path, size: str):
     path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}): needs root")
 
@@ -318,8 +365,9 @@ def test_disk_full_while_writing_findings_loses_nothing(tiny_disk: Path):
     written = 0
     with pytest.raises(CampaignError) as info:
         for i in range(100):
-            folder.add_finding({"signature": f"sig{i}", "kind": "device"}, f"# case {i}\n", f"# original {i}\n",
-                               repro, records)
+            folder.add_finding(
+                {"signature": f"sig{i}", "kind": "device"}, f"# case {i}\n", f"# original {i}\n", repro, records
+            )
             written += 1
     message = str(info.value)
     assert "cannot write a finding" in message and "intact" in message and "\n" not in message
@@ -374,7 +422,7 @@ def test_unwritable_out_folder_is_one_line(tmp_path: Path):
 
 EXTRA_BAD = {
     "empty": (b"", "format", "must be"),
-    "not_utf8": (b"format = \"\xff\xfe\"\n", "", "UTF-8"),
+    "not_utf8": (b'format = "\xff\xfe"\n', "", "UTF-8"),
     "binary": (bytes(range(256)), "", ""),
 }
 

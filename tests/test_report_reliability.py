@@ -22,16 +22,18 @@ from pathlib import Path
 import pytest
 
 from harness.case.ir import load_case
-from harness.reporting.junit import write_junit
-from harness.reporting.repro import ReproResult, table_rows
-from harness.reporting.report import ReportError, write_reports
 from harness.judging.trace import Trace, verdicts
+from harness.reporting.junit import write_junit
+from harness.reporting.report import ReportError, write_reports
+from harness.reporting.repro import ReproResult, table_rows
 from tests.conftest import CASES, run_cli
 
 CASE = CASES / "candle_detach_returns_itself.toml"  # one buffer b, one snapshot s = b.detach()
 TARGETS = ("torch:cpu", "candle:cpu")
-TRACEBACK = ('Traceback (most recent call last):\n  File "harness/judging/oracle.py", line 310, in _value_finding\n'
-             '    return values[k] < ```limit```\nIndexError: list index out of range <&>')
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "harness/judging/oracle.py", line 310, in _value_finding\n'
+    "    return values[k] < ```limit```\nIndexError: list index out of range <&>"
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -39,46 +41,88 @@ TRACEBACK = ('Traceback (most recent call last):\n  File "harness/judging/oracle
 
 
 def _obs(v: list[float]) -> dict:
-    return {"shape": [len(v)], "value": v, "device": "cpu", "requires_grad": False, "identity": None,
-            "initialized": True}
+    return {
+        "shape": [len(v)],
+        "value": v,
+        "device": "cpu",
+        "requires_grad": False,
+        "identity": None,
+        "initialized": True,
+    }
 
 
 def detach_result(second_b: list[float]) -> ReproResult:
     """CASE on two targets whose final ``b`` are [1, 2] and ``second_b``."""
     program = load_case(CASE)
-    traces = {tid: Trace.from_wire(tid, {"status": "ok", "initial": {"b": _obs(b)},
-                                         "steps": [{"status": "ok", "changed": {"s": _obs(b)}}]})
-              for tid, b in zip(TARGETS, ([1.0, 2.0], second_b))}
+    traces = {
+        tid: Trace.from_wire(
+            tid, {"status": "ok", "initial": {"b": _obs(b)}, "steps": [{"status": "ok", "changed": {"s": _obs(b)}}]}
+        )
+        for tid, b in zip(TARGETS, ([1.0, 2.0], second_b))
+    }
     return ReproResult(program, {}, traces, [], verdict_maps={t: verdicts(program, tr) for t, tr in traces.items()})
 
 
 def record(n: int, **over) -> dict:
     stem = f"{n:03d}-0000000{n}"
-    rec = {"signature": f"framework|candle:cpu~torch:cpu|identity|detach|snapshot|same~new#{n}", "kind": "framework",
-           "aspect": "identity", "status": "new", "baseline": None, "targets": list(TARGETS), "op": "snapshot",
-           "method": "detach", "sentence": f"finding number {n}", "detail": None, "ops_before": 1, "ops_after": 1,
-           "seconds_to_find": 0.5, "shrink_seconds": 0.1, "shrink_complete": True, "shrink_runs": 3,
-           "case": f"cases/{stem}.toml", "original_case": f"cases/{stem}.original.toml", "repro": f"cases/{stem}.json"}
+    rec = {
+        "signature": f"framework|candle:cpu~torch:cpu|identity|detach|snapshot|same~new#{n}",
+        "kind": "framework",
+        "aspect": "identity",
+        "status": "new",
+        "baseline": None,
+        "targets": list(TARGETS),
+        "op": "snapshot",
+        "method": "detach",
+        "sentence": f"finding number {n}",
+        "detail": None,
+        "ops_before": 1,
+        "ops_after": 1,
+        "seconds_to_find": 0.5,
+        "shrink_seconds": 0.1,
+        "shrink_complete": True,
+        "shrink_runs": 3,
+        "case": f"cases/{stem}.toml",
+        "original_case": f"cases/{stem}.original.toml",
+        "repro": f"cases/{stem}.json",
+    }
     rec.update(over)
     return rec
 
 
 def harness_record(n: int) -> dict:
-    return record(n, kind="harness-error", aspect="harness", op="oracle", method=None, targets=list(TARGETS),
-                  signature="harness-error|oracle|IndexError|harness/judging/oracle.py:_value_finding",
-                  sentence="aliasfuzz itself raised IndexError at harness/judging/oracle.py:_value_finding while at stage "
-                           "`oracle` (list index out of range): a bug of aliasfuzz, not of a framework.",
-                  detail=TRACEBACK, shrink_seconds=None, shrink_complete=None, shrink_runs=None)
+    return record(
+        n,
+        kind="harness-error",
+        aspect="harness",
+        op="oracle",
+        method=None,
+        targets=list(TARGETS),
+        signature="harness-error|oracle|IndexError|harness/judging/oracle.py:_value_finding",
+        sentence="aliasfuzz itself raised IndexError at harness/judging/oracle.py:_value_finding while at stage "
+        "`oracle` (list index out of range): a bug of aliasfuzz, not of a framework.",
+        detail=TRACEBACK,
+        shrink_seconds=None,
+        shrink_complete=None,
+        shrink_runs=None,
+    )
 
 
 def make_run(d: Path, records: list[dict], repro: dict | None = None) -> Path:
     """A run folder holding ``records``; each record's own case, original case and repro file
     (those under cases/) are written, the repro being ``repro`` (default: the two targets agree)."""
     (d / "cases").mkdir(parents=True)
-    state = {"config": {"seed": 7, "profile": "quick", "budget_s": None, "max_programs": 8, "workers": 1,
-                        "db": None}, "programs": 8, "elapsed_s": 2.0, "started": 1.7e9, "machine": {"cpu": "test"},
-             "targets": {t: {"versions": {"fw": "1.0"}} for t in TARGETS}, "next_chunk": 1, "runs": [],
-             "unavailable": {}}
+    state = {
+        "config": {"seed": 7, "profile": "quick", "budget_s": None, "max_programs": 8, "workers": 1, "db": None},
+        "programs": 8,
+        "elapsed_s": 2.0,
+        "started": 1.7e9,
+        "machine": {"cpu": "test"},
+        "targets": {t: {"versions": {"fw": "1.0"}} for t in TARGETS},
+        "next_chunk": 1,
+        "runs": [],
+        "unavailable": {},
+    }
     (d / "campaign.json").write_text(json.dumps(state))
     doc = repro if repro is not None else detach_result([1.0, 2.0]).to_json()
     for r in records:
@@ -117,9 +161,13 @@ def test_a_case_path_out_of_the_run_folder_is_refused_for_that_finding(tmp_path,
     (victim / "x.json").write_text(json.dumps(detach_result([1.0, 2.0]).to_json()))
     before = tree(victim)
     run = tmp_path / "reports" / "run"
-    bad = {"dotdot": "../../victim/x.toml", "absolute": str(victim / "x.toml"), "symlink": "cases/link.toml",
-           "symlinked-dir": "outside/x.toml"}[how]
-    make_run(run, [record(1), record(2, case=bad, repro=bad[:-len(".toml")] + ".json")])
+    bad = {
+        "dotdot": "../../victim/x.toml",
+        "absolute": str(victim / "x.toml"),
+        "symlink": "cases/link.toml",
+        "symlinked-dir": "outside/x.toml",
+    }[how]
+    make_run(run, [record(1), record(2, case=bad, repro=bad[: -len(".toml")] + ".json")])
     if how == "symlink":
         for name in ("x.toml", "x.json"):
             link = run / "cases" / f"link{Path(name).suffix}"
@@ -149,7 +197,7 @@ def test_repro_and_original_paths_out_of_the_run_folder_are_not_read(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # one line for the finding
     for text in ((run / "report.md").read_text(), (run / "report.html").read_text()):
         assert "victim:secret" not in text and "repro path outside the run folder" in text
-        assert "original_case path outside the run folder" in text and "secret.json\">" not in text
+        assert "original_case path outside the run folder" in text and 'secret.json">' not in text
 
 
 def test_reproducers_never_write_through_a_link_out_of_the_folder(tmp_path):
@@ -176,8 +224,22 @@ def test_a_case_that_is_not_a_regular_file_is_not_read(tmp_path):
 
 def test_odd_field_types_are_shown_not_a_traceback(tmp_path):
     # Fields the run folder does not check (RunFolder checks the paths' and a few others' types).
-    run = make_run(tmp_path / "run", [record(1, targets=5, sentence={"x": 1}, op=[1], detail=["a"], baseline=3,
-                                             ops_before="many", seconds_to_find={"s": 1}, case="cases/")])
+    run = make_run(
+        tmp_path / "run",
+        [
+            record(
+                1,
+                targets=5,
+                sentence={"x": 1},
+                op=[1],
+                detail=["a"],
+                baseline=3,
+                ops_before="many",
+                seconds_to_find={"s": 1},
+                case="cases/",
+            )
+        ],
+    )
     r = run_cli("report", str(run))
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert 'sentence: {"x": 1}' not in (run / "report.md").read_text()  # shown as its JSON text
@@ -190,7 +252,9 @@ def test_odd_field_types_are_shown_not_a_traceback(tmp_path):
 
 def _mount(path: Path, size: str = "256k") -> None:
     path.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}): needs root")
 
@@ -307,9 +371,19 @@ def _damaged(d: Path, how: str) -> Path:
     return d / ("findings.jsonl" if how.startswith("journal") else "campaign.json")
 
 
-DAMAGE = ["state-not-json", "state-not-object", "state-binary", "state-bad-field", "state-is-a-fifo",
-          "state-is-a-folder",
-          "journal-line-not-object", "journal-record-bad-type", "journal-binary", "journal-is-a-folder", "no-state"]
+DAMAGE = [
+    "state-not-json",
+    "state-not-object",
+    "state-binary",
+    "state-bad-field",
+    "state-is-a-fifo",
+    "state-is-a-folder",
+    "journal-line-not-object",
+    "journal-record-bad-type",
+    "journal-binary",
+    "journal-is-a-folder",
+    "no-state",
+]
 
 
 @pytest.mark.parametrize("how", DAMAGE)
@@ -362,9 +436,9 @@ def test_harness_errors_are_counted_apart_and_shown_first(tmp_path):
     title = "Harness errors: aliasfuzz bugs, not framework findings"
     md = (run / "report.md").read_text()
     assert md.index(f"## {title} (1)") < md.index("## Summary") < md.index("## Findings (1 new, 1 known)")
-    section = md[md.index(title):md.index("## Summary")]
+    section = md[md.index(title) : md.index("## Summary")]
     assert "````text\n" + TRACEBACK + "\n````" in section  # a fence longer than the ``` inside
-    assert "finding number 3" not in md[md.index("## Findings"):]
+    assert "finding number 3" not in md[md.index("## Findings") :]
     page = (run / "report.html").read_text()
     assert page.index('<section id="harness-errors">') < page.index('<section id="summary">')
     assert f"<h2>{title} (1)</h2>" in page and "Findings (1 new, 1 known)" in page
@@ -375,10 +449,14 @@ def test_harness_errors_are_counted_apart_and_shown_first(tmp_path):
 
 
 def test_junit_has_one_failing_case_per_harness_error(tmp_path):
-    second = {**harness_record(4), "signature": "harness-error|shrink|KeyError|harness/shrinking/minimize.py:_drop",
-              "detail": "Traceback ...\nKeyError: 'x\x00\x1b'"}
-    path = write_junit([record(1), record(2, status="known", baseline="K1"), harness_record(3), second],
-                       tmp_path / "junit.xml")
+    second = {
+        **harness_record(4),
+        "signature": "harness-error|shrink|KeyError|harness/shrinking/minimize.py:_drop",
+        "detail": "Traceback ...\nKeyError: 'x\x00\x1b'",
+    }
+    path = write_junit(
+        [record(1), record(2, status="known", baseline="K1"), harness_record(3), second], tmp_path / "junit.xml"
+    )
     root = ET.parse(path).getroot()  # parses: control characters an exception carried are replaced
     cases = root.findall(".//testcase")
     harness = [c for c in cases if c.get("classname") == "aliasfuzz.harness"]
@@ -410,20 +488,37 @@ def test_divergent_rows_follow_the_terminal_tables_rule(tmp_path, second_b):
 
 
 def test_known_findings_are_one_table_of_root_causes_after_the_new(tmp_path):
-    known = dict(status="known", baseline="candle-clone-shares-storage",
-                 baseline_case="tests/cases/candle_clone_shares_storage.toml")
-    run = make_run(tmp_path / "run", [record(1, **known, seconds_to_find=2.0), record(2), record(3, **known, seconds_to_find=0.7),
-                                      record(4, status="known", baseline="gone-entry")])
+    known = dict(
+        status="known",
+        baseline="candle-clone-shares-storage",
+        baseline_case="tests/cases/candle_clone_shares_storage.toml",
+    )
+    run = make_run(
+        tmp_path / "run",
+        [
+            record(1, **known, seconds_to_find=2.0),
+            record(2),
+            record(3, **known, seconds_to_find=0.7),
+            record(4, status="known", baseline="gone-entry"),
+        ],
+    )
     r = run_cli("report", str(run))
     assert r.returncode == 0, r.stderr
     md = (run / "report.md").read_text()
     assert md.index("### 1. [new]") < md.index("## Known root causes (2)")
     assert "finding number 1" not in md and "finding number 3" not in md  # no section of their own
     row = next(line for line in md.splitlines() if line.startswith("| `candle-clone-shares-storage` |"))
-    assert "| 2 | 0.7s |" in row and "huggingface/candle" in row and "`tests/cases/candle_clone_shares_storage.toml`" in row
+    assert (
+        "| 2 | 0.7s |" in row
+        and "huggingface/candle" in row
+        and "`tests/cases/candle_clone_shares_storage.toml`" in row
+    )
     assert "| `gone-entry` | 1 |" in md and "(not in the baseline any more)" in md
     page = (run / "report.html").read_text()
-    assert '<section id="known"><h2>Known root causes (2)</h2>' in page and 'id="known-candle-clone-shares-storage"' in page
+    assert (
+        '<section id="known"><h2>Known root causes (2)</h2>' in page
+        and 'id="known-candle-clone-shares-storage"' in page
+    )
     assert page.index('<section id="findings">') < page.index('<section id="known">')
 
 
@@ -433,9 +528,18 @@ def test_only_new_and_flaky_findings_get_reproducers_and_a_known_one_names_its_b
     from harness.reporting.report import write_reports
 
     statuses = {1: "new", 2: "flaky", 3: "known"}
-    run = make_run(tmp_path / "run", [record(n, status=s, baseline="known-entry" if s == "known" else None,
-                                             baseline_case="tests/cases/x.toml" if s == "known" else None)
-                                      for n, s in statuses.items()])
+    run = make_run(
+        tmp_path / "run",
+        [
+            record(
+                n,
+                status=s,
+                baseline="known-entry" if s == "known" else None,
+                baseline_case="tests/cases/x.toml" if s == "known" else None,
+            )
+            for n, s in statuses.items()
+        ],
+    )
     write_reports(run)
     md = (run / "report.md").read_text()
     for n, status in statuses.items():

@@ -13,8 +13,8 @@ import pytest
 
 from harness.case.ir import parse_case
 from harness.judging.trace import Trace, verdicts
-from harness.reporting.repro import ReproResult, table_rows
 from harness.reporting.report import write_reports
+from harness.reporting.repro import ReproResult, table_rows
 from harness.reporting.table import build_table
 
 # A uniform lazy tensor r (its values come from each framework's RNG), a clone of it, and a buffer
@@ -36,8 +36,14 @@ TARGETS = ("torch:cpu", "candle:cpu")
 
 
 def _obs(v: list[float]) -> dict:
-    return {"shape": [len(v)], "value": v, "device": "cpu", "requires_grad": False, "identity": None,
-            "initialized": True}
+    return {
+        "shape": [len(v)],
+        "value": v,
+        "device": "cpu",
+        "requires_grad": False,
+        "identity": None,
+        "initialized": True,
+    }
 
 
 def result(second_b: list[float]) -> ReproResult:
@@ -48,23 +54,43 @@ def result(second_b: list[float]) -> ReproResult:
     program = parse_case(tomllib.loads(CASE))
     traces = {}
     for tid, r, b in zip(TARGETS, ([0.25, 0.5], [0.75, -0.5]), ([1.0, 2.0], second_b)):
-        traces[tid] = Trace.from_wire(tid, {"status": "ok", "initial": {"r": _obs(r), "b": _obs(b)},
-                                            "steps": [{"status": "ok", "changed": {"rc": _obs(r)}}]})
+        traces[tid] = Trace.from_wire(
+            tid,
+            {
+                "status": "ok",
+                "initial": {"r": _obs(r), "b": _obs(b)},
+                "steps": [{"status": "ok", "changed": {"rc": _obs(r)}}],
+            },
+        )
     return ReproResult(program, {}, traces, [], verdict_maps={t: verdicts(program, tr) for t, tr in traces.items()})
 
 
 def run_folder(d: Path, res: ReproResult) -> Path:
     """A run folder with one finding whose case is CASE and whose repro JSON is ``res``'s."""
     (d / "cases").mkdir(parents=True)
-    state = {"config": {"seed": 1}, "programs": 1, "elapsed_s": 1.0, "next_chunk": 1, "runs": [],
-             "targets": {t: {"versions": {}} for t in TARGETS}, "unavailable": {}}
+    state = {
+        "config": {"seed": 1},
+        "programs": 1,
+        "elapsed_s": 1.0,
+        "next_chunk": 1,
+        "runs": [],
+        "targets": {t: {"versions": {}} for t in TARGETS},
+        "unavailable": {},
+    }
     (d / "campaign.json").write_text(json.dumps(state))
     (d / "cases" / "001-00000001.toml").write_text(CASE)
     (d / "cases" / "001-00000001.original.toml").write_text(CASE)
     (d / "cases" / "001-00000001.json").write_text(json.dumps(res.to_json()))
-    rec = {"signature": "value|candle:cpu~torch:cpu|value|-|snapshot|changed~changed", "kind": "value",
-           "status": "new", "targets": list(TARGETS), "sentence": "b differs", "case": "cases/001-00000001.toml",
-           "original_case": "cases/001-00000001.original.toml", "repro": "cases/001-00000001.json"}
+    rec = {
+        "signature": "value|candle:cpu~torch:cpu|value|-|snapshot|changed~changed",
+        "kind": "value",
+        "status": "new",
+        "targets": list(TARGETS),
+        "sentence": "b differs",
+        "case": "cases/001-00000001.toml",
+        "original_case": "cases/001-00000001.original.toml",
+        "repro": "cases/001-00000001.json",
+    }
     (d / "findings.jsonl").write_text(json.dumps(rec) + "\n")
     return d
 
@@ -84,8 +110,10 @@ def md_rows(md: str, labels) -> dict[str, bool]:
 
 def test_a_uniform_lazy_tensor_and_its_clone_are_never_highlighted():
     for second_b in ([1.0, 2.0], [1.0, 3.0]):
-        rows = {r.name: r for r in build_table(result(second_b).program, result(second_b).traces,
-                                                result(second_b).verdict_maps).rows}
+        rows = {
+            r.name: r
+            for r in build_table(result(second_b).program, result(second_b).traces, result(second_b).verdict_maps).rows
+        }
         assert set(rows) == {"r", "b", "rc"}
         assert not rows["r"].divergent  # its values differ, by design of the RNG
         assert not rows["rc"].divergent  # a snapshot row is judged by its verdicts (unchanged on both)

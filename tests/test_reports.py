@@ -24,8 +24,22 @@ from tests.test_campaign import fake_probe_dir
 def fake_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reports")
     out = tmp / "reports" / "run1"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "10", "--out", str(out), env=fake_probe_dir(tmp))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "10",
+        "--out",
+        str(out),
+        env=fake_probe_dir(tmp),
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     return out
 
@@ -40,7 +54,7 @@ def test_reports_are_written_with_summary_and_findings(fake_run):
             assert f["case"] in text
     assert "<script" not in page and "http://" not in page and "https://" not in page
     assert 'class="side-by-side"' in page and 'class="divergent' in page
-    assert "[format]" not in page and 'format = &quot;aliasfuzz-case/1&quot;' in page
+    assert "[format]" not in page and "format = &quot;aliasfuzz-case/1&quot;" in page
     for f in findings:  # reproducers next to each new or flaky case, linked from the report
         stem = f["case"][: -len(".toml")]
         handed_over = f["status"] in ("new", "flaky")
@@ -65,11 +79,19 @@ def test_a_new_finding_has_an_upstream_report_draft(fake_run):
         text = draft.read_text()
         assert text.startswith("# candle: ") and f"{stem}.issue.md" in page
         assert f["sentence"] not in text.splitlines()[0], "the title names the call, not the oracle's sentence"
-        for heading in ("## Reproducer", "## Expected and observed", "## Why it matters", "## Versions",
-                        "## The minimized case", "## To reproduce"):
+        for heading in (
+            "## Reproducer",
+            "## Expected and observed",
+            "## Why it matters",
+            "## Versions",
+            "## The minimized case",
+            "## To reproduce",
+        ):
             assert heading in text, heading
         # The planted divergence is between two candle targets: the expectation is candle's own other target.
-        assert f["kind"] == "device" and "- Where the expectation comes from: the same framework on another device" in text
+        assert (
+            f["kind"] == "device" and "- Where the expectation comes from: the same framework on another device" in text
+        )
         assert f"aliasfuzz repro {f['case']}" in text and f"cd {stem}-candle && cargo run" in text
         assert "fn main()" in text and (fake_run / f"{stem}-candle" / "src" / "main.rs").read_text().strip() in text
 
@@ -94,10 +116,23 @@ def test_report_html_renders_in_headless_chromium(fake_run, tmp_path):
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
         need("chromium", "Debian/Ubuntu: apt-get install -y chromium")
-    r = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--disable-component-update", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-                        "--dump-dom", (fake_run / "report.html").resolve().as_uri()],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--dump-dom",
+            (fake_run / "report.html").resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     dom = r.stdout
     assert '<section id="summary">' in dom and "programs run" in dom
@@ -120,8 +155,9 @@ def _compare(printed: dict, expected: dict, label: str, ops_status: list[dict]) 
             if isinstance(want, str) or isinstance(have, str):
                 assert have == want, f"{label}: op {step}: {name}: {have} != {want}"
                 continue
-            assert len(have) == len(want) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want)), \
+            assert len(have) == len(want) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want)), (
                 f"{label}: after op {step}: {name} printed {have}, the target observed {want}"
+            )
 
 
 TORCH_CASES = sorted(CASES.glob("*.toml"))
@@ -230,44 +266,52 @@ def test_reproducer_translates_every_snapshot_method(framework, target, tmp_path
     _cargo_reproducer(framework, CASES / "methods_across_step.toml", target, tmp_path)
 
 
-@pytest.mark.parametrize("framework,target,case", [
-    ("candle", "candle:cpu", "assign_row_into_a_shared_clone.toml"),  # Var clone: the row reaches w
-    ("burn", "burn:flex", "assign_from_a_transposed_snapshot.toml"),  # slice_assign of a transposed value
-    ("candle", "candle:cpu", "assign_rows_of_a_transposed_snapshot.toml"),  # a row view refused by slice_set
-    ("burn", "burn:flex", "assign_rows_of_a_transposed_snapshot.toml"),  # row_of: dst[i] = src[j]
-])
+@pytest.mark.parametrize(
+    "framework,target,case",
+    [
+        ("candle", "candle:cpu", "assign_row_into_a_shared_clone.toml"),  # Var clone: the row reaches w
+        ("burn", "burn:flex", "assign_from_a_transposed_snapshot.toml"),  # slice_assign of a transposed value
+        ("candle", "candle:cpu", "assign_rows_of_a_transposed_snapshot.toml"),  # a row view refused by slice_set
+        ("burn", "burn:flex", "assign_rows_of_a_transposed_snapshot.toml"),  # row_of: dst[i] = src[j]
+    ],
+)
 def test_reproducer_translates_assign(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)
 
 
-@pytest.mark.parametrize("framework,target,case", [
-    ("candle", "candle:cpu", "load_state_dict_copies_in_place.toml"),  # VarMap::save / VarMap::load
-    ("candle", "candle:cpu", "state_dict_best_weights_follow_training.toml"),  # the kept map; VarMap::set refused
-    ("burn", "burn:flex", "state_dict_best_weights_follow_training.toml"),  # into_record / load_record
-    ("burn", "burn:flex", "load_keeps_the_optimizer_state.toml"),  # save_file / load_file between steps
-    ("burn", "burn:flex", "set_lr_keeps_the_optimizer_state.toml"),  # set_lr: the next step's lr
-    ("candle", "candle:cpu", "nn_parameter_shares_storage.toml"),  # replace: Var::from_tensor
-    ("burn", "burn:flex", "replace_new_param_is_left_by_the_optimizer.toml"),  # replace: Param::from_tensor
-    ("candle", "candle:cpu", "gradient_accumulation_sums_two_passes.toml"),  # backward: accumulate
-    ("burn", "burn:flex", "gradient_accumulation_sums_two_passes.toml"),  # backward: GradientsAccumulator
-    ("candle", "candle:cpu", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: kv_cache::Cache
-    ("burn", "burn:flex", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: RowCache
-    ("candle", "candle:cpu", "kv_cache_append_of_a_transposed_view.toml"),  # append: Tensor::cat; a refused Cache
-    ("burn", "burn:flex", "appended_cache_keeps_its_source.toml"),  # append: cat_rows of a param's value
-    ("candle", "candle:cpu", "batch_norm_running_stats_across_clone_save_and_eval.toml"),
-    ("candle", "candle:cpu", "dropout_returns_its_input.toml"),
-    ("burn", "burn:flex", "batch_norm_running_stats_across_clone_save_and_eval.toml"),  # forward: BatchNorm
-    ("burn", "burn:flex", "dropout_returns_its_input.toml"),  # forward: Dropout
-    ("candle", "candle:cpu", "elementwise_ops_leave_clones_and_views_untouched.toml"),  # map, add
-    ("burn", "burn:flex", "elementwise_ops_leave_clones_and_views_untouched.toml"),  # map_val, add_in_mode
-])
+@pytest.mark.parametrize(
+    "framework,target,case",
+    [
+        ("candle", "candle:cpu", "load_state_dict_copies_in_place.toml"),  # VarMap::save / VarMap::load
+        ("candle", "candle:cpu", "state_dict_best_weights_follow_training.toml"),  # the kept map; VarMap::set refused
+        ("burn", "burn:flex", "state_dict_best_weights_follow_training.toml"),  # into_record / load_record
+        ("burn", "burn:flex", "load_keeps_the_optimizer_state.toml"),  # save_file / load_file between steps
+        ("burn", "burn:flex", "set_lr_keeps_the_optimizer_state.toml"),  # set_lr: the next step's lr
+        ("candle", "candle:cpu", "nn_parameter_shares_storage.toml"),  # replace: Var::from_tensor
+        ("burn", "burn:flex", "replace_new_param_is_left_by_the_optimizer.toml"),  # replace: Param::from_tensor
+        ("candle", "candle:cpu", "gradient_accumulation_sums_two_passes.toml"),  # backward: accumulate
+        ("burn", "burn:flex", "gradient_accumulation_sums_two_passes.toml"),  # backward: GradientsAccumulator
+        ("candle", "candle:cpu", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: kv_cache::Cache
+        ("burn", "burn:flex", "kv_cache_view_follows_a_write_through_the_cache.toml"),  # append: RowCache
+        ("candle", "candle:cpu", "kv_cache_append_of_a_transposed_view.toml"),  # append: Tensor::cat; a refused Cache
+        ("burn", "burn:flex", "appended_cache_keeps_its_source.toml"),  # append: cat_rows of a param's value
+        ("candle", "candle:cpu", "batch_norm_running_stats_across_clone_save_and_eval.toml"),
+        ("candle", "candle:cpu", "dropout_returns_its_input.toml"),
+        ("burn", "burn:flex", "batch_norm_running_stats_across_clone_save_and_eval.toml"),  # forward: BatchNorm
+        ("burn", "burn:flex", "dropout_returns_its_input.toml"),  # forward: Dropout
+        ("candle", "candle:cpu", "elementwise_ops_leave_clones_and_views_untouched.toml"),  # map, add
+        ("burn", "burn:flex", "elementwise_ops_leave_clones_and_views_untouched.toml"),  # map_val, add_in_mode
+    ],
+)
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
     _cargo_reproducer(framework, CASES / case, target, tmp_path)
 
 
-FAILING_CALLS = {"candle": "candle_flip_of_a_strided_tensor_fails.toml",
-                 "burn": "burn_param_from_tensor_of_a_computed_tensor.toml",
-                 "torch": "torch_expanded_view_refuses_a_whole_write.toml"}
+FAILING_CALLS = {
+    "candle": "candle_flip_of_a_strided_tensor_fails.toml",
+    "burn": "burn_param_from_tensor_of_a_computed_tensor.toml",
+    "torch": "torch_expanded_view_refuses_a_whole_write.toml",
+}
 
 
 @pytest.mark.parametrize("framework,target", [("candle", "candle:cpu"), ("burn", "burn:flex"), ("torch", "torch:cpu")])
@@ -302,21 +346,24 @@ def _checked(framework: str, case: Path, target: str, check, tmp_path: Path) -> 
         script = tmp_path / "checked.torch.py"
         script.write_text(torch_script(load_case(case), check))
         return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    proj = write_project(load_case(case), framework, tmp_path / f"checked-{framework}", doc,
-                         unify_with_probes=True, check=check)
+    proj = write_project(
+        load_case(case), framework, tmp_path / f"checked-{framework}", doc, unify_with_probes=True, check=check
+    )
     prepare_cargo_build(proj)
     env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
     return subprocess.run(["cargo", "run", "-q"], cwd=proj, env=env, capture_output=True, text=True, timeout=1800)
 
 
-@pytest.mark.parametrize("framework,target,case,op,subject", [
-    ("candle", "candle:cpu", "candle_flip_of_a_strided_tensor_fails.toml", 1, None),  # the call fails
-    ("candle", "candle:cpu", "candle_clone_shares_storage.toml", 1, "c"),  # a clone follows a step
-    ("burn", "burn:flex", "burn_param_from_tensor_of_a_computed_tensor.toml", 1, None),  # a panic
-    ("torch", "torch:cpu", "candle_clone_shares_storage.toml", 1, "c"),
-])
-def test_a_checked_reproducer_exits_1_exactly_when_the_divergence_shows(framework, target, case, op, subject,
-                                                                       tmp_path):
+@pytest.mark.parametrize(
+    "framework,target,case,op,subject",
+    [
+        ("candle", "candle:cpu", "candle_flip_of_a_strided_tensor_fails.toml", 1, None),  # the call fails
+        ("candle", "candle:cpu", "candle_clone_shares_storage.toml", 1, "c"),  # a clone follows a step
+        ("burn", "burn:flex", "burn_param_from_tensor_of_a_computed_tensor.toml", 1, None),  # a panic
+        ("torch", "torch:cpu", "candle_clone_shares_storage.toml", 1, "c"),
+    ],
+)
+def test_a_checked_reproducer_exits_1_exactly_when_the_divergence_shows(framework, target, case, op, subject, tmp_path):
     """Checked against the other side's value (or against the op running), the reproducer says
     the divergence shows and exits 1; checked against its own target's value (or against an op
     that runs), it says it does not and exits 0."""
@@ -336,8 +383,10 @@ def test_a_checked_reproducer_exits_1_exactly_when_the_divergence_shows(framewor
     assert r.returncode == 0 and "the divergence does not show" in r.stdout, r.stdout + r.stderr[-2000:]
 
 
-@pytest.mark.parametrize("case,shows", [("torch_foreach_adamw_over_two_parameters_on_one_storage.toml", True),
-                                        ("example_sgd_snapshots.toml", False)])
+@pytest.mark.parametrize(
+    "case,shows",
+    [("torch_foreach_adamw_over_two_parameters_on_one_storage.toml", True), ("example_sgd_snapshots.toml", False)],
+)
 def test_a_variant_script_runs_both_implementations_and_compares_them(case, shows, tmp_path):
     """A finding between torch:cpu and torch:cpu+foreach: the script builds the optimizers with
     foreach=False, then with foreach=True on a fresh model, and exits 1 when they disagree."""
@@ -349,7 +398,9 @@ def test_a_variant_script_runs_both_implementations_and_compares_them(case, show
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == (1 if shows else 0), r.stdout + r.stderr[-2000:]
     assert ("the divergence shows" if shows else "the divergence does not show") in r.stdout
-    _compare(parse_output(r.stdout), trace_states(doc["targets"]["torch:cpu"]), case, doc["targets"]["torch:cpu"]["ops"])
+    _compare(
+        parse_output(r.stdout), trace_states(doc["targets"]["torch:cpu"]), case, doc["targets"]["torch:cpu"]["ops"]
+    )
 
 
 def test_a_message_of_several_lines_is_commented_line_by_line():

@@ -20,18 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.fuzzing.campaign import CampaignConfig
 import harness.fuzzing.corpus as corpus_mod
 import harness.fuzzing.run_folder as run_folder_mod
-from harness.fuzzing.corpus import load_corpus, open_database, store_corpus
 from harness.errors import CampaignError, InputError
+from harness.fuzzing.campaign import CampaignConfig
+from harness.fuzzing.corpus import load_corpus, open_database, store_corpus
 from harness.fuzzing.run_folder import RunFolder
 from tests.conftest import CASES, PY, ROOT, free_port, run_cli
 from tests.test_campaign import fake_probe_dir
 
 CASE = (CASES / "example_sgd_snapshots.toml").read_text()
-
-
 
 
 def one_line_error(r: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -46,15 +44,29 @@ def one_line_error(r: subprocess.CompletedProcess, *fragments: str) -> str:
 
 def snapshot(path: Path) -> dict[str, bytes | None]:
     """Every file under ``path`` and its bytes (folders as None)."""
-    return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(path.rglob("*"))} if path.exists() else {}
+    return (
+        {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in sorted(path.rglob("*"))}
+        if path.exists()
+        else {}
+    )
 
 
 def state(out: Path, **changes) -> dict:
-    config = CampaignConfig(out=str(out), seed=3, max_programs=8, targets=["candle"], profile="quick",
-                            shrink_time_s=5.0).to_json()
-    doc = {"config": config, "started": time.time(), "next_chunk": 0, "programs": 0, "elapsed_s": 0.0,
-           "replayed": 0, "machine": {}, "targets": {}, "unavailable": {}, "runs": []}
+    config = CampaignConfig(
+        out=str(out), seed=3, max_programs=8, targets=["candle"], profile="quick", shrink_time_s=5.0
+    ).to_json()
+    doc = {
+        "config": config,
+        "started": time.time(),
+        "next_chunk": 0,
+        "programs": 0,
+        "elapsed_s": 0.0,
+        "replayed": 0,
+        "machine": {},
+        "targets": {},
+        "unavailable": {},
+        "runs": [],
+    }
     doc.update(changes)
     return doc
 
@@ -66,18 +78,31 @@ def run_folder_with(tmp_path: Path, n: int, name: str = "run") -> RunFolder:
     folder.save_state(state(folder.path, programs=64 * n, next_chunk=n))
     records: list[dict] = []
     for i in range(n):
-        folder.add_finding({"signature": f"sig-{i:02d}", "kind": "device", "status": "new"},
-                           f"# case {i}\n", f"# original {i}\n", {"i": i}, records)
+        folder.add_finding(
+            {"signature": f"sig-{i:02d}", "kind": "device", "status": "new"},
+            f"# case {i}\n",
+            f"# original {i}\n",
+            {"i": i},
+            records,
+        )
     return folder
 
 
 def holder(path: Path, how: str = "lock") -> subprocess.Popen:
     """Another process that holds ``path``'s lock until killed; returns once it holds it."""
-    code = ("import sys; from harness.fuzzing.run_folder import RunFolder\n"
-            f"f = RunFolder.create_new(sys.argv[1]) if {how == 'create_new'!r} else RunFolder(sys.argv[1])\n"
-            "f.acquire(); print('locked', flush=True); sys.stdin.read()\n")
-    proc = subprocess.Popen([PY, "-c", code, str(path)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; from harness.fuzzing.run_folder import RunFolder\n"
+        f"f = RunFolder.create_new(sys.argv[1]) if {how == 'create_new'!r} else RunFolder(sys.argv[1])\n"
+        "f.acquire(); print('locked', flush=True); sys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [PY, "-c", code, str(path)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout.readline().strip() == "locked", "the holder did not get the lock"
     return proc
 
@@ -127,17 +152,43 @@ def test_child_processes_of_a_campaign_do_not_inherit_the_lock(tmp_path):
 def test_two_campaigns_on_one_out_the_second_is_refused(tmp_path):
     env = {**os.environ, **fake_probe_dir(tmp_path, "--slow-ms", "20")}
     out = tmp_path / "run"
-    first = subprocess.Popen([PY, "-m", "harness.cli", "fuzz", "--targets", "candle", "--profile", "quick", "--seed", "7",
-                              "--max-programs", "100000", "--chunk-size", "8", "--shrink-time", "5", "--out", str(out),
-                              "--no-report"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    first = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "harness.cli",
+            "fuzz",
+            "--targets",
+            "candle",
+            "--profile",
+            "quick",
+            "--seed",
+            "7",
+            "--max-programs",
+            "100000",
+            "--chunk-size",
+            "8",
+            "--shrink-time",
+            "5",
+            "--out",
+            str(out),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while not (out / "campaign.json").exists() and time.monotonic() < deadline and first.poll() is None:
             time.sleep(0.1)
         assert first.poll() is None and (out / "campaign.json").exists()
-        for args in (["--out", str(out), "--max-programs", "8", "--seed", "8", "--targets", "candle"],
-                     ["--resume", str(out), "--max-programs", "8"]):
+        for args in (
+            ["--out", str(out), "--max-programs", "8", "--seed", "8", "--targets", "candle"],
+            ["--resume", str(out), "--max-programs", "8"],
+        ):
             r = run_cli("fuzz", *args, "--no-report", env=fake_probe_dir(tmp_path))
             one_line_error(r, f"{out}: in use by another campaign (pid {first.pid})")
             assert first.poll() is None
@@ -203,12 +254,15 @@ def test_resume_on_a_plain_file_a_missing_folder_or_a_campaign_json_folder(tmp_p
     assert not (tmp_path / "nope").exists()
     out = tmp_path / "run"
     (out / "campaign.json").mkdir(parents=True)
-    one_line_error(run_cli("fuzz", "--resume", str(out), "--no-report", env=env),
-                   f"{out / 'campaign.json'}: is a folder")
+    one_line_error(
+        run_cli("fuzz", "--resume", str(out), "--no-report", env=env), f"{out / 'campaign.json'}: is a folder"
+    )
     (out / "campaign.json").rmdir()
     os.mkfifo(out / "campaign.json")  # reading it would wait for a writer forever
-    one_line_error(run_cli("fuzz", "--resume", str(out), "--no-report", env=env, timeout=120),
-                   f"{out / 'campaign.json'}: cannot read: not a regular file")
+    one_line_error(
+        run_cli("fuzz", "--resume", str(out), "--no-report", env=env, timeout=120),
+        f"{out / 'campaign.json'}: cannot read: not a regular file",
+    )
     (out / "campaign.json").unlink()
     (out / "campaign.json").write_bytes(b"\xff\xfe{}")
     one_line_error(run_cli("fuzz", "--resume", str(out), "--no-report", env=env), "not UTF-8")
@@ -249,8 +303,9 @@ def test_resume_on_a_bad_journal_line_is_one_line_and_writes_nothing(tmp_path, n
     bad, why = BAD_JOURNAL_LINES[name]
     folder = _journal_with(tmp_path, bad)
     before = snapshot(folder.path)
-    r = run_cli("fuzz", "--resume", str(folder.path), "--max-programs", "8", "--no-report",
-                env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz", "--resume", str(folder.path), "--max-programs", "8", "--no-report", env=fake_probe_dir(tmp_path)
+    )
     one_line_error(r, f"{folder.journal}:2: ", why)
     assert snapshot(folder.path) == before
 
@@ -278,14 +333,19 @@ def test_saved_config_keys_are_checked_against_the_config_class(tmp_path):
     fields = typing.get_type_hints(CampaignConfig)
     good = state(tmp_path)["config"]
     assert run_folder_mod.check_config_keys(dict(good), fields) == good
-    for change, fragment in (({"bogus": 1}, "config.bogus: unknown key"), ({"seed": "7"}, "config.seed: must be an integer"),
-                             ({"workers": 1.5}, "config.workers: must be an integer"),
-                             ({"targets": "candle"}, "config.targets: must be a list of a string or null"),
-                             ({"shrink_known": 1}, "config.shrink_known: must be true or false")):
+    for change, fragment in (
+        ({"bogus": 1}, "config.bogus: unknown key"),
+        ({"seed": "7"}, "config.seed: must be an integer"),
+        ({"workers": 1.5}, "config.workers: must be an integer"),
+        ({"targets": "candle"}, "config.targets: must be a list of a string or null"),
+        ({"shrink_known": 1}, "config.shrink_known: must be true or false"),
+    ):
         with pytest.raises(CampaignError, match=fragment):
             run_folder_mod.check_config_keys({**good, **change}, fields, where="campaign.json")
     with pytest.raises(CampaignError, match="config.seed: missing"):
-        run_folder_mod.check_config_keys({k: v for k, v in good.items() if k != "seed"}, fields, required=("out", "seed"))
+        run_folder_mod.check_config_keys(
+            {k: v for k, v in good.items() if k != "seed"}, fields, required=("out", "seed")
+        )
     assert run_folder_mod.check_config_keys({**good, "budget_s": 600}, fields)["budget_s"] == 600  # an int is a number
     out = tmp_path / "run"
     out.mkdir()
@@ -360,8 +420,10 @@ def test_a_failed_set_up_removes_only_what_it_created(tmp_path):
             raise CampaignError("boom")
     assert not (shared / "a").exists() and (shared / "b" / "findings.jsonl").exists()
     # Anything of value makes it a run folder that stays: a finding, or programs run.
-    for name, write in (("finding", lambda f: f.add_finding({"signature": "s"}, "#\n", "#\n", None, [])),
-                        ("programs", lambda f: f.save_state(state(f.path, programs=64)))):
+    for name, write in (
+        ("finding", lambda f: f.add_finding({"signature": "s"}, "#\n", "#\n", None, [])),
+        ("programs", lambda f: f.save_state(state(f.path, programs=64))),
+    ):
         out = tmp_path / f"kept-{name}"
         with pytest.raises(CampaignError):
             with RunFolder.create_new(out) as folder:
@@ -420,8 +482,13 @@ def test_reconcile_rewrites_a_lagging_findings_json_and_refuses_a_contradiction(
     folder.findings_json.write_text(json.dumps(listed[:4]))  # a kill between the journal and the list
     records, messages = folder.reconcile()
     assert messages == [] and json.loads(folder.findings_json.read_text()) == listed == records
-    folder.findings_json.write_text(json.dumps([listed[0], {**listed[1], "signature": "other"}] + listed[2:] + [
-        {"signature": "only-in-the-list", "status": "new", "kind": "device"}]))
+    folder.findings_json.write_text(
+        json.dumps(
+            [listed[0], {**listed[1], "signature": "other"}]
+            + listed[2:]
+            + [{"signature": "only-in-the-list", "status": "new", "kind": "device"}]
+        )
+    )
     before = snapshot(folder.path)
     with pytest.raises(CampaignError) as info:
         folder.reconcile()
@@ -453,8 +520,23 @@ def test_reconcile_after_a_torn_line_keeps_one_finding_per_line(tmp_path):
 def test_resume_after_the_journal_was_deleted_keeps_every_finding(tmp_path):
     env = fake_probe_dir(tmp_path)
     out = tmp_path / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "5", "--out", str(out), "--no-report", env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "256",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "5",
+        "--out",
+        str(out),
+        "--no-report",
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     before = json.loads((out / "findings.json").read_text())
     assert len(before) >= 2
@@ -463,9 +545,10 @@ def test_resume_after_the_journal_was_deleted_keeps_every_finding(tmp_path):
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert f"restored {len(before)} finding(s)" in r.stdout
     after = json.loads((out / "findings.json").read_text())
-    assert after[:len(before)] == before
-    assert [json.loads(line)["signature"] for line in (out / "findings.jsonl").read_text().splitlines()] == \
-        [f["signature"] for f in after]
+    assert after[: len(before)] == before
+    assert [json.loads(line)["signature"] for line in (out / "findings.jsonl").read_text().splitlines()] == [
+        f["signature"] for f in after
+    ]
 
 
 # == 5. corpus saves that fail ===================================================================
@@ -500,8 +583,19 @@ def test_db_that_is_a_regular_file_is_refused_at_start(tmp_path):
     assert str(info.value) == f"--db {blocker}: not a folder (give --db a folder or redis://host:port/n)"
     with pytest.raises(CampaignError, match=rf"--db {blocker / 'sub'}: cannot create the corpus folder"):
         open_database(str(blocker / "sub"), RunFolder(tmp_path / "run"))
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "8", "--db", str(blocker), "--out",
-                str(tmp_path / "out"), "--no-report", env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "8",
+        "--db",
+        str(blocker),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-report",
+        env=fake_probe_dir(tmp_path),
+    )
     one_line_error(r, f"--db {blocker}: not a folder")
     assert blocker.read_text() == "x"
 
@@ -513,7 +607,9 @@ def _read_only(path: Path, request) -> None:
         path.chmod(0o555)
         request.addfinalizer(lambda: path.chmod(0o755))
         return
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)], capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a read-only tmpfs here ({r.stderr.strip()})")
     request.addfinalizer(lambda: subprocess.run(["umount", str(path)], check=False))
@@ -525,8 +621,19 @@ def test_a_read_only_db_folder_is_refused_at_start(tmp_path, request):
     with pytest.raises(CampaignError) as info:
         open_database(str(ro), RunFolder(tmp_path / "run"))
     assert str(info.value).startswith(f"--db {ro}: cannot write the corpus (")
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "8", "--db", str(ro), "--out", str(tmp_path / "out"),
-                "--no-report", env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "8",
+        "--db",
+        str(ro),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-report",
+        env=fake_probe_dir(tmp_path),
+    )
     one_line_error(r, f"--db {ro}: cannot write the corpus")
 
 
@@ -553,10 +660,36 @@ def test_cli_says_when_corpus_saves_fail(tmp_path, redis_server):
     url, proc = redis_server
     env = {**os.environ, **fake_probe_dir(tmp_path, "--slow-ms", "20")}
     out = tmp_path / "run"
-    campaign = subprocess.Popen([PY, "-m", "harness.cli", "fuzz", "--targets", "candle", "--profile", "quick",
-                                 "--seed", "7", "--max-programs", "256", "--chunk-size", "8", "--shrink-time", "2",
-                                 "--db", url, "--out", str(out), "--no-report"], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    campaign = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "harness.cli",
+            "fuzz",
+            "--targets",
+            "candle",
+            "--profile",
+            "quick",
+            "--seed",
+            "7",
+            "--max-programs",
+            "256",
+            "--chunk-size",
+            "8",
+            "--shrink-time",
+            "2",
+            "--db",
+            url,
+            "--out",
+            str(out),
+            "--no-report",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not (out / "campaign.json").exists() and time.monotonic() < deadline and campaign.poll() is None:
         time.sleep(0.05)
@@ -575,11 +708,16 @@ def test_cli_says_when_corpus_saves_fail(tmp_path, redis_server):
 # == 6. a malformed --db URL =====================================================================
 
 
-@pytest.mark.parametrize("spec,fragment", [("redis://:::/x", "not a valid Redis URL"),
-                                           ("redis://localhost:99999/0", "not a valid Redis URL"),
-                                           ("redis://localhost:6379/abc", "database 'abc' is not a number"),
-                                           ("redis:///0", "no host"),
-                                           ("http://localhost/0", "unknown URL scheme http://")])
+@pytest.mark.parametrize(
+    "spec,fragment",
+    [
+        ("redis://:::/x", "not a valid Redis URL"),
+        ("redis://localhost:99999/0", "not a valid Redis URL"),
+        ("redis://localhost:6379/abc", "database 'abc' is not a number"),
+        ("redis:///0", "no host"),
+        ("http://localhost/0", "unknown URL scheme http://"),
+    ],
+)
 def test_a_malformed_db_url_is_one_line(tmp_path, spec, fragment):
     with pytest.raises(InputError) as info:
         open_database(spec, RunFolder(tmp_path / "run"))
@@ -588,8 +726,19 @@ def test_a_malformed_db_url_is_one_line(tmp_path, spec, fragment):
 
 
 def test_a_malformed_db_url_on_the_command_line(tmp_path):
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "8", "--db", "redis://:::/x", "--out",
-                str(tmp_path / "out"), "--no-report", env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "8",
+        "--db",
+        "redis://:::/x",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-report",
+        env=fake_probe_dir(tmp_path),
+    )
     one_line_error(r, "--db redis://:::/x: not a valid Redis URL")
 
 

@@ -29,16 +29,46 @@ def unstarted_run_folder(tmp_path: Path) -> Path:
     out = tmp_path / "run"
     folder = RunFolder(out)
     folder.create()
-    config = CampaignConfig(out=str(out), seed=7, max_programs=16, targets=["candle"], profile="quick",
-                            chunk_size=8, shrink_time_s=2.0, confirm_runs=0).to_json()
-    folder.save_state({"config": config, "started": time.time(), "next_chunk": 0, "programs": 0,
-                       "elapsed_s": 0.0, "replayed": 0, "machine": {}, "targets": {}, "unavailable": {}, "runs": []})
+    config = CampaignConfig(
+        out=str(out),
+        seed=7,
+        max_programs=16,
+        targets=["candle"],
+        profile="quick",
+        chunk_size=8,
+        shrink_time_s=2.0,
+        confirm_runs=0,
+    ).to_json()
+    folder.save_state(
+        {
+            "config": config,
+            "started": time.time(),
+            "next_chunk": 0,
+            "programs": 0,
+            "elapsed_s": 0.0,
+            "replayed": 0,
+            "machine": {},
+            "targets": {},
+            "unavailable": {},
+            "runs": [],
+        }
+    )
     return out
 
 
 def resume(tmp_path: Path, out: Path):
-    return run_cli("fuzz", "--resume", str(out), "--max-programs", "16", "--confirm", "0", "--no-report",
-                   env=fake_probe_dir(tmp_path), timeout=300)
+    return run_cli(
+        "fuzz",
+        "--resume",
+        str(out),
+        "--max-programs",
+        "16",
+        "--confirm",
+        "0",
+        "--no-report",
+        env=fake_probe_dir(tmp_path),
+        timeout=300,
+    )
 
 
 def test_the_unlinked_folder_resumes_and_writes_cases_journal_and_corpus(tmp_path):

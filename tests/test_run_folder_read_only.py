@@ -22,9 +22,14 @@ def test_a_folder_another_campaign_holds_is_read_without_its_lock(tmp_path):
         assert reader.root == folder.path.resolve() and not reader.locked
         assert reader.load_state()["programs"] == 192
         assert [r["signature"] for r in reader.read_findings()] == ["sig-00", "sig-01", "sig-02"]
-        for write in (reader.acquire, lambda: reader.save_state(reader.load_state()), reader.create,
-                      lambda: reader.add_finding({"signature": "x"}, "#\n", "#\n", None, []),
-                      reader.reconcile, reader.ensure_findings_list):
+        for write in (
+            reader.acquire,
+            lambda: reader.save_state(reader.load_state()),
+            reader.create,
+            lambda: reader.add_finding({"signature": "x"}, "#\n", "#\n", None, []),
+            reader.reconcile,
+            reader.ensure_findings_list,
+        ):
             with pytest.raises(RuntimeError, match="opened read-only"):
                 write()
         assert snapshot(folder.path) == before  # the lock file and everything else untouched

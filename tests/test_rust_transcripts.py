@@ -62,8 +62,10 @@ def _differences(printed: dict, trace: dict, numbers: list[int], exact: bool) ->
             elif isinstance(want, str) or isinstance(have, str):
                 if have != want:
                     out.append(f"{where}: {name} printed {have}, observed {want}")
-            elif len(have) != len(want) or (exact and any(
-                    not (a != a and b != b) and abs(a - b) > 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want))):
+            elif len(have) != len(want) or (
+                exact
+                and any(not (a != a and b != b) and abs(a - b) > 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want))
+            ):
                 out.append(f"{where}: {name} printed {have}, observed {want}")
     return out
 
@@ -87,8 +89,14 @@ class _Built:
             self.sources[case.name] = text
             self.binaries[case.name] = cargo_target_dir() / "debug" / f"case{i:03d}"
         env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
-        done = subprocess.run(["cargo", "build", "--keep-going", "--bins", "--message-format=short"], cwd=root, env=env,
-                              capture_output=True, text=True, timeout=3600)
+        done = subprocess.run(
+            ["cargo", "build", "--keep-going", "--bins", "--message-format=short"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         self.diagnostics = [line for line in done.stderr.splitlines() if "warning" in line or "error" in line]
 
 
@@ -112,8 +120,9 @@ def test_a_reproducer_prints_what_its_probe_observed(built, case):
     assert case.name not in built.errors, built.errors.get(case.name)
     binary = built.binaries[case.name]
     assert binary.exists(), f"{case.name}: not built:\n" + "\n".join(built.diagnostics[:20])
-    ran = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300, env={**os.environ,
-                                                                                        "RUST_BACKTRACE": "0"})
+    ran = subprocess.run(
+        [str(binary)], capture_output=True, text=True, timeout=300, env={**os.environ, "RUST_BACKTRACE": "0"}
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     program = load_case(case)
     runs = [(program, "", list(range(len(program.ops))))]

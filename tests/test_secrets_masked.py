@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -36,9 +35,25 @@ def locked_redis(tmp_path):
     port = free_port()
     data = tmp_path / "redis-data"
     data.mkdir()
-    proc = subprocess.Popen([exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                             "--requirepass", SECRET, "--dir", str(data)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--requirepass",
+            SECRET,
+            "--dir",
+            str(data),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         client = redis.Redis(host="127.0.0.1", port=port, password=SECRET)
         deadline = time.monotonic() + 20
@@ -70,9 +85,32 @@ def test_a_redis_password_is_in_no_file_of_a_shared_campaign_its_reports_or_its_
     env = {**fake_probe_dir(tmp_path), "ALIASFUZZ_BUG_DIR": str(tmp_path / "bug-reports")}
     reports = tmp_path / "reports"
     run = reports / "machine"
-    r = run_cli("fuzz", "--db", f"{server}/0", "--campaign", "nightly", "--triage", f"{server}/1",
-                "--targets", "candle", "--profile", "quick", "--seed", "1", "--max-programs", "16", "--chunk-size", "8",
-                "--shrink-time", "2", "--confirm", "0", "--out", str(run), env=env)
+    r = run_cli(
+        "fuzz",
+        "--db",
+        f"{server}/0",
+        "--campaign",
+        "nightly",
+        "--triage",
+        f"{server}/1",
+        "--targets",
+        "candle",
+        "--profile",
+        "quick",
+        "--seed",
+        "1",
+        "--max-programs",
+        "16",
+        "--chunk-size",
+        "8",
+        "--shrink-time",
+        "2",
+        "--confirm",
+        "0",
+        "--out",
+        str(run),
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr  # the fake probe's planted divergences: new findings
     assert "triage:" in r.stdout, r.stdout + r.stderr  # recorded in the Redis store, through a temporary copy
     merged = reports / "merged"
@@ -83,8 +121,10 @@ def test_a_redis_password_is_in_no_file_of_a_shared_campaign_its_reports_or_its_
     assert files_holding(tmp_path, SECRET) == []
     # The URL is still shown, its password hidden: where the corpus was is not lost.
     for folder in (run, merged):
-        assert json.loads((folder / "campaign.json").read_text())["config"]["db"] == \
-            f"redis://:***@{server.rsplit('@', 1)[1]}/0"
+        assert (
+            json.loads((folder / "campaign.json").read_text())["config"]["db"]
+            == f"redis://:***@{server.rsplit('@', 1)[1]}/0"
+        )
         # report.md escapes it as Markdown text (the asterisks render as written)
         shown = md_text(f"redis://:***@{server.rsplit('@', 1)[1]}/0")
         assert f"| corpus | {shown} |" in (folder / "report.md").read_text()
@@ -100,9 +140,29 @@ def test_a_resume_is_given_the_password_again_and_stores_it_nowhere(tmp_path, lo
     env = fake_probe_dir(tmp_path)
     run = tmp_path / "run"
     common = ("--no-report", "--triage", str(tmp_path / "triage.sqlite"))
-    r = run_cli("fuzz", "--db", f"{server}/0", "--targets", "candle", "--profile", "quick", "--seed", "1",
-                "--max-programs", "8", "--chunk-size", "8", "--shrink-time", "2", "--confirm", "0", "--out", str(run),
-                *common, env=env)
+    r = run_cli(
+        "fuzz",
+        "--db",
+        f"{server}/0",
+        "--targets",
+        "candle",
+        "--profile",
+        "quick",
+        "--seed",
+        "1",
+        "--max-programs",
+        "8",
+        "--chunk-size",
+        "8",
+        "--shrink-time",
+        "2",
+        "--confirm",
+        "0",
+        "--out",
+        str(run),
+        *common,
+        env=env,
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     before = (run / "campaign.json").read_bytes()
     # campaign.json holds no password to reconnect with: the resume asks for it, one line, nothing changed.
@@ -137,8 +197,14 @@ sys.exit(harness.cli.main())
 
 def test_a_bug_report_hides_the_password_of_its_command_line(tmp_path):
     bugs = tmp_path / "bug-reports"
-    r = subprocess.run([PY, "-c", _CRASH], cwd=ROOT, capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "ALIASFUZZ_BUG_DIR": str(bugs), "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [PY, "-c", _CRASH],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "ALIASFUZZ_BUG_DIR": str(bugs), "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 3, r.stdout + r.stderr
     (report,) = bugs.iterdir()
     text = report.read_text()
@@ -147,15 +213,20 @@ def test_a_bug_report_hides_the_password_of_its_command_line(tmp_path):
     assert SECRET not in text and SECRET not in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
-    ("redis://me:pw@h/0/nightly", "redis://me:***@h/0/nightly"),
-    ("rediss://:p@ss@h:1/2", "rediss://:***@h:1/2"),  # an '@' in the password: hidden whole
-    ("fuzz --db redis://:a@h/0 --triage redis://u:b@h/1 --out x@y", "fuzz --db redis://:***@h/0 --triage "
-                                                                     "redis://u:***@h/1 --out x@y"),
-    ("--db=redis://:pw@h/0", "--db=redis://:***@h/0"),
-    ("redis://h:6379/0", "redis://h:6379/0"),  # no password: unchanged
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("redis://me:pw@h/0/nightly", "redis://me:***@h/0/nightly"),
+        ("rediss://:p@ss@h:1/2", "rediss://:***@h:1/2"),  # an '@' in the password: hidden whole
+        (
+            "fuzz --db redis://:a@h/0 --triage redis://u:b@h/1 --out x@y",
+            "fuzz --db redis://:***@h/0 --triage redis://u:***@h/1 --out x@y",
+        ),
+        ("--db=redis://:pw@h/0", "--db=redis://:***@h/0"),
+        ("redis://h:6379/0", "redis://h:6379/0"),  # no password: unchanged
+    ],
+)
 def test_hide_password_hides_every_password_and_nothing_else(text, shown):
     from harness.urls import hide_password
 

@@ -36,12 +36,44 @@ def wait_for(condition, timeout: float, what: str):
 
 
 def start_machine(url: str, out: Path, env: dict[str, str], *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([PY, "-m", "harness.cli", "fuzz", "--db", url, "--campaign", NAME, "--targets", "candle",
-                             "--profile", "quick", "--seed", "11", "--max-programs", str(CHUNK * CHUNKS),
-                             "--chunk-size", str(CHUNK), "--shrink-time", "10", "--confirm", "0", "--lease", "4",
-                             "--out", str(out), "--no-report", *extra],
-                            cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "harness.cli",
+            "fuzz",
+            "--db",
+            url,
+            "--campaign",
+            NAME,
+            "--targets",
+            "candle",
+            "--profile",
+            "quick",
+            "--seed",
+            "11",
+            "--max-programs",
+            str(CHUNK * CHUNKS),
+            "--chunk-size",
+            str(CHUNK),
+            "--shrink-time",
+            "10",
+            "--confirm",
+            "0",
+            "--lease",
+            "4",
+            "--out",
+            str(out),
+            "--no-report",
+            *extra,
+        ],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def leases_of(client, owner_prefix: str) -> set[int]:
@@ -50,7 +82,7 @@ def leases_of(client, owner_prefix: str) -> set[int]:
     for key in client.scan_iter(prefix + "*"):
         value = client.get(key)
         if value is not None and value.decode().startswith(owner_prefix):
-            held.add(int(key.decode()[len(prefix):]))
+            held.add(int(key.decode()[len(prefix) :]))
     return held
 
 
@@ -73,8 +105,11 @@ def killed_campaign(module_redis_server, tmp_path_factory):
     procs = [start_machine(url, out, env, *(["--workers", "2"] if i == 2 else [])) for i, out in enumerate(outs)]
     try:
         victim = f"{socket.gethostname()}:{procs[0].pid}:"
-        wait_for(lambda: snapshot(client, NAME).done and leases_of(client, victim) or procs[0].poll() is not None,
-                 120, "machine 0 holding a chunk once the campaign is under way")
+        wait_for(
+            lambda: snapshot(client, NAME).done and leases_of(client, victim) or procs[0].poll() is not None,
+            120,
+            "machine 0 holding a chunk once the campaign is under way",
+        )
         assert procs[0].poll() is None, "machine 0 ended before it could be killed"
         os.killpg(procs[0].pid, signal.SIGKILL)
         procs[0].wait(timeout=30)
@@ -139,8 +174,20 @@ def test_report_renders_the_merged_campaign(killed_campaign):
 def test_a_conflicting_config_is_refused_and_a_bare_join_adopts_it(tmp_path, redis_url):
     env = fake_probe_dir(tmp_path)
     common = ["fuzz", "--db", redis_url, "--campaign", "small", "--no-report"]
-    r = run_cli(*common, "--targets", "candle:ref", "--seed", "1", "--max-programs", "16", "--chunk-size", "8",
-                "--out", str(tmp_path / "a"), env=env)
+    r = run_cli(
+        *common,
+        "--targets",
+        "candle:ref",
+        "--seed",
+        "1",
+        "--max-programs",
+        "16",
+        "--chunk-size",
+        "8",
+        "--out",
+        str(tmp_path / "a"),
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for flag, value in (("--seed", "2"), ("--chunk-size", "4"), ("--targets", "candle"), ("--budget", "1m")):
         r = run_cli(*common, flag, value, "--out", str(tmp_path / "b"), env=env)
@@ -150,8 +197,7 @@ def test_a_conflicting_config_is_refused_and_a_bare_join_adopts_it(tmp_path, red
         assert r.stdout == "", r.stdout
         assert not (tmp_path / "b").exists()
     # A machine that names only the campaign runs it as stored; all of it is done, so it runs nothing.
-    r = run_cli("fuzz", "--db", redis_url, "--campaign", "small", "--out", str(tmp_path / "c"), "--no-report",
-                env=env)
+    r = run_cli("fuzz", "--db", redis_url, "--campaign", "small", "--out", str(tmp_path / "c"), "--no-report", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     config = json.loads((tmp_path / "c" / "campaign.json").read_text())["config"]
     assert (config["seed"], config["chunk_size"], config["targets"]) == (1, 8, ["candle:ref"])
@@ -175,8 +221,11 @@ def test_a_killed_machine_resumes_its_campaign(tmp_path, redis_url):
     proc = start_machine(redis_url, out, env)
     try:
         owner = f"{socket.gethostname()}:{proc.pid}:"
-        wait_for(lambda: snapshot(client, NAME).done and leases_of(client, owner) or proc.poll() is not None,
-                 120, "the machine holding a chunk once the campaign is under way")
+        wait_for(
+            lambda: snapshot(client, NAME).done and leases_of(client, owner) or proc.poll() is not None,
+            120,
+            "the machine holding a chunk once the campaign is under way",
+        )
         assert proc.poll() is None, "the machine ended before it could be killed"
     finally:
         if proc.poll() is None:

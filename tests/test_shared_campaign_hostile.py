@@ -16,7 +16,6 @@ which stands in for no framework."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -35,9 +34,31 @@ def campaign(module_redis_server, tmp_path_factory):
     url = module_redis_server[0]
     tmp = tmp_path_factory.mktemp("hostile")
     env = fake_probe_dir(tmp)
-    r = run_cli("fuzz", "--db", url, "--campaign", NAME, "--targets", "candle", "--profile", "quick", "--seed", "1",
-                "--max-programs", "16", "--chunk-size", "8", "--shrink-time", "2", "--confirm", "0", "--no-report",
-                "--out", str(tmp / "machine"), env=env)
+    r = run_cli(
+        "fuzz",
+        "--db",
+        url,
+        "--campaign",
+        NAME,
+        "--targets",
+        "candle",
+        "--profile",
+        "quick",
+        "--seed",
+        "1",
+        "--max-programs",
+        "16",
+        "--chunk-size",
+        "8",
+        "--shrink-time",
+        "2",
+        "--confirm",
+        "0",
+        "--no-report",
+        "--out",
+        str(tmp / "machine"),
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr  # the fake probe's planted divergences
     client = redis.Redis.from_url(url)
     keys = {k: client.dump(k) for k in client.scan_iter(P + "*")}
@@ -66,14 +87,17 @@ def restore(client, keys) -> None:
 def set_config(**fields):
     def mutate(c):
         c.set(P + "config", json.dumps({**json.loads(c.get(P + "config")), **fields}))
+
     return mutate
 
 
 def set_entry(change):
     """Changes the first stored finding's entry (``change(entry) -> entry``)."""
+
     def mutate(c):
         sig = c.lrange(P + "order", 0, -1)[0]
         c.hset(P + "findings", sig, json.dumps(change(json.loads(c.hget(P + "findings", sig)))))
+
     return mutate
 
 
@@ -101,17 +125,26 @@ HOSTILE = {
     "done beyond the counter": (lambda c: c.setbit(P + "done", 1000, 1), "done", None),
     "pending not a chunk": (lambda c: c.zadd(P + "pending", {"xyz": 1}), "pending", "field xyz"),
     "reissued not a chunk": (lambda c: c.hset(P + "reissued", "zz", 1), "reissued", "field zz"),
-    "machine programs not a count": (lambda c: c.hset(P + "machine_programs", "m", "1.5"),
-                                     "machine_programs", "field m"),
+    "machine programs not a count": (
+        lambda c: c.hset(P + "machine_programs", "m", "1.5"),
+        "machine_programs",
+        "field m",
+    ),
     # A pushed item's number (from 0) is the list's length before it: {order}, {shrink_log}.
     "order names no finding": (lambda c: c.rpush(P + "order", "nosuch"), "order", "field item {order}"),
     "finding not JSON": (set_entry(lambda e: "{"), "findings", "field device|"),
     "finding without a record": (set_entry(lambda e: {**e, "record": None}), "findings", "field device|"),
-    "finding of another signature": (set_entry(lambda e: {**e, "record": {**e["record"], "signature": "other"}}),
-                                     "findings", "field device|"),
+    "finding of another signature": (
+        set_entry(lambda e: {**e, "record": {**e["record"], "signature": "other"}}),
+        "findings",
+        "field device|",
+    ),
     "finding case not text": (set_entry(lambda e: {**e, "minimized": 5}), "findings", "field device|"),
-    "finding status a number": (set_entry(lambda e: {**e, "record": {**e["record"], "status": 3}}),
-                                "findings", "field device|"),
+    "finding status a number": (
+        set_entry(lambda e: {**e, "record": {**e["record"], "status": 3}}),
+        "findings",
+        "field device|",
+    ),
     "shrink log not JSON": (lambda c: c.rpush(P + "shrink_log", "nope"), "shrink_log", "field item {shrink_log}"),
     "sightings not a count": (lambda c: c.hset(P + "sightings", "s", "x"), "sightings", "field s"),
     "target info a list": (lambda c: c.hset(P + "targets", "t", "[1]"), "targets", "field t"),
@@ -144,8 +177,9 @@ def test_report_of_a_hostile_value_is_one_line_leaves_no_folder_and_a_retry_work
     # Repaired, the same command writes the campaign into the same DIR.
     status, stdout, stderr = aliasfuzz(capsys, "report", f"{url}/{NAME}", "--out", str(out))
     assert status == 0, stdout + stderr
-    assert (out / "report.md").is_file() and len(json.loads((out / "findings.json").read_text())) == \
-        client.llen(P + "order")
+    assert (out / "report.md").is_file() and len(json.loads((out / "findings.json").read_text())) == client.llen(
+        P + "order"
+    )
     assert [p.name for p in parent.iterdir()] == ["merged"]
 
 
@@ -159,16 +193,24 @@ JOINING = {
 }
 
 
-@pytest.mark.parametrize("field, stored, given, flag",
-                         [(f, *v) for f, values in JOINING.items() for v in values])
-def test_a_joining_machine_checks_the_stored_config_as_its_command_line(module_redis_server, tmp_path, capsys,
-                                                                        field, stored, given, flag):
+@pytest.mark.parametrize("field, stored, given, flag", [(f, *v) for f, values in JOINING.items() for v in values])
+def test_a_joining_machine_checks_the_stored_config_as_its_command_line(
+    module_redis_server, tmp_path, capsys, field, stored, given, flag
+):
     import redis
 
     url = module_redis_server[0]
     name = f"join-{field}-{abs(hash(repr(stored))) % 1000}"
-    config = {"seed": 1, "profile": "quick", "targets": ["candle"], "chunk_size": 8, "budget_s": 3.0,
-              "max_programs": None, "metamorphic_share": 0.25, field: stored}
+    config = {
+        "seed": 1,
+        "profile": "quick",
+        "targets": ["candle"],
+        "chunk_size": 8,
+        "budget_s": 3.0,
+        "max_programs": None,
+        "metamorphic_share": 0.25,
+        field: stored,
+    }
     redis.Redis.from_url(url).set(f"aliasfuzz:campaign:{name}:config", json.dumps(config))
     env = fake_probe_dir(tmp_path)
     out = tmp_path / "machine"
@@ -185,16 +227,29 @@ def test_a_joining_machine_checks_the_stored_config_as_its_command_line(module_r
 
     problem = option_problem(field, stored)
     assert problem and lines[0].endswith(f"field {field}: {problem}, found {json.dumps(stored)}"), lines[0]
-    status, _stdout, stderr = aliasfuzz(capsys, "fuzz", "--targets", "candle", "--max-programs", "8", flag, given,
-                                        "--out", str(out))
+    status, _stdout, stderr = aliasfuzz(
+        capsys, "fuzz", "--targets", "candle", "--max-programs", "8", flag, given, "--out", str(out)
+    )
     assert status == 2 and stderr.strip() == f"aliasfuzz: {flag} {given}: {problem}", stderr
     assert not out.exists()
 
 
 def test_an_empty_campaign_name_is_refused(module_redis_server, tmp_path):
     out = tmp_path / "machine"
-    r = run_cli("fuzz", "--db", module_redis_server[0], "--campaign", "", "--targets", "candle", "--max-programs", "8",
-                "--out", str(out), env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--db",
+        module_redis_server[0],
+        "--campaign",
+        "",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "8",
+        "--out",
+        str(out),
+        env=fake_probe_dir(tmp_path),
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("aliasfuzz: --campaign '': a campaign name is"), lines
@@ -206,8 +261,20 @@ def test_the_same_targets_in_another_order_are_the_same_campaign(module_redis_se
     env = fake_probe_dir(tmp_path)
     common = ("fuzz", "--db", url, "--campaign", "order", "--no-report", "--confirm", "0", "--shrink-time", "2")
     first = tmp_path / "first"
-    r = run_cli(*common, "--targets", "candle:ref,candle:planted", "--seed", "3", "--max-programs", "8",
-                "--chunk-size", "8", "--out", str(first), env=env)
+    r = run_cli(
+        *common,
+        "--targets",
+        "candle:ref,candle:planted",
+        "--seed",
+        "3",
+        "--max-programs",
+        "8",
+        "--chunk-size",
+        "8",
+        "--out",
+        str(first),
+        env=env,
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     second = tmp_path / "second"
     r = run_cli(*common, "--targets", "candle:planted,candle:ref,candle:planted", "--out", str(second), env=env)

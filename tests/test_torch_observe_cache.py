@@ -16,6 +16,7 @@ import json
 
 import pytest
 import torch
+
 from generators.profiles import Profile
 from harness.fuzzing.engine import chunk_seed
 from harness.fuzzing.generation import generate
@@ -26,8 +27,11 @@ from harness.targets.torch.session import TorchProbe, TorchSession
 
 PROGRAMS = 3000
 #: The default profile, and one of snapshots and writes alone: where tensors share memory.
-ALIASING = Profile("snapshots-and-writes", max_ops=10, weights=(
-    ("snapshot", 6), ("write", 3), ("fill", 3), ("scale", 2), ("map", 1), ("append", 1)))
+ALIASING = Profile(
+    "snapshots-and-writes",
+    max_ops=10,
+    weights=(("snapshot", 6), ("write", 3), ("fill", 3), ("scale", 2), ("map", 1), ("append", 1)),
+)
 IDENTITY = OBS_FIELDS.index("identity")
 STORAGE = OBS_FIELDS.index("storage")
 
@@ -117,10 +121,21 @@ def test_a_step_through_a_param_no_name_binds_shows_in_the_name_over_its_storage
     from harness.case.ir import FORMAT, parse_case
 
     adamw = {"op": "step", "optimizer": "adamw", "lr": 0.5, "weight_decay": 0.0}
-    program = parse_case({"format": FORMAT, "tensors": {"p0": {"kind": "param", "value": [[0.0], [0.0]]}},
-                          "ops": [{"op": "save", "name": "c0", "to": "file"}, adamw, {"op": "save", "name": "c1"},
-                                  {"op": "replace", "target": "p0", "value": "c0.p0", "how": "data"},
-                                  {"op": "backward"}, {"op": "load", "from": "c1", "assign": True}, adamw]})
+    program = parse_case(
+        {
+            "format": FORMAT,
+            "tensors": {"p0": {"kind": "param", "value": [[0.0], [0.0]]}},
+            "ops": [
+                {"op": "save", "name": "c0", "to": "file"},
+                adamw,
+                {"op": "save", "name": "c1"},
+                {"op": "replace", "target": "p0", "value": "c0.p0", "how": "data"},
+                {"op": "backward"},
+                {"op": "load", "from": "c1", "assign": True},
+                adamw,
+            ],
+        }
+    )
     cached = run(TorchProbe(), 0, program.to_wire())
     assert cached == run(ReadEverythingProbe(), 0, program.to_wire())
     assert "c0.p0" in cached["steps"][-1]["changed"]  # the step moved c0.p0 through the old param
@@ -141,6 +156,8 @@ def test_the_comparison_sees_a_kept_observation():
         def open(self, device, program):
             return KeepsEverything(device, program.tensors, program.layers, program.dtype)
 
-    program = {"tensors": [{"name": "w", "kind": "param", "shape": [2], "value": [1.0, 2.0]}],
-               "ops": [{"op": "fill", "target": "w", "value": 9.0}]}
+    program = {
+        "tensors": [{"name": "w", "kind": "param", "shape": [2], "value": [1.0, 2.0]}],
+        "ops": [{"op": "fill", "target": "w", "value": 9.0}],
+    }
     assert run(KeepsEverythingProbe(), 0, program) != run(ReadEverythingProbe(), 0, program)

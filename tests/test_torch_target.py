@@ -21,6 +21,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from harness.targets.protocol import PROTOCOL_VERSION
 from tests.probe_client import named_observations
 
@@ -44,8 +45,13 @@ class Worker:
         full_env.update(env or {})
         python = str(PYTHON) if PYTHON.exists() else sys.executable
         self.proc = subprocess.Popen(
-            [python, "-m", "harness.targets.torch"], cwd=ROOT, env=full_env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            [python, "-m", "harness.targets.torch"],
+            cwd=ROOT,
+            env=full_env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)
         self.next_id = 0
@@ -85,8 +91,10 @@ class Worker:
 
     def run(self, tensors, ops, device="cpu", check=True) -> dict:
         self.next_id += 1
-        self.send({"type": "run", "id": self.next_id, "device": device,
-                   "program": {"tensors": tensors, "ops": ops}}, check=check)
+        self.send(
+            {"type": "run", "id": self.next_id, "device": device, "program": {"tensors": tensors, "ops": ops}},
+            check=check,
+        )
         trace = self.recv()
         assert trace is not None, self.stderr_tail()
         assert trace["type"] == "trace" and trace["id"] == self.next_id, trace
@@ -140,8 +148,16 @@ def write(target, value, index=None):
 
 
 def step(optimizer="sgd", lr=0.5, momentum=0.0, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0):
-    return {"op": "step", "optimizer": optimizer, "lr": lr, "momentum": momentum, "dampening": 0.0,
-            "betas": list(betas), "eps": eps, "weight_decay": weight_decay}
+    return {
+        "op": "step",
+        "optimizer": optimizer,
+        "lr": lr,
+        "momentum": momentum,
+        "dampening": 0.0,
+        "betas": list(betas),
+        "eps": eps,
+        "weight_decay": weight_decay,
+    }
 
 
 def move(target, device="cpu", method="to"):
@@ -209,8 +225,8 @@ def test_hello_with_another_protocol_number_answers_its_own(worker):
 def test_spec_example(worker):
     trace = worker.run(
         [param("w", [1, 2], [1, 2]), buffer("buf", [2, 2], [0, 0, 0, 0])],
-        [snap("s1", "w", "clone"), step("sgd", lr=0.5), snap("b1", "buf", "clone"),
-         write("buf", [7, 7], index=0)])
+        [snap("s1", "w", "clone"), step("sgd", lr=0.5), snap("b1", "buf", "clone"), write("buf", [7, 7], index=0)],
+    )
     assert statuses(trace) == ["ok"] * 4
     st = final(trace)
     assert st["w"]["value"] == [0.5, 1.5]
@@ -234,27 +250,25 @@ FOLLOWS = {
     "alias": "the same Python object",
     "detach": "Tensor.detach docs: 'Returned Tensor shares the same storage with the original one'",
     "data": "Autograd mechanics docs: .data gives a tensor over the same storage (in-place changes to it "
-            "are not reported to autograd)",
+    "are not reported to autograd)",
     "copy": "copy.copy -> Tensor.__reduce_ex__ (torch/_tensor.py) rebuilds from the same storage; "
-            "copy.copy does not deep-copy the reduce arguments",
+    "copy.copy does not deep-copy the reduce arguments",
     "to_home": "Tensor.to docs: 'If the self Tensor already has the correct torch.dtype and "
-               "torch.device, then self is returned'",
+    "torch.device, then self is returned'",
     "to_cpu": "Tensor.cpu docs: 'If this object is already in CPU memory, then no copy is "
-              "performed and the original object is returned'",
+    "performed and the original object is returned'",
     "contiguous": "Tensor.contiguous docs: 'If self tensor is already in the specified memory "
-                  "format, this function returns the self tensor'",
+    "format, this function returns the self tensor'",
     "reshape": "torch.reshape docs: 'When possible, the returned tensor will be a view of input'",
-    "view_row": "torch.narrow docs: 'The returned tensor and input tensor share the same "
-                "underlying storage'",
-    "transpose": "torch.transpose docs: 'The resulting out tensor shares its underlying storage "
-                 "with the input tensor'",
+    "view_row": "torch.narrow docs: 'The returned tensor and input tensor share the same underlying storage'",
+    "transpose": "torch.transpose docs: 'The resulting out tensor shares its underlying storage with the input tensor'",
     "state_dict": "Module.state_dict docs: 'contains references to the module's parameters and "
-                  "buffers'; source: `param.detach()` when keep_vars=False",
+    "buffers'; source: `param.detach()` when keep_vars=False",
     "to_host": "Tensor.numpy docs: 'The returned ndarray and the tensor will share their storage'; "
-               "torch.from_numpy docs: 'The returned tensor and ndarray share the same memory'; "
-               "then .to(same device) returns self",
+    "torch.from_numpy docs: 'The returned tensor and ndarray share the same memory'; "
+    "then .to(same device) returns self",
     "to_same_dtype": "Tensor.to docs: 'If the self Tensor already has the correct torch.dtype and "
-                     "torch.device, then self is returned' (w is float32)",
+    "torch.device, then self is returned' (w is float32)",
     "via_f32": "Tensor.to docs, as for to_same_dtype, twice: float32 to float32 returns self",
 }
 KEEPS = {
@@ -263,7 +277,7 @@ KEEPS = {
     "deepcopy": "Tensor.__deepcopy__ (torch/_tensor.py) clones the storage",
     "save_load": "torch.load builds new storages from the serialized bytes",
     "via_bf16": "Tensor.to docs: 'Otherwise, the returned tensor is a copy of self with the desired "
-                "torch.dtype' (twice; the values here are exact in bfloat16)",
+    "torch.dtype' (twice; the values here are exact in bfloat16)",
 }
 # Methods that return the very same object (identity token equal to the param's).
 SAME_OBJECT = {"alias", "to_home", "to_cpu", "contiguous", "to_same_dtype", "via_f32"}
@@ -294,8 +308,7 @@ def test_follow_and_keep_tables_cover_every_method():
 
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
 def test_snapshot_across_sgd_step(worker, method):
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("s", "w", method), step("sgd", lr=0.5)])
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), step("sgd", lr=0.5)])
     assert statuses(trace) == ["ok", "ok"], trace["steps"]
     after_snap, after_step = states(trace)
     w1 = [[0.5, 1.5], [2.5, 3.5]]  # grad = ones
@@ -311,8 +324,7 @@ def test_snapshot_across_sgd_step(worker, method):
 
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
 def test_snapshot_across_row_write(worker, method):
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("s", "w", method), write("w", [7, 8], index=0)])
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), write("w", [7, 8], index=0)])
     assert statuses(trace) == ["ok", "ok"], trace["steps"]
     st = final(trace)
     w1 = [[7.0, 8.0], [3.0, 4.0]]
@@ -324,8 +336,9 @@ def test_snapshot_across_row_write(worker, method):
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
 def test_reverse_fill_through_snapshot(worker, method):
     """A write into a snapshot reaches the param exactly when they share memory."""
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("s", "w", method), {"op": "fill", "target": "s", "value": 9.0}])
+    trace = worker.run(
+        [param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), {"op": "fill", "target": "s", "value": 9.0}]
+    )
     assert statuses(trace) == ["ok", "ok"], trace["steps"]
     st = final(trace)
     if method not in FOLLOWS:
@@ -343,9 +356,15 @@ def test_a_write_through_a_host_round_trip_of_a_row_shows_in_the_param_at_once(w
     untyped storage that starts at the row (``narrow``: rows 1.., inside the param's storage, not
     at its start). A fill through it changes the param at that op, so the trace must say so
     there, not at the next op that happens to change the param's own change key."""
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("r", "w", method), snap("h", "r", "to_host"),
-                        {"op": "fill", "target": "h", "value": 9.0}, {"op": "read", "target": "w"}])
+    trace = worker.run(
+        [param("w", [2, 2], [1, 2, 3, 4])],
+        [
+            snap("r", "w", method),
+            snap("h", "r", "to_host"),
+            {"op": "fill", "target": "h", "value": 9.0},
+            {"op": "read", "target": "w"},
+        ],
+    )
     assert statuses(trace) == ["ok"] * 4, trace["steps"]
     want = [9.0, 9.0, 3.0, 4.0] if method == "view_row" else [1.0, 2.0, 9.0, 9.0]
     assert "w" in trace["steps"][2]["changed"], trace["steps"][2]
@@ -355,9 +374,15 @@ def test_a_write_through_a_host_round_trip_of_a_row_shows_in_the_param_at_once(w
 
 def test_reverse_write_into_detach_changes_param(worker):
     # Tensor.detach docs: in-place modifications on either of them will be seen.
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("d", "w", "detach"), write("d", [5, 6], index=1),
-                        write("d", [0, 0, 0, 0]), {"op": "scale", "target": "d", "factor": 2.0}])
+    trace = worker.run(
+        [param("w", [2, 2], [1, 2, 3, 4])],
+        [
+            snap("d", "w", "detach"),
+            write("d", [5, 6], index=1),
+            write("d", [0, 0, 0, 0]),
+            {"op": "scale", "target": "d", "factor": 2.0},
+        ],
+    )
     assert statuses(trace) == ["ok"] * 4
     s = states(trace)
     assert s[1]["w"]["value"] == [1.0, 2.0, 5.0, 6.0]
@@ -367,9 +392,10 @@ def test_reverse_write_into_detach_changes_param(worker):
 
 
 def test_write_into_buffer_alias_and_rank1_row(worker):
-    trace = worker.run([buffer("b", [3], [1, 2, 3])],
-                       [snap("a", "b", "alias"), write("a", [9], index=2),
-                        {"op": "scale", "target": "b", "factor": -1.0}])
+    trace = worker.run(
+        [buffer("b", [3], [1, 2, 3])],
+        [snap("a", "b", "alias"), write("a", [9], index=2), {"op": "scale", "target": "b", "factor": -1.0}],
+    )
     assert statuses(trace) == ["ok"] * 3
     st = final(trace)
     assert st["b"]["value"] == [-1.0, -2.0, -9.0] == st["a"]["value"]
@@ -377,9 +403,10 @@ def test_write_into_buffer_alias_and_rank1_row(worker):
 
 
 def test_state_dict_of_a_snapshot_is_unsupported_and_deepcopy_of_non_leaf_errors(worker):
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("c", "w", "clone"), snap("sd", "c", "state_dict"),
-                        snap("dc", "c", "deepcopy"), snap("x", "sd", "clone")])
+    trace = worker.run(
+        [param("w", [2, 2], [1, 2, 3, 4])],
+        [snap("c", "w", "clone"), snap("sd", "c", "state_dict"), snap("dc", "c", "deepcopy"), snap("x", "sd", "clone")],
+    )
     st = statuses(trace)
     assert st[:2] == ["ok", "unsupported"]
     # torch/_tensor.py __deepcopy__: "Only Tensors created explicitly by the user (graph leaves)
@@ -443,16 +470,19 @@ def test_adamw_values(worker, device):
 
 def test_distinct_specs_make_distinct_optimizers(worker):
     # Two momentum SGDs with different lr: each has its own momentum buffer (first step: b = g).
-    v1, v2 = run_opt(worker, [step("sgd_momentum", lr=0.1, momentum=0.9),
-                              step("sgd_momentum", lr=0.2, momentum=0.9)])
+    v1, v2 = run_opt(worker, [step("sgd_momentum", lr=0.1, momentum=0.9), step("sgd_momentum", lr=0.2, momentum=0.9)])
     p1 = [p - 0.1 * g for p, g in zip(P, G)]
     assert v2 == approx([p - 0.2 * g for p, g in zip(p1, G)])
 
 
 def test_foreach_equals_plain(worker):
-    ops = [step("sgd_momentum", lr=0.05, momentum=0.8), step("adam", lr=0.01),
-           step("adamw", lr=0.02, weight_decay=0.05), step("sgd_momentum", lr=0.05, momentum=0.8),
-           step("adam", lr=0.01)]
+    ops = [
+        step("sgd_momentum", lr=0.05, momentum=0.8),
+        step("adam", lr=0.01),
+        step("adamw", lr=0.02, weight_decay=0.05),
+        step("sgd_momentum", lr=0.05, momentum=0.8),
+        step("adam", lr=0.01),
+    ]
     plain = run_opt(worker, ops, "cpu")
     foreach = run_opt(worker, ops, "cpu+foreach")
     for a, b in zip(plain, foreach):
@@ -461,9 +491,13 @@ def test_foreach_equals_plain(worker):
 
 def test_step_trains_params_and_lazy_not_buffers(worker):
     trace = worker.run(
-        [param("w", [2], [1, 2], grad=[2, 4]), buffer("b", [2], [1, 2]),
-         {"name": "l", "kind": "lazy", "shape": [2], "init": "const", "fill": 3.0}],
-        [step("sgd", lr=0.5)])
+        [
+            param("w", [2], [1, 2], grad=[2, 4]),
+            buffer("b", [2], [1, 2]),
+            {"name": "l", "kind": "lazy", "shape": [2], "init": "const", "fill": 3.0},
+        ],
+        [step("sgd", lr=0.5)],
+    )
     st = final(trace)
     assert st["w"]["value"] == [0.0, 0.0]
     assert st["b"]["value"] == [1.0, 2.0]
@@ -474,10 +508,13 @@ def test_step_trains_params_and_lazy_not_buffers(worker):
 def test_lazy_tensors_created_at_open(worker):
     import torch
 
-    trace = worker.run([{"name": "u", "kind": "lazy", "shape": [2, 3], "init": "uniform",
-                         "seed": 42},
-                        {"name": "c", "kind": "lazy", "shape": [2], "init": "const", "fill": -1.5}],
-                       [{"op": "read", "target": "u"}])
+    trace = worker.run(
+        [
+            {"name": "u", "kind": "lazy", "shape": [2, 3], "init": "uniform", "seed": 42},
+            {"name": "c", "kind": "lazy", "shape": [2], "init": "const", "fill": -1.5},
+        ],
+        [{"op": "read", "target": "u"}],
+    )
     init = trace["initial"]
     assert init["u"]["initialized"] is True and init["u"]["requires_grad"] is True
     want = torch.empty(2, 3).uniform_(-1, 1, generator=torch.Generator().manual_seed(42))
@@ -494,9 +531,17 @@ def test_lazy_tensors_created_at_open(worker):
 def test_move_to_cpu_keeps_identity_and_grad(worker):
     # nn.Module._apply (torch/nn/modules/module.py): `param.data = param_applied` keeps the
     # Parameter object; Tensor.to returns self on the same device.
-    trace = worker.run([param("w", [2], [1, 2])],
-                       [step("sgd", lr=0.5), move("w", "cpu"), move("w", "home"),
-                        step("sgd", lr=0.5), move("w", "alt"), move("w", "cpu", "fork")])
+    trace = worker.run(
+        [param("w", [2], [1, 2])],
+        [
+            step("sgd", lr=0.5),
+            move("w", "cpu"),
+            move("w", "home"),
+            step("sgd", lr=0.5),
+            move("w", "alt"),
+            move("w", "cpu", "fork"),
+        ],
+    )
     st = statuses(trace)
     assert st[:4] == ["ok"] * 4
     assert st[4] == "unsupported"  # no second device on a CPU-only machine
@@ -509,8 +554,10 @@ def test_move_to_cpu_keeps_identity_and_grad(worker):
 
 
 def test_move_of_snapshot_and_buffer(worker):
-    trace = worker.run([param("w", [2], [1, 2]), buffer("b", [2], [3, 4])],
-                       [snap("c", "w", "clone"), move("c", "cpu"), move("b", "home")])
+    trace = worker.run(
+        [param("w", [2], [1, 2]), buffer("b", [2], [3, 4])],
+        [snap("c", "w", "clone"), move("c", "cpu"), move("b", "home")],
+    )
     assert statuses(trace) == ["ok"] * 3
     st = final(trace)
     assert st["b"]["value"] == [3.0, 4.0] and st["c"]["value"] == [1.0, 2.0]
@@ -519,8 +566,8 @@ def test_move_of_snapshot_and_buffer(worker):
 def test_module_clone_is_independent(worker):
     trace = worker.run(
         [param("w", [2], [1, 2]), buffer("b", [1], [0]), param("v", [1], [5])],
-        [{"op": "module_clone", "name": "m"}, step("sgd", lr=1.0), write("m.w", [9, 9]),
-         snap("mw", "m.w", "alias")])
+        [{"op": "module_clone", "name": "m"}, step("sgd", lr=1.0), write("m.w", [9, 9]), snap("mw", "m.w", "alias")],
+    )
     assert statuses(trace) == ["ok"] * 4
     s = states(trace)
     # copy.deepcopy(module) clones every parameter (Tensor.__deepcopy__)
@@ -533,9 +580,17 @@ def test_module_clone_is_independent(worker):
 
 
 def test_modes_and_freeze(worker):
-    trace = worker.run([param("w", [2], [1, 2]), buffer("b", [1], [0])],
-                       [{"op": "valid"}, {"op": "train"}, {"op": "no_grad"}, step("sgd"),
-                        {"op": "freeze"}, {"op": "read", "target": "w"}])
+    trace = worker.run(
+        [param("w", [2], [1, 2]), buffer("b", [1], [0])],
+        [
+            {"op": "valid"},
+            {"op": "train"},
+            {"op": "no_grad"},
+            step("sgd"),
+            {"op": "freeze"},
+            {"op": "read", "target": "w"},
+        ],
+    )
     st = statuses(trace)
     assert st[:3] == ["ok"] * 3 and st[4:] == ["ok", "ok"]
     assert trace["steps"][0]["changed"] == {} and trace["steps"][1]["changed"] == {}
@@ -551,14 +606,14 @@ def test_modes_and_freeze(worker):
 
 def test_bad_ops_are_answered_and_the_program_goes_on(worker):
     ops = [
-        {"op": "teleport", "target": "w"},               # unknown op
-        {"op": "write", "target": "w", "index": 0},     # missing field
-        {"op": "read", "target": "w", "extra": 1},       # unknown field
-        {"target": "w"},                                 # no op field
+        {"op": "teleport", "target": "w"},  # unknown op
+        {"op": "write", "target": "w", "index": 0},  # missing field
+        {"op": "read", "target": "w", "extra": 1},  # unknown field
+        {"target": "w"},  # no op field
         {"op": "fill", "target": "nope", "value": 1.0},  # unbound name
-        write("w", [1, 2], index=5),                     # torch raises (IndexError)
-        write("w", [1, 2, 3]),                           # torch raises (shape)
-        {"op": "fill", "target": "w", "value": 4.0},     # still served
+        write("w", [1, 2], index=5),  # torch raises (IndexError)
+        write("w", [1, 2, 3]),  # torch raises (shape)
+        {"op": "fill", "target": "w", "value": 4.0},  # still served
     ]
     trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], ops, check=False)
     st = statuses(trace)
@@ -582,12 +637,12 @@ def test_unknown_device_is_a_trace_error(worker):
 
 def test_non_finite_values_travel_as_strings(worker):
     # 2 * 3e38 overflows float32 (max ~3.4e38) to +-inf; 0 * 3e38 stays 0 (IEEE 754).
-    trace = worker.run([param("w", [3], [2, 0, -2])],
-                       [{"op": "scale", "target": "w", "factor": 3e38}])
+    trace = worker.run([param("w", [3], [2, 0, -2])], [{"op": "scale", "target": "w", "factor": 3e38}])
     assert trace["steps"][0]["changed"]["w"]["value"] == ["Infinity", 0.0, "-Infinity"]
     # ... and non-finite values are read from the strings in requests too (de_f32s)
-    trace = worker.run([param("w", [3], ["Infinity", "NaN", "-Infinity"])],
-                       [{"op": "read", "target": "w"}, write("w", [1, "NaN", 3])])
+    trace = worker.run(
+        [param("w", [3], ["Infinity", "NaN", "-Infinity"])], [{"op": "read", "target": "w"}, write("w", [1, "NaN", 3])]
+    )
     assert trace["initial"]["w"]["value"] == ["Infinity", "NaN", "-Infinity"]
     # Obs: PartialEq in the Rust driver compares values by bit pattern: reading a NaN-holding
     # tensor changes nothing, so it is not reported as changed
@@ -618,9 +673,14 @@ def test_float32_values_use_the_shortest_f32_digits(worker):
 
 
 def test_malformed_lines_get_error_replies(worker):
-    for bad in (b"not json\n", b'{"type": "run"}\n', b'[1, 2]\n', b'{"type": "bogus"}\n',
-                b'\xff\xfe\n', b'{"type": "run", "id": -1, "device": "cpu", '
-                               b'"program": {"tensors": [], "ops": []}}\n'):
+    for bad in (
+        b"not json\n",
+        b'{"type": "run"}\n',
+        b"[1, 2]\n",
+        b'{"type": "bogus"}\n',
+        b"\xff\xfe\n",
+        b'{"type": "run", "id": -1, "device": "cpu", "program": {"tensors": [], "ops": []}}\n',
+    ):
         worker.send_raw(bad)
         reply = worker.recv()
         assert reply["type"] == "error" and reply["id"] is None, bad
@@ -691,9 +751,17 @@ def _cuda() -> bool:
 def test_cuda_devices(worker):
     # On an accelerator the numpy round trip copies (Tensor.cpu / Tensor.to copy across devices),
     # so to_host keeps; module.to("cpu") keeps the Parameter object (Module._apply set_data path).
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])],
-                       [snap("h", "w", "to_host"), snap("c", "w", "to_cpu"), step("sgd", lr=0.5),
-                        move("w", "alt"), step("sgd", lr=0.5)], device="cuda")
+    trace = worker.run(
+        [param("w", [2, 2], [1, 2, 3, 4])],
+        [
+            snap("h", "w", "to_host"),
+            snap("c", "w", "to_cpu"),
+            step("sgd", lr=0.5),
+            move("w", "alt"),
+            step("sgd", lr=0.5),
+        ],
+        device="cuda",
+    )
     assert statuses(trace) == ["ok"] * 5, trace["steps"]
     s = states(trace)
     assert trace["initial"]["w"]["device"] == "cuda:0"

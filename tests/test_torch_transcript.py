@@ -21,22 +21,27 @@ CASES = Path(__file__).resolve().parent / "cases"
 
 def _run(case: str, **extra) -> dict:
     program = load_case(CASES / case).to_wire()
-    return handle(TorchProbe(), json.dumps({"type": "run", "id": 3, "device": "cpu", "program": program,
-                                            **extra}).encode())
+    return handle(
+        TorchProbe(), json.dumps({"type": "run", "id": 3, "device": "cpu", "program": program, **extra}).encode()
+    )
 
 
 def test_a_run_request_returns_the_transcript_only_when_asked():
     assert "transcript" not in _run("candle_flip_of_a_strided_tensor_fails.toml")
     tx = _run("candle_flip_of_a_strided_tensor_fails.toml", transcript=True)["transcript"]
-    assert tx["prologue"] == ["model = nn.Module()", "model.w = w = nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))"]
+    assert tx["prologue"] == [
+        "model = nn.Module()",
+        "model.w = w = nn.Parameter(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))",
+    ]
     assert tx["ops"] == [["t = w.transpose(-2, -1)"], ["f = t.flip(0)"]]
     assert tx["names"] == {"w": "w", "t": "t", "f": "f"}
 
 
 def test_a_transcript_field_that_is_not_a_boolean_is_malformed():
     with pytest.raises(Malformed, match="transcript"):
-        parse_request(b'{"type": "run", "id": 1, "device": "cpu", "program": {"tensors": [], "ops": []}, '
-                      b'"transcript": "yes"}')
+        parse_request(
+            b'{"type": "run", "id": 1, "device": "cpu", "program": {"tensors": [], "ops": []}, "transcript": "yes"}'
+        )
 
 
 def test_a_failed_call_is_the_last_line_of_its_op_and_an_unsupported_op_has_none():
@@ -62,13 +67,16 @@ def test_a_keyword_name_is_a_variable_and_a_model_key_of_its_own(tmp_path):
 
 
 def test_the_foreach_adamw_reproducer_builds_both_optimizers_in_at_most_25_lines(tmp_path):
-    script = torch_script(load_case(CASES / "torch_foreach_adamw_with_aliased_parameters.toml"), None,
-                          ("plain", "foreach"))
+    script = torch_script(
+        load_case(CASES / "torch_foreach_adamw_with_aliased_parameters.toml"), None, ("plain", "foreach")
+    )
     lines = [line for line in script.splitlines() if line.strip()]
     assert len(lines) <= 25, script
     assert "run('', foreach=False)" in script and "run('foreach: ', foreach=True)" in script
-    assert "torch.optim.AdamW(model.parameters(), lr=0.5, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.5, **impl)" \
+    assert (
+        "torch.optim.AdamW(model.parameters(), lr=0.5, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.5, **impl)"
         in script
+    )
     path = tmp_path / "r.py"
     path.write_text(script, encoding="utf-8")
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)

@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
 from harness.judging.trace import MalformedTrace, Observation, Trace, alike, same_values
+from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
 from harness.targets.protocol import OBS_FIELDS, OBS_REQUIRED, observation
 
 
@@ -42,21 +42,25 @@ def test_values_close_exact_and_within_adams_tolerance():
 
 
 def test_observation_reads_the_wire_floats_and_refuses_null():
-    obs = Observation.from_wire({"shape": [2, 2], "value": [1, 0.5, "NaN", "-Infinity"],
-                                 "identity": "t1", "device": "cpu"})
+    obs = Observation.from_wire(
+        {"shape": [2, 2], "value": [1, 0.5, "NaN", "-Infinity"], "identity": "t1", "device": "cpu"}
+    )
     assert obs.value.dtype == np.float32 and obs.value.shape == (2, 2)
     assert obs.value[0, 0] == 1.0 and np.isnan(obs.value[1, 0]) and obs.value[1, 1] == -np.inf
     with pytest.raises(TypeError):
         Observation.from_wire({"shape": [1], "value": [None]})
 
 
-@pytest.mark.parametrize("reply", [
-    {"initial": {"w": {"shape": 7, "value": [1.0]}}},
-    {"initial": {"w": {"shape": [1], "value": [None]}}},
-    {"initial": {"w": {"shape": [1], "value": ["one"]}}},
-    {"initial": {}, "steps": [{"changed": {}}]},  # no status
-    {"initial": [], "steps": []},
-])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"initial": {"w": {"shape": 7, "value": [1.0]}}},
+        {"initial": {"w": {"shape": [1], "value": [None]}}},
+        {"initial": {"w": {"shape": [1], "value": ["one"]}}},
+        {"initial": {}, "steps": [{"changed": {}}]},  # no status
+        {"initial": [], "steps": []},
+    ],
+)
 def test_a_malformed_trace_reply_is_one_malformed_trace_error(reply):
     with pytest.raises(MalformedTrace) as info:
         Trace.from_wire("fake:ref", {"type": "trace", "id": 1, **reply})
@@ -70,20 +74,34 @@ def test_a_snapshot_that_did_not_move_keeps_even_when_its_source_lands_on_its_va
     from harness.case.ir import FORMAT, parse_case
     from harness.judging.trace import verdicts
 
-    prog = parse_case({"format": FORMAT, "tensors": {"p0": {"kind": "param", "value": [0.5]}},
-                       "ops": [{"op": "snapshot", "name": "s0", "of": "p0", "method": "mul1"},
-                               {"op": "fill", "target": "s0", "value": 0.0},
-                               {"op": "step", "optimizer": "sgd", "lr": 0.5}]})
+    prog = parse_case(
+        {
+            "format": FORMAT,
+            "tensors": {"p0": {"kind": "param", "value": [0.5]}},
+            "ops": [
+                {"op": "snapshot", "name": "s0", "of": "p0", "method": "mul1"},
+                {"op": "fill", "target": "s0", "value": 0.0},
+                {"op": "step", "optimizer": "sgd", "lr": 0.5},
+            ],
+        }
+    )
 
     def obs(v):
         return {"shape": [1], "value": [v], "identity": None}
 
     def run(shared: bool):
         after_fill = {"s0": obs(0.0), **({"p0": obs(0.0)} if shared else {})}
-        return Trace.from_wire("alpha:cpu", {"initial": {"p0": obs(0.5)}, "steps": [
-            {"status": "ok", "changed": {"s0": obs(0.5)}},
-            {"status": "ok", "changed": after_fill},
-            {"status": "ok", "changed": {"p0": obs(0.0)} if not shared else {"p0": obs(-0.5), "s0": obs(-0.5)}}]})
+        return Trace.from_wire(
+            "alpha:cpu",
+            {
+                "initial": {"p0": obs(0.5)},
+                "steps": [
+                    {"status": "ok", "changed": {"s0": obs(0.5)}},
+                    {"status": "ok", "changed": after_fill},
+                    {"status": "ok", "changed": {"p0": obs(0.0)} if not shared else {"p0": obs(-0.5), "s0": obs(-0.5)}},
+                ],
+            },
+        )
 
     assert verdicts(prog, run(shared=False))["s0"].summary == "rev keeps@1 keeps@2"
     assert verdicts(prog, run(shared=True))["s0"].summary == "rev follows@1 follows@2"
@@ -96,18 +114,31 @@ def test_a_lazy_snapshot_first_given_its_sources_value_is_no_event_yet():
     from harness.case.ir import FORMAT, parse_case
     from harness.judging.trace import verdicts
 
-    prog = parse_case({"format": FORMAT,
-                       "tensors": {"l0": {"kind": "lazy", "shape": [1], "init": "const", "fill": -2.0}},
-                       "ops": [{"op": "module_clone", "name": "m0"},
-                               {"op": "step", "optimizer": "adamw", "lr": 1.0, "weight_decay": 0.5}]})
+    prog = parse_case(
+        {
+            "format": FORMAT,
+            "tensors": {"l0": {"kind": "lazy", "shape": [1], "init": "const", "fill": -2.0}},
+            "ops": [
+                {"op": "module_clone", "name": "m0"},
+                {"op": "step", "optimizer": "adamw", "lr": 1.0, "weight_decay": 0.5},
+            ],
+        }
+    )
 
     def obs(v):
         return {"shape": [1], "value": None if v is None else [v], "identity": None, "initialized": v is not None}
 
     def run(clone_value):
-        return Trace.from_wire("beta:cpu", {"initial": {"l0": obs(None)}, "steps": [
-            {"status": "ok", "changed": {"m0.l0": obs(None)}},
-            {"status": "ok", "changed": {"l0": obs(-2.0), "m0.l0": obs(clone_value)}}]})
+        return Trace.from_wire(
+            "beta:cpu",
+            {
+                "initial": {"l0": obs(None)},
+                "steps": [
+                    {"status": "ok", "changed": {"m0.l0": obs(None)}},
+                    {"status": "ok", "changed": {"l0": obs(-2.0), "m0.l0": obs(clone_value)}},
+                ],
+            },
+        )
 
     assert verdicts(prog, run(-2.0))["m0.l0"].summary == "unchanged"
     assert verdicts(prog, run(-1.5))["m0.l0"].summary == "keeps"
@@ -126,8 +157,13 @@ def test_facts_of_a_program_are_worked_out_once_per_program_object(monkeypatch):
         return len(program.ops)
 
     tensors = (TensorDecl("p0", "param", (2,), (1.0, 2.0)),)
-    ops = check_program(tensors, [{"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
-                                  {"op": "replace", "target": "p0", "value": "s0"}])
+    ops = check_program(
+        tensors,
+        [
+            {"op": "snapshot", "name": "s0", "of": "p0", "method": "clone"},
+            {"op": "replace", "target": "p0", "value": "s0"},
+        ],
+    )
     a, b = Program(tensors, ops), Program(tensors, ops[:1])
     assert (n_ops(a), n_ops(a), n_ops(b)) == (2, 2, 1) and calls == [a, b]
     assert n_ops(Program(tensors, ops)) == 2 and len(calls) == 3  # an equal program, another object
@@ -141,27 +177,45 @@ def test_facts_of_a_program_are_worked_out_once_per_program_object(monkeypatch):
     assert relation_end(a, snap, 1) == 1 and relation_end(b, snapshots(b)[0], 5) == 5
 
 
-def _wire(identities=("i1", "i1", "i2"), values=((1.0, 2.0), (1.0, 2.0), (0.0,)), dtype="f32", status="ok",
-          names=("w", "a", "c")):
+def _wire(
+    identities=("i1", "i1", "i2"),
+    values=((1.0, 2.0), (1.0, 2.0), (0.0,)),
+    dtype="f32",
+    status="ok",
+    names=("w", "a", "c"),
+):
     def obs(k):
-        return {"shape": [len(values[k])], "value": list(values[k]), "device": "cpu", "requires_grad": False,
-                "identity": identities[k], "initialized": True, "dtype": dtype}
-    return {"status": "ok", "initial": {names[0]: obs(0)},
-            "steps": [{"status": "ok", "changed": {names[1]: obs(1)}},
-                      {"status": status, "changed": {names[2]: obs(2)}}]}
+        return {
+            "shape": [len(values[k])],
+            "value": list(values[k]),
+            "device": "cpu",
+            "requires_grad": False,
+            "identity": identities[k],
+            "initialized": True,
+            "dtype": dtype,
+        }
+
+    return {
+        "status": "ok",
+        "initial": {names[0]: obs(0)},
+        "steps": [{"status": "ok", "changed": {names[1]: obs(1)}}, {"status": status, "changed": {names[2]: obs(2)}}],
+    }
 
 
-@pytest.mark.parametrize("other, is_alike", [
-    (_wire(), True),
-    (_wire(identities=("x9", "x9", "x3")), True),  # the same grouping under other tokens
-    (_wire(identities=("i1", "i2", "i2")), False),  # a snapshot that shares on one side only
-    (_wire(identities=("i1", "i1", None)), False),
-    (_wire(values=((1.0, 2.0), (1.0, 2.0), (-0.0,))), False),  # bitwise: -0.0 is not 0.0 here
-    (_wire(values=((1.0, 2.0), (1.0,), (0.0,))), False),
-    (_wire(dtype="bf16"), False),
-    (_wire(status="error"), False),
-    (_wire(names=("w", "a", "d")), False),
-])
+@pytest.mark.parametrize(
+    "other, is_alike",
+    [
+        (_wire(), True),
+        (_wire(identities=("x9", "x9", "x3")), True),  # the same grouping under other tokens
+        (_wire(identities=("i1", "i2", "i2")), False),  # a snapshot that shares on one side only
+        (_wire(identities=("i1", "i1", None)), False),
+        (_wire(values=((1.0, 2.0), (1.0, 2.0), (-0.0,))), False),  # bitwise: -0.0 is not 0.0 here
+        (_wire(values=((1.0, 2.0), (1.0,), (0.0,))), False),
+        (_wire(dtype="bf16"), False),
+        (_wire(status="error"), False),
+        (_wire(names=("w", "a", "d")), False),
+    ],
+)
 def test_alike_tells_apart_every_aspect_the_oracle_compares(other, is_alike):
     # ``alike`` is the oracle's per-pair fast path: a pair it calls alike is not compared at all,
     # so it must see statuses, names, shapes, dtypes, value bits and the identity grouping.
@@ -170,8 +224,16 @@ def test_alike_tells_apart_every_aspect_the_oracle_compares(other, is_alike):
 
 
 def test_an_observation_read_from_the_wire_is_the_one_the_constructor_makes():
-    raw = {"shape": [2, 1], "value": [1.0, "NaN"], "device": "cpu", "requires_grad": True, "identity": "t1",
-           "initialized": True, "dtype": "bf16", "note": "n"}
+    raw = {
+        "shape": [2, 1],
+        "value": [1.0, "NaN"],
+        "device": "cpu",
+        "requires_grad": True,
+        "identity": "t1",
+        "initialized": True,
+        "dtype": "bf16",
+        "note": "n",
+    }
     obs = Observation.from_wire(raw)
     made = Observation((2, 1), np.array([[1.0], [np.nan]], dtype=np.float32), "cpu", True, "t1", True, "n", "bf16")
     assert repr(obs) == repr(made) and obs.value.shape == (2, 1)
@@ -183,8 +245,17 @@ def test_an_observation_read_from_the_wire_is_the_one_the_constructor_makes():
 
 def test_a_wire_observation_is_read_field_by_field_in_the_protocols_order():
     # The probes send an observation as a list of OBS_FIELDS; from_wire unpacks it by position.
-    fields = {"shape": [2], "value": [0.5, "Infinity"], "identity": "t3", "device": "flex", "requires_grad": False,
-              "initialized": False, "dtype": "f16", "note": "why", "storage": "cpu:7f00"}
+    fields = {
+        "shape": [2],
+        "value": [0.5, "Infinity"],
+        "identity": "t3",
+        "device": "flex",
+        "requires_grad": False,
+        "initialized": False,
+        "dtype": "f16",
+        "note": "why",
+        "storage": "cpu:7f00",
+    }
     wire = observation(*(fields[f] for f in OBS_FIELDS))
     assert wire == [fields[f] for f in OBS_FIELDS]
     assert repr(Observation.from_wire(wire)) == repr(Observation.from_wire(fields))

@@ -42,6 +42,7 @@ def run(runner):
         if missing:
             pytest.fail(f"targets missing here: {sorted(missing)}")
         return traces
+
     return run
 
 

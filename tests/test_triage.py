@@ -18,8 +18,16 @@ from tests.test_campaign import fake_probe_dir
 
 
 def _record(signature: str, status: str = "new", baseline: str | None = None, version: str = "0.11.1"):
-    return FindingRecord.from_json({"signature": signature, "kind": "value", "status": status, "baseline": baseline,
-                                    "sentence": f"{signature} diverges", "versions": {"candle:cpu": {"candle": version}}})
+    return FindingRecord.from_json(
+        {
+            "signature": signature,
+            "kind": "value",
+            "status": status,
+            "baseline": baseline,
+            "sentence": f"{signature} diverges",
+            "versions": {"candle:cpu": {"candle": version}},
+        }
+    )
 
 
 def test_a_cause_is_counted_once_per_run_and_states_follow_the_runs(tmp_path):
@@ -55,8 +63,9 @@ def test_only_a_cause_outside_the_baseline_seen_for_the_first_time_is_new_since_
 
     with TriageStore(tmp_path / "t.sqlite") as db:
         db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a"), _record("sig-k", "known", "burn-values")])
-        known_only = db.record_run("run2", "2026-01-02T00:00:00Z", 10,
-                                   [_record("sig-a"), _record("sig-t", "known", "torch-clone")])
+        known_only = db.record_run(
+            "run2", "2026-01-02T00:00:00Z", 10, [_record("sig-a"), _record("sig-t", "known", "torch-clone")]
+        )
         assert said(known_only) == "nothing new since run1; 1 known first reached (torch-clone); 1 gone (burn-values)"
         with_new = db.record_run("run3", "2026-01-03T00:00:00Z", 10, [_record("sig-a"), _record("sig-b")])
     assert with_new.first_seen_new == ("sig-b",) and with_new.previous_run == "run2"
@@ -68,21 +77,27 @@ def test_a_persons_state_is_kept_and_a_fixed_cause_that_shows_again_regressed(tm
         db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a"), _record("sig-b")])
         db.set_state("sig-a", "reported", "https://github.com/huggingface/candle/issues/1")
         db.set_state("sig-b", "fixed-in", "0.11.2")
-        delta = db.record_run("run2", "2026-01-02T00:00:00Z", 10,
-                              [_record("sig-a"), _record("sig-b", version="0.11.3")])
+        delta = db.record_run(
+            "run2", "2026-01-02T00:00:00Z", 10, [_record("sig-a"), _record("sig-b", version="0.11.3")]
+        )
         states = {c.id: c.state_text for c in db.causes()}
     assert delta.regressed == ("sig-b",)
-    assert states == {"sig-a": "reported https://github.com/huggingface/candle/issues/1",
-                      "sig-b": "regressed-in candle 0.11.3"}
+    assert states == {
+        "sig-a": "reported https://github.com/huggingface/candle/issues/1",
+        "sig-b": "regressed-in candle 0.11.3",
+    }
 
 
-@pytest.mark.parametrize("args,message", [
-    (("sig-a", "closed"), "unknown state 'closed'"),
-    (("sig-a", "reported"), "needs a url"),
-    (("sig-a", "wontfix", "because"), "takes no argument"),
-    (("sig-a", "duplicate-of", "sig-a"), "duplicate of itself"),
-    (("nope", "wontfix"), "no root cause 'nope'"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("sig-a", "closed"), "unknown state 'closed'"),
+        (("sig-a", "reported"), "needs a url"),
+        (("sig-a", "wontfix", "because"), "takes no argument"),
+        (("sig-a", "duplicate-of", "sig-a"), "duplicate of itself"),
+        (("nope", "wontfix"), "no root cause 'nope'"),
+    ],
+)
 def test_a_bad_state_is_one_line_naming_the_store(tmp_path, args, message):
     with TriageStore(tmp_path / "t.sqlite") as db:
         db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a")])
@@ -103,8 +118,24 @@ def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
     env = fake_probe_dir(tmp_path)
     reports = tmp_path / "reports"
     for name in ("run1", "run2"):
-        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "32", "--seed", "1", "--profile", "quick",
-                    "--shrink-time", "5", "--confirm", "1", "--out", str(reports / name), env=env)
+        r = run_cli(
+            "fuzz",
+            "--targets",
+            "candle",
+            "--max-programs",
+            "32",
+            "--seed",
+            "1",
+            "--profile",
+            "quick",
+            "--shrink-time",
+            "5",
+            "--confirm",
+            "1",
+            "--out",
+            str(reports / name),
+            env=env,
+        )
         assert r.returncode == 1, r.stdout + r.stderr
         assert "triage:" in r.stdout
     store = reports / "triage.sqlite"
@@ -128,25 +159,46 @@ def test_campaigns_record_themselves_and_the_report_says_what_changed(tmp_path):
 def test_recheck_says_per_root_cause_whether_it_still_shows(tmp_path):
     env = fake_probe_dir(tmp_path)
     reports = tmp_path / "reports"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "32", "--seed", "1", "--profile", "quick",
-                "--shrink-time", "5", "--confirm", "1", "--out", str(reports / "run1"), env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "32",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "5",
+        "--confirm",
+        "1",
+        "--out",
+        str(reports / "run1"),
+        env=env,
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     # The fake's planted device shares a clone's buffer: the clone case shows a divergence of the
     # framework with itself; the case without a clone shows none.
     quiet = tmp_path / "alias.toml"
-    quiet.write_text('format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n'
-                     '[[ops]]\nop = "snapshot"\nname = "s"\nof = "b"\nmethod = "alias"\n'
-                     '[[ops]]\nop = "fill"\ntarget = "b"\nvalue = 2.0\n')
+    quiet.write_text(
+        'format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n'
+        '[[ops]]\nop = "snapshot"\nname = "s"\nof = "b"\nmethod = "alias"\n'
+        '[[ops]]\nop = "fill"\ntarget = "b"\nvalue = 2.0\n'
+    )
     baseline = tmp_path / "baseline.toml"
     baseline.write_text(
         '[[known]]\nid = "planted-clone"\nframeworks = ["candle"]\nmethod = "clone"\nreason = "the planted bug"\n'
         f'case = "{CASES / "candle_clone_shares_storage.toml"}"\n\n'
         '[[known]]\nid = "gone"\nframeworks = ["candle"]\nmethod = "alias"\nreason = "shows nothing"\n'
-        f'case = "{quiet}"\n')
+        f'case = "{quiet}"\n'
+    )
     store = reports / "triage.sqlite"
     out = run_cli("recheck", "--store", str(store), "--targets", "candle", "--baseline", str(baseline), env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    results = {line.split()[-1]: line[:18].strip() for line in out.stdout.splitlines() if not line.startswith("aliasfuzz")}
+    results = {
+        line.split()[-1]: line[:18].strip() for line in out.stdout.splitlines() if not line.startswith("aliasfuzz")
+    }
     assert results["planted-clone"] == "still shows", out.stdout
     assert results["gone"] == "no longer shows", out.stdout
     stored = [c for c in results if c not in ("planted-clone", "gone")]
@@ -160,23 +212,38 @@ def test_recheck_fails_on_change_only_when_a_result_changed_since_the_last_reche
     # clone's buffer, so the clone case shows; the alias case shows nothing.
     env = fake_probe_dir(tmp_path)
     quiet = tmp_path / "alias.toml"
-    quiet.write_text('format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n'
-                     '[[ops]]\nop = "snapshot"\nname = "s"\nof = "b"\nmethod = "alias"\n'
-                     '[[ops]]\nop = "fill"\ntarget = "b"\nvalue = 2.0\n')
+    quiet.write_text(
+        'format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n'
+        '[[ops]]\nop = "snapshot"\nname = "s"\nof = "b"\nmethod = "alias"\n'
+        '[[ops]]\nop = "fill"\ntarget = "b"\nvalue = 2.0\n'
+    )
     baseline = tmp_path / "baseline.toml"
     store = tmp_path / "triage.sqlite"
 
     def recheck(case_of_gone: Path):
-        baseline.write_text(f'[[known]]\nid = "gone"\nframeworks = ["candle"]\nmethod = "clone"\n'
-                            f'reason = "r"\ncase = "{case_of_gone}"\n')
-        return run_cli("recheck", "--store", str(store), "--targets", "candle", "--baseline", str(baseline),
-                       "--fail-on-change", env=env)
+        baseline.write_text(
+            f'[[known]]\nid = "gone"\nframeworks = ["candle"]\nmethod = "clone"\n'
+            f'reason = "r"\ncase = "{case_of_gone}"\n'
+        )
+        return run_cli(
+            "recheck",
+            "--store",
+            str(store),
+            "--targets",
+            "candle",
+            "--baseline",
+            str(baseline),
+            "--fail-on-change",
+            env=env,
+        )
 
     # First recheck: "gone" does not show -> a change (a baseline case that shows nothing).
     first = recheck(quiet)
     assert first.returncode == 1, first.stdout + first.stderr
-    assert ("aliasfuzz recheck: 1 changed since the last recheck\n"
-            "aliasfuzz recheck: changed: gone (first recheck -> no longer shows)") in first.stdout
+    assert (
+        "aliasfuzz recheck: 1 changed since the last recheck\n"
+        "aliasfuzz recheck: changed: gone (first recheck -> no longer shows)"
+    ) in first.stdout
     # The same results again: nothing changed.
     again = recheck(quiet)
     assert again.returncode == 0 and "0 changed since the last recheck" in again.stdout, again.stdout
@@ -190,16 +257,37 @@ def test_the_known_causes_table_says_when_the_store_first_saw_each(tmp_path):
     # second run's known-causes table gives the first run's start as the cause's first sighting.
     env = fake_probe_dir(tmp_path)
     baseline = tmp_path / "baseline.toml"
-    baseline.write_text('[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\n'
-                        'case = "tests/cases/planted.toml"\n')
+    baseline.write_text(
+        '[[known]]\nid = "planted-identity"\nreason = "test"\naspect = "identity"\ncase = "tests/cases/planted.toml"\n'
+    )
     reports = tmp_path / "reports"
     for name in ("run1", "run2"):
-        r = run_cli("fuzz", "--targets", "candle", "--max-programs", "256", "--seed", "1", "--profile", "quick",
-                    "--shrink-time", "5", "--confirm", "1", "--baseline", str(baseline), "--out", str(reports / name),
-                    env=env)
+        r = run_cli(
+            "fuzz",
+            "--targets",
+            "candle",
+            "--max-programs",
+            "256",
+            "--seed",
+            "1",
+            "--profile",
+            "quick",
+            "--shrink-time",
+            "5",
+            "--confirm",
+            "1",
+            "--baseline",
+            str(baseline),
+            "--out",
+            str(reports / name),
+            env=env,
+        )
         assert r.returncode == 1, r.stdout + r.stderr
-    first = sqlite3.connect(reports / "triage.sqlite").execute(
-        "SELECT started FROM runs ORDER BY started LIMIT 1").fetchone()[0]
+    first = (
+        sqlite3.connect(reports / "triage.sqlite")
+        .execute("SELECT started FROM runs ORDER BY started LIMIT 1")
+        .fetchone()[0]
+    )
     when = first[:16].replace("T", " ") + " UTC"
     md = (reports / "run2" / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| `planted-identity`"))
@@ -230,4 +318,6 @@ def test_a_store_written_before_runs_had_a_kind_is_opened_and_its_runs_kept(tmp_
         delta = db.record_run("run1", "2026-01-01T00:00:00Z", 10, [_record("sig-a")], kind="default on torch:cpu")
         assert delta.previous_run is None  # run0's kind is unknown
         assert db.db.execute("SELECT run, kind FROM runs ORDER BY run").fetchall() == [
-            ("run0", None), ("run1", "default on torch:cpu")]
+            ("run0", None),
+            ("run1", "default on torch:cpu"),
+        ]

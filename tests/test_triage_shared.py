@@ -18,8 +18,26 @@ from tests.test_campaign import fake_probe_dir
 
 def campaign(tmp_path: Path, machine: str, seed: int, triage: str, env) -> Path:
     out = tmp_path / machine / "reports" / f"run-{seed}"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "96", "--seed", str(seed), "--profile", "quick",
-                "--shrink-time", "5", "--confirm", "1", "--triage", triage, "--out", str(out), env=env)
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "96",
+        "--seed",
+        str(seed),
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "5",
+        "--confirm",
+        "1",
+        "--triage",
+        triage,
+        "--out",
+        str(out),
+        env=env,
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert "triage:" in r.stdout
     return out
@@ -56,8 +74,16 @@ def test_runs_recorded_at_once_are_all_kept(tmp_path, redis_url):
     # a fresh copy when another process wrote the store first, so none is lost.
     env = fake_probe_dir(tmp_path)
     folders = [campaign(tmp_path, f"m{i}", 10 + i, str(tmp_path / f"m{i}" / "local.sqlite"), env) for i in range(4)]
-    procs = [subprocess.Popen([PY, "-m", "harness.cli", "triage", "--record", str(f), "--store", redis_url], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for f in folders]
+    procs = [
+        subprocess.Popen(
+            [PY, "-m", "harness.cli", "triage", "--record", str(f), "--store", redis_url],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for f in folders
+    ]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -70,11 +96,26 @@ def test_runs_recorded_at_once_are_all_kept(tmp_path, redis_url):
 def test_an_unreachable_redis_store_is_one_line_and_the_run_is_kept(tmp_path):
     url = f"redis://127.0.0.1:{free_port()}/0"
     out = tmp_path / "reports" / "run"
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "16", "--seed", "1", "--profile", "quick",
-                "--triage", url, "--out", str(out), "--no-report", env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "16",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--triage",
+        url,
+        "--out",
+        str(out),
+        "--no-report",
+        env=fake_probe_dir(tmp_path),
+    )
     assert r.returncode in (0, 1), r.stderr
     assert "the run is not in the triage store" in r.stderr and "--triage redis://127.0.0.1" in r.stderr
-    assert len([l for l in r.stderr.splitlines() if "triage" in l]) == 1
+    assert len([text for text in r.stderr.splitlines() if "triage" in text]) == 1
     assert (out / "findings.json").exists()
     for args in (["triage", "--store", url], ["triage", "--store", url, "--set", "x", "wontfix"]):
         bad = run_cli(*args)

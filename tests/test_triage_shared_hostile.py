@@ -16,9 +16,26 @@ from tests.test_campaign import fake_probe_dir
 
 
 def _campaign(tmp_path: Path, out: Path, seed: int, triage: str | None = None) -> Path:
-    r = run_cli("fuzz", "--targets", "candle", "--max-programs", "24", "--seed", str(seed), "--profile", "quick",
-                "--shrink-time", "5", "--confirm", "1", "--no-report", "--out", str(out),
-                *(["--triage", triage] if triage else []), env=fake_probe_dir(tmp_path))
+    r = run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "24",
+        "--seed",
+        str(seed),
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "5",
+        "--confirm",
+        "1",
+        "--no-report",
+        "--out",
+        str(out),
+        *(["--triage", triage] if triage else []),
+        env=fake_probe_dir(tmp_path),
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     return out
 
@@ -57,8 +74,7 @@ def test_recording_into_redis_leaves_the_local_store_as_it_was(tmp_path, local_h
     assert _runs(copy) == {str(other.resolve()), str(run.resolve())}
 
 
-def test_an_empty_key_starts_from_a_copy_of_the_local_store_which_stays_as_it_was(tmp_path, local_history,
-                                                                                 redis_url):
+def test_an_empty_key_starts_from_a_copy_of_the_local_store_which_stays_as_it_was(tmp_path, local_history, redis_url):
     reports, store, run = local_history
     before = store.read_bytes()
     r = run_cli("triage", "--record", str(run), "--store", redis_url)
@@ -69,14 +85,16 @@ def test_an_empty_key_starts_from_a_copy_of_the_local_store_which_stays_as_it_wa
 
 
 @pytest.mark.parametrize("garbage", [b"this is no database", b"", b"SQLite format 3\x00" + b"\x00" * 84])
-def test_a_garbage_value_in_redis_is_one_line_and_nothing_local_changes(tmp_path, local_history, redis_url,
-                                                                       garbage):
+def test_a_garbage_value_in_redis_is_one_line_and_nothing_local_changes(tmp_path, local_history, redis_url, garbage):
     reports, store, run = local_history
     (run / "triage.json").unlink(missing_ok=True)  # what a test before this one recorded
     redis.Redis.from_url(redis_url).set(shared.KEY, garbage)
     before = store.read_bytes()
-    for args in (["triage", "--record", str(run), "--store", redis_url], ["triage", "--store", redis_url],
-                 ["triage", "--store", redis_url, "--set", "x", "wontfix"]):
+    for args in (
+        ["triage", "--record", str(run), "--store", redis_url],
+        ["triage", "--store", redis_url],
+        ["triage", "--store", redis_url, "--set", "x", "wontfix"],
+    ):
         r = run_cli(*args)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         lines = r.stderr.strip().splitlines()
@@ -89,8 +107,10 @@ def test_a_garbage_value_in_redis_is_one_line_and_nothing_local_changes(tmp_path
 def test_recheck_with_a_redis_store_records_there(tmp_path, redis_url):
     env = fake_probe_dir(tmp_path)
     baseline = tmp_path / "baseline.toml"
-    baseline.write_text('[[known]]\nid = "planted-clone"\nframeworks = ["candle"]\nmethod = "clone"\n'
-                        f'reason = "the planted bug"\ncase = "{CASES / "candle_clone_shares_storage.toml"}"\n')
+    baseline.write_text(
+        '[[known]]\nid = "planted-clone"\nframeworks = ["candle"]\nmethod = "clone"\n'
+        f'reason = "the planted bug"\ncase = "{CASES / "candle_clone_shares_storage.toml"}"\n'
+    )
     r = run_cli("recheck", "--store", redis_url, "--targets", "candle", "--baseline", str(baseline), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "still shows" in r.stdout and f"recorded in {redis_url}" in r.stdout, r.stdout

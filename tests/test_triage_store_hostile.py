@@ -23,8 +23,16 @@ from tests.test_campaign import fake_probe_dir
 
 
 def _record(signature: str, status: str = "new", baseline: str | None = None):
-    return FindingRecord.from_json({"signature": signature, "kind": "value", "status": status, "baseline": baseline,
-                                    "sentence": f"{signature} diverges", "versions": {"candle:cpu": {"candle": "0.11.1"}}})
+    return FindingRecord.from_json(
+        {
+            "signature": signature,
+            "kind": "value",
+            "status": status,
+            "baseline": baseline,
+            "sentence": f"{signature} diverges",
+            "versions": {"candle:cpu": {"candle": "0.11.1"}},
+        }
+    )
 
 
 def _store(path: Path) -> Path:
@@ -118,8 +126,12 @@ def _read_only(folder: Path):
 
     def run(*args: str) -> subprocess.CompletedProcess:
         script = 'mount --bind -o ro "$0" "$0" && cd "$1" && shift && exec "$@"'
-        return subprocess.run(["unshare", "-m", "sh", "-c", script, str(folder), str(ROOT), PY, "-m", "harness.cli",
-                               *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, str(folder), str(ROOT), PY, "-m", "harness.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     yield run
 
@@ -141,12 +153,20 @@ def test_an_older_store_on_read_only_media_is_listed_and_a_write_is_one_line(tmp
 # ---- a damaged store, damaged files beside it (fault 9) -----------------------------------------
 
 
-@pytest.mark.parametrize("damage,said", [
-    ("UPDATE sightings SET versions = '{not json' WHERE cause = 'sig-b'", "root cause 'sig-b': table sightings: versions"),
-    ("UPDATE sightings SET versions = '[1, 2]' WHERE cause = 'sig-a' AND run = 'run1'",
-     "root cause 'sig-a': table sightings: versions"),
-    ("UPDATE runs SET started = NULL WHERE run = 'run1'", "table runs, run 'run1': started"),
-])
+@pytest.mark.parametrize(
+    "damage,said",
+    [
+        (
+            "UPDATE sightings SET versions = '{not json' WHERE cause = 'sig-b'",
+            "root cause 'sig-b': table sightings: versions",
+        ),
+        (
+            "UPDATE sightings SET versions = '[1, 2]' WHERE cause = 'sig-a' AND run = 'run1'",
+            "root cause 'sig-a': table sightings: versions",
+        ),
+        ("UPDATE runs SET started = NULL WHERE run = 'run1'", "table runs, run 'run1': started"),
+    ],
+)
 def test_a_damaged_row_is_one_line_naming_the_table_row_and_field(tmp_path, damage, said):
     path = tmp_path / "triage.sqlite"
     with sqlite3.connect(path) as db:  # runs.started without NOT NULL: a store another tool wrote
@@ -178,10 +198,18 @@ def _locked(path: Path, how: str):
     """Another process holding a real SQLite lock on ``path`` (``BEGIN EXCLUSIVE``: no reader
     either; ``BEGIN IMMEDIATE``: no other writer) until the block ends."""
     holder = subprocess.Popen(
-        [PY, "-c", "import sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
-                   f"db.execute('BEGIN {how}'); db.execute(\"UPDATE causes SET sentence = sentence\"); "
-                   "print('locked', flush=True); sys.stdin.read()", str(path)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [
+            PY,
+            "-c",
+            "import sqlite3, sys; db = sqlite3.connect(sys.argv[1], isolation_level=None); "
+            f"db.execute('BEGIN {how}'); db.execute(\"UPDATE causes SET sentence = sentence\"); "
+            "print('locked', flush=True); sys.stdin.read()",
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         yield
@@ -219,8 +247,25 @@ def test_duplicate_of_an_unknown_cause_is_refused(tmp_path):
 
 
 def _campaign(tmp_path: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return run_cli("fuzz", "--targets", "candle", "--max-programs", "24", "--seed", "1", "--profile", "quick",
-                   "--shrink-time", "5", "--confirm", "1", "--out", str(out), *extra, env=fake_probe_dir(tmp_path))
+    return run_cli(
+        "fuzz",
+        "--targets",
+        "candle",
+        "--max-programs",
+        "24",
+        "--seed",
+        "1",
+        "--profile",
+        "quick",
+        "--shrink-time",
+        "5",
+        "--confirm",
+        "1",
+        "--out",
+        str(out),
+        *extra,
+        env=fake_probe_dir(tmp_path),
+    )
 
 
 def _damaged_store(path: Path) -> Path:
@@ -256,10 +301,13 @@ def test_a_report_drawn_beside_a_damaged_store_warns_in_one_line(tmp_path):
     assert (reports / "run1" / "report.md").is_file()
 
 
-@pytest.mark.parametrize("edit,named", [
-    (lambda doc: doc.update(previous_run=5), "previous_run"),
-    (lambda doc: doc.update(first_seen="sig-a"), "first_seen"),
-])
+@pytest.mark.parametrize(
+    "edit,named",
+    [
+        (lambda doc: doc.update(previous_run=5), "previous_run"),
+        (lambda doc: doc.update(first_seen="sig-a"), "first_seen"),
+    ],
+)
 def test_a_damaged_triage_json_is_one_line_naming_the_file_and_field(tmp_path, edit, named):
     run = tmp_path / "reports" / "run1"
     r = _campaign(tmp_path, run, "--no-report")

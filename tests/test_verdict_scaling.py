@@ -21,12 +21,21 @@ from harness.case.ir import names_bound, shapes_before
 from harness.fuzzing.generation import generate
 from harness.judging import trace as trace_module
 from harness.judging.trace import (
-    Event, Observation, SnapshotInfo, StepResult, Trace, Verdict, _view, relation_key, same_values, snapshots,
-    verdicts, writes_into,
+    Event,
+    Observation,
+    SnapshotInfo,
+    StepResult,
+    Trace,
+    Verdict,
+    _view,
+    relation_key,
+    same_values,
+    snapshots,
+    verdicts,
+    writes_into,
 )
 from tests.conftest import targets_runner
 from tests.long_programs import long_program, storage_trace
-
 
 # ---------------------------------------------------------------------------------------------
 # The reference: each relation walks every later op.
@@ -112,8 +121,14 @@ def random_trace(program, rng: random.Random) -> Trace:
     hidden = {n for n in names_bound(program) if rng.random() < 0.1}
 
     def obs(shape) -> Observation:
-        return Observation.from_wire({"shape": list(shape), "value": [rng.choice([0.0, 1.0, 2.0]) for _ in range(math.prod(shape))],
-                                      "identity": f"t{rng.randint(0, 3)}", "device": "cpu"})
+        return Observation.from_wire(
+            {
+                "shape": list(shape),
+                "value": [rng.choice([0.0, 1.0, 2.0]) for _ in range(math.prod(shape))],
+                "identity": f"t{rng.randint(0, 3)}",
+                "device": "cpu",
+            }
+        )
 
     initial = {n: obs(shape) for n, shape in shapes_before(program, 0).items() if n not in hidden}
     steps = []

@@ -40,16 +40,16 @@ VIEW_METHODS = ("expand", "permute", "flip", "narrow", "unsqueeze", "squeeze", "
 #: Why each is a view or a copy in torch (test_torch_target.py's tables cover the other methods).
 TORCH_DOCS = {
     "expand": "Tensor.expand docs: 'Returns a new view of the self tensor with singleton dimensions "
-              "expanded to a larger size ... setting the stride to 0'",
+    "expanded to a larger size ... setting the stride to 0'",
     "permute": "torch.permute docs: 'Returns a view of the original tensor input with its dimensions permuted'",
     "flip": "torch.flip docs: 'torch.flip makes a copy of input's data'",
     "narrow": "torch.narrow docs: 'The returned tensor and input tensor share the same underlying storage'",
     "unsqueeze": "torch.unsqueeze docs: 'The returned tensor shares the same underlying data with this tensor'",
     "squeeze": "torch.squeeze docs: 'The returned tensor shares the storage with the input tensor'",
     "chunk": "torch.chunk docs: 'Attempts to split a tensor into the specified number of chunks. Each "
-             "chunk is a view of the input tensor'",
+    "chunk is a view of the input tensor'",
     "select": "torch.select docs: 'This function returns a view of the original tensor with the given "
-              "dimension removed'",
+    "dimension removed'",
 }
 COPIES = {"flip"}
 
@@ -68,8 +68,14 @@ CASES = {
 }
 # The source after `fill(s, 9)` where the snapshot shares its storage: the elements it covers.
 FILLED = {
-    "expand": [9, 9, 9, 9], "permute": [9, 9, 9, 9], "flip": [1, 2, 3, 4], "narrow": [1, 2, 9, 9, 9, 9],
-    "unsqueeze": [9, 9, 9, 9], "squeeze": [9, 9], "chunk": [9, 9, 9, 9, 5, 6], "select": [9, 9, 3, 4],
+    "expand": [9, 9, 9, 9],
+    "permute": [9, 9, 9, 9],
+    "flip": [1, 2, 3, 4],
+    "narrow": [1, 2, 9, 9, 9, 9],
+    "unsqueeze": [9, 9, 9, 9],
+    "squeeze": [9, 9],
+    "chunk": [9, 9, 9, 9, 5, 6],
+    "select": [9, 9, 3, 4],
 }
 SHARING = ("torch:cpu", "candle:cpu")
 VALUES = ("burn:flex", "burn:ndarray")
@@ -100,8 +106,11 @@ def across_write(runner):
     out = {}
     for m in VIEW_METHODS:
         shape, row = CASES[m][0], CASES[m][3]
-        program = _program(m, {"op": "write", "target": "w", "index": row, "value": [10.0] * math.prod(shape[1:])},
-                           {"op": "step", "optimizer": "sgd", "lr": 1.0})
+        program = _program(
+            m,
+            {"op": "write", "target": "w", "index": row, "value": [10.0] * math.prod(shape[1:])},
+            {"op": "step", "optimizer": "sgd", "lr": 1.0},
+        )
         out[m] = (program, runner.run_one(program, every_target=True))
     return out
 
@@ -163,9 +172,12 @@ def test_torch_expand_is_a_stride_0_view_that_refuses_a_whole_write(runner):
     e = _view("expand", w)  # the torch target's own call
     assert e.shape == (2, 2, 2) and e.stride()[0] == 0
     assert e.untyped_storage().data_ptr() == w.untyped_storage().data_ptr()
-    program = _program("expand", {"op": "write", "target": "s", "value": [7.0] * 8},
-                       {"op": "scale", "target": "s", "factor": 2.0},
-                       {"op": "write", "target": "s", "index": 1, "value": [5.0] * 4})
+    program = _program(
+        "expand",
+        {"op": "write", "target": "s", "value": [7.0] * 8},
+        {"op": "scale", "target": "s", "factor": 2.0},
+        {"op": "write", "target": "s", "index": 1, "value": [5.0] * 4},
+    )
     traces = runner.run_one(program, every_target=True)
     t = traces["torch:cpu"]
     # copy_ and mul_ check for internal overlap (ATen `assert_no_internal_overlap`): the message
@@ -190,8 +202,9 @@ def test_torch_expand_is_a_stride_0_view_that_refuses_a_whole_write(runner):
 def test_candle_refuses_a_write_into_a_permuted_view(runner):
     # tensor.rs `permute` swaps strides: not contiguous, so `slice_set` refuses it (torch's
     # `copy_` writes through the strides into w).
-    traces = runner.run_one(_program("permute", {"op": "write", "target": "s", "value": [7.0, 8.0, 9.0, 6.0]}),
-                            every_target=True)
+    traces = runner.run_one(
+        _program("permute", {"op": "write", "target": "s", "value": [7.0, 8.0, 9.0, 6.0]}), every_target=True
+    )
     c, t = traces["candle:cpu"], traces["torch:cpu"]
     assert c.steps[1].status == "error" and "slice-set only supports contiguous tensors" in c.steps[1].message
     assert t.steps[1].status == "ok" and _flat(t, 1, "w") == [7, 9, 8, 6]  # s[0, j, k] = w[k, 0, j]
@@ -202,8 +215,12 @@ def test_candle_refuses_a_write_into_a_permuted_view(runner):
 
 #: Per method: a source shape it does not apply to, and what the error says it needs.
 REFUSED = {
-    "expand": ((2, 1, 2), "rank 2 or less"), "permute": ((2, 2), "rank 3"), "narrow": ((1, 3), "2 rows or more"),
-    "unsqueeze": ((1, 1, 2), "rank 2 or less"), "squeeze": ((2, 2), "one row"), "chunk": ((1,), "2 rows or more"),
+    "expand": ((2, 1, 2), "rank 2 or less"),
+    "permute": ((2, 2), "rank 3"),
+    "narrow": ((1, 3), "2 rows or more"),
+    "unsqueeze": ((1, 1, 2), "rank 2 or less"),
+    "squeeze": ((2, 2), "one row"),
+    "chunk": ((1,), "2 rows or more"),
     "select": ((3,), "rank 2 or more"),
 }
 
@@ -221,25 +238,32 @@ def test_a_method_on_a_shape_it_does_not_apply_to_is_refused_naming_the_field(me
 
 def test_a_squeeze_of_a_case_file_is_one_line_on_the_command_line(tmp_path):
     bad = tmp_path / "bad.toml"
-    bad.write_text('format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[1.0, 2.0], [3.0, 4.0]] }\n'
-                   '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = "squeeze"\n')
+    bad.write_text(
+        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[1.0, 2.0], [3.0, 4.0]] }\n'
+        '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = "squeeze"\n'
+    )
     r = run_cli("repro", str(bad), "--targets", "torch:cpu")
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout)
-    assert r.stderr.strip() == (f"aliasfuzz: {bad}: ops[0].method: squeeze needs a tensor of rank 2 or more with one "
-                                "row, not one of shape [2, 2]")
+    assert r.stderr.strip() == (
+        f"aliasfuzz: {bad}: ops[0].method: squeeze needs a tensor of rank 2 or more with one "
+        "row, not one of shape [2, 2]"
+    )
 
 
 def test_the_table_shapes_are_what_numpy_views_give():
     a = np.arange(12, dtype=np.float32)
     for shape in [(3,), (2, 3), (1, 3), (3, 2, 2), (1, 2, 2), (3, 1)]:
-        x = a[:math.prod(shape)].reshape(shape)
+        x = a[: math.prod(shape)].reshape(shape)
         for m in VIEW_METHODS:
             spec = ops.METHODS_BY_NAME[m]
             if spec.accepts(shape):
                 assert ops.apply_view(m, x).shape == ops.snapshot_shape(m, shape), (m, shape)
                 # .copy(): fresh C-order strides (numpy keeps a flipped one-row array's negative
                 # stride as "contiguous", which torch.from_numpy refuses)
-                assert torch.equal(_view(m, torch.from_numpy(x)), torch.from_numpy(ops.apply_view(m, x).copy())), (m, shape)
+                assert torch.equal(_view(m, torch.from_numpy(x)), torch.from_numpy(ops.apply_view(m, x).copy())), (
+                    m,
+                    shape,
+                )
 
 
 @pytest.mark.parametrize("profile", ["quick", "default"])
@@ -263,8 +287,14 @@ def test_the_generator_draws_every_view_on_a_source_it_accepts(profile):
 
 #: Per method: a larger source than it needs, and the smallest one the minimizer can shrink it to.
 SHRINKS = {
-    "expand": ((3, 2), (1,)), "permute": ((2, 3, 2), (1, 1, 1)), "flip": ((3, 2), (1,)), "narrow": ((3, 2), (2,)),
-    "unsqueeze": ((3, 2), (1,)), "squeeze": ((1, 3, 2), (1, 1)), "chunk": ((3, 3), (2,)), "select": ((2, 3, 2), (1, 1)),
+    "expand": ((3, 2), (1,)),
+    "permute": ((2, 3, 2), (1, 1, 1)),
+    "flip": ((3, 2), (1,)),
+    "narrow": ((3, 2), (2,)),
+    "unsqueeze": ((3, 2), (1,)),
+    "squeeze": ((1, 3, 2), (1, 1)),
+    "chunk": ((3, 3), (2,)),
+    "select": ((2, 3, 2), (1, 1)),
 }
 
 
@@ -273,11 +303,17 @@ def test_the_minimizer_shrinks_a_view_only_to_shapes_it_accepts(method):
     big, smallest = SHRINKS[method]
     w = TensorDecl("w", "param", big, tuple(float(i + 2) for i in range(math.prod(big))))
     out_shape = ops.snapshot_shape(method, big)
-    program = Program((w,), check_program((w,), [
-        {"op": "snapshot", "name": "s", "of": "w", "method": method},
-        {"op": "write", "target": "s", "index": 0, "value": [3.0] * math.prod(out_shape[1:])},
-        {"op": "step", "optimizer": "sgd", "lr": 0.5},
-    ]))
+    program = Program(
+        (w,),
+        check_program(
+            (w,),
+            [
+                {"op": "snapshot", "name": "s", "of": "w", "method": method},
+                {"op": "write", "target": "s", "index": 0, "value": [3.0] * math.prod(out_shape[1:])},
+                {"op": "step", "optimizer": "sgd", "lr": 0.5},
+            ],
+        ),
+    )
     candidates = []
 
     def shows(batch):  # TEST DOUBLE of a signature: the view and a write into it are still there

@@ -102,9 +102,13 @@ def test_the_text_reader_reads_this_workflow_as_yaml_would():
               - name: last
                 run: echo hi
         """)
-    assert _steps_by_text(text) == {"a": [{"uses": "actions/checkout@v4"},
-                                          {"name": "junit", "id": "junit", "run": 'one "two"\n\nthree\n'},
-                                          {"name": "last", "run": "echo hi"}]}
+    assert _steps_by_text(text) == {
+        "a": [
+            {"uses": "actions/checkout@v4"},
+            {"name": "junit", "id": "junit", "run": 'one "two"\n\nthree\n'},
+            {"name": "last", "run": "echo hi"},
+        ]
+    }
 
 
 def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
@@ -121,10 +125,18 @@ def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
         assert 'SEED="${{ github.run_number }}"' in steps[job][fuzz]["run"]
         store = "restore the triage store (root causes across nightly runs)"
         fail = "fail on new, regressed or changed root causes"
-        assert (names.index(store) < fuzz < names.index("junit") < names.index("recheck")
-                < names.index("save the triage store") < names.index(fail))
-        assert step(job, fail)["if"] == ("steps.junit.outputs.failures != '0' || steps.recheck.outputs.changed != '0'"
-                                         " || steps.recheck.outputs.regressed != '0'")
+        assert (
+            names.index(store)
+            < fuzz
+            < names.index("junit")
+            < names.index("recheck")
+            < names.index("save the triage store")
+            < names.index(fail)
+        )
+        assert step(job, fail)["if"] == (
+            "steps.junit.outputs.failures != '0' || steps.recheck.outputs.changed != '0'"
+            " || steps.recheck.outputs.regressed != '0'"
+        )
     assert step("linux-cpu", "recheck")["run"] == step("macos-metal", "recheck")["run"]
 
 
@@ -139,8 +151,9 @@ def checkout_like(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("checkout")
     (root / ".venv").symlink_to(ROOT / ".venv")
     run = root / "reports" / "run-x"
-    r = run_cli("fuzz", "--targets", "torch:cpu", "--max-programs", "16", "--seed", "1", "--profile", "quick",
-                "--out", str(run))
+    r = run_cli(
+        "fuzz", "--targets", "torch:cpu", "--max-programs", "16", "--seed", "1", "--profile", "quick", "--out", str(run)
+    )
     assert r.returncode in (0, 1), r.stdout + r.stderr
     assert (run / "findings.json").is_file()
     (root / "reports" / "latest").symlink_to("run-x")
@@ -152,8 +165,14 @@ def _run_step(script: str, cwd: Path) -> tuple[subprocess.CompletedProcess, Path
     output = cwd / "github-output"
     output.write_text("")
     env = {**os.environ, "GITHUB_OUTPUT": str(output), "PYTHONPATH": str(ROOT)}
-    r = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], cwd=cwd,
-                       capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     return r, output
 
 
@@ -194,8 +213,10 @@ def test_recheck_step_says_changed_when_a_cause_came_back(checkout_like):
     # An earlier recheck that found the entry gone: tonight it shows again, a change to look at.
     store = checkout_like / "reports" / "triage.sqlite"
     with sqlite3.connect(store) as db:
-        db.execute("INSERT INTO rechecks VALUES ('candle-clone-shares-storage', '9999-01-01T00:00:00.000000Z', "
-                   "'no longer shows', '{}', '[]')")
+        db.execute(
+            "INSERT INTO rechecks VALUES ('candle-clone-shares-storage', '9999-01-01T00:00:00.000000Z', "
+            "'no longer shows', '{}', '[]')"
+        )
     r, output = _run_step(step("linux-cpu", "recheck")["run"], checkout_like)
     assert r.returncode == 0, r.stdout + r.stderr  # the step reports; the last step fails the run
     assert output.read_text().splitlines() == ["changed=1", "regressed=0"]
@@ -217,8 +238,13 @@ def test_junit_step_fails_with_one_line_without_a_latest_run(tmp_path):
 
 
 def make(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([MAKE, "--no-print-directory", "-C", str(ROOT), *args], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [MAKE, "--no-print-directory", "-C", str(ROOT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @needs_make
@@ -268,8 +294,9 @@ fi
 
 
 @needs_make
-@pytest.mark.parametrize("status, make_ok, linked", [(0, True, True), (1, True, True), (2, False, False),
-                                                    (3, False, True)])
+@pytest.mark.parametrize(
+    "status, make_ok, linked", [(0, True, True), (1, True, True), (2, False, False), (3, False, True)]
+)
 def test_make_fuzz_links_reports_latest_to_the_run_it_wrote(tmp_path, status, make_ok, linked):
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)

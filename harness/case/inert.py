@@ -23,8 +23,9 @@ leaves a valid program, because no other op reads what they bind.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from harness.case import ops
 from harness.case.ir import per_program
@@ -43,7 +44,7 @@ class Inert:
 
 
 def _uses_later(program, i: int, names: set[str]) -> bool:
-    return any(set(ops.reads(op)) & names for op in program.ops[i + 1:])
+    return any(set(ops.reads(op)) & names for op in program.ops[i + 1 :])
 
 
 def _mode_before(program, i: int) -> str:
@@ -93,8 +94,12 @@ def inert_at(program, i: int) -> Inert | None:
         return Inert((i,), label, frozenset(bound))
     if op["op"] == "read" and not _draws(program, op["target"]):
         return Inert((i,), "read", frozenset())
-    if op["op"] == "valid" and i + 1 < len(program.ops) and program.ops[i + 1]["op"] == "train" \
-            and _mode_before(program, i) == "train":
+    if (
+        op["op"] == "valid"
+        and i + 1 < len(program.ops)
+        and program.ops[i + 1]["op"] == "train"
+        and _mode_before(program, i) == "train"
+    ):
         return Inert((i, i + 1), "valid+train", frozenset())
     return None
 
@@ -116,8 +121,10 @@ def check_inert(program, indices: Sequence[int]) -> Inert:
         raise ValueError(f"expected ascending op indices of this case (0 to {len(program.ops) - 1})")
     found = inert_at(program, idx[0])
     if found is None or found.ops != idx:
-        raise ValueError(f"ops {list(idx)} are not an inert group (an unused snapshot or module_clone, "
-                         "a read of a deterministic tensor, or valid then train in training mode)")
+        raise ValueError(
+            f"ops {list(idx)} are not an inert group (an unused snapshot or module_clone, "
+            "a read of a deterministic tensor, or valid then train in training mode)"
+        )
     return found
 
 
@@ -145,8 +152,9 @@ def _fresh(taken: set[str], stem: str) -> str:
     return f"{stem}{k}"
 
 
-def _insertions(program, at: int, shapes: Mapping[str, tuple[int, ...]], taken: set[str],
-                rng: random.Random) -> list[dict[str, Any]]:
+def _insertions(
+    program, at: int, shapes: Mapping[str, tuple[int, ...]], taken: set[str], rng: random.Random
+) -> list[dict[str, Any]]:
     """Candidate inert op groups to insert before op ``at``; ``shapes`` are the names bound then."""
     out: list[list[dict[str, Any]]] = [[{"op": "module_clone", "name": _fresh(taken, "z")}]]
     roles = {t.name: t.kind for t in program.tensors}
@@ -154,9 +162,13 @@ def _insertions(program, at: int, shapes: Mapping[str, tuple[int, ...]], taken: 
     names = [n for n in sorted(shapes) if not _draws(program, n)]
     if names:
         of = rng.choice(names)
-        methods = [m for m in ops.METHOD_TABLE if m.accepts(shapes[of])
-                   and (roles.get(of, "running" if of in model else "snapshot") in m.sources)
-                   and not _snapshot_draws(program, {"method": m.name, "of": of})]
+        methods = [
+            m
+            for m in ops.METHOD_TABLE
+            if m.accepts(shapes[of])
+            and (roles.get(of, "running" if of in model else "snapshot") in m.sources)
+            and not _snapshot_draws(program, {"method": m.name, "of": of})
+        ]
         if methods:
             out.append([{"op": "snapshot", "name": _fresh(taken, "z"), "of": of, "method": rng.choice(methods).name}])
         out.append([{"op": "read", "target": rng.choice(names)}])

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import tomli_w
 
@@ -27,15 +28,15 @@ from harness.case import ops
 from harness.case import values as cv
 from harness.case.layers import LayerDecl, check_decls, check_layer
 from harness.case.op_checks import Scope, check_op, is_identifier
+from harness.case.ops import LAZY_INITS, TENSOR_KINDS
 from harness.errors import InputError
 
 FORMAT = "aliasfuzz-case/1"
 
-from harness.case.ops import LAZY_INITS, TENSOR_KINDS
-
 #: Largest tensor a case may declare: aliasing needs a few elements, and a huge lazy shape would
 #: make a probe's allocation abort the process rather than fail one op.
 MAX_NUMEL = 4096
+
 
 class CaseError(InputError, ValueError):
     """A malformed case. ``str()`` is the one-line message users see: file, location, field."""
@@ -113,7 +114,7 @@ class Program:
         """What the model holds by name (``ops.model_names``): what a prefix binds."""
         return ops.model_names(self.tensors, self.layers)
 
-    def with_ops(self, ops: Iterable[Mapping[str, Any]]) -> "Program":
+    def with_ops(self, ops: Iterable[Mapping[str, Any]]) -> Program:
         """The program with other ops (and no ``inert`` group: its indices were of the old ops)."""
         return replace(self, ops=tuple(ops), inert=())
 
@@ -152,12 +153,15 @@ def _nest(flat: Sequence[float], shape: Sequence[int]) -> Any:
     if len(shape) == 1:
         return list(flat)
     step = math.prod(shape[1:])
-    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
 def _shape_ok(shape: Any) -> bool:
-    return (isinstance(shape, (list, tuple)) and 1 <= len(shape) <= cv.MAX_RANK
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape))
+    return (
+        isinstance(shape, (list, tuple))
+        and 1 <= len(shape) <= cv.MAX_RANK
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape)
+    )
 
 
 def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
@@ -166,7 +170,7 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
     if not is_identifier(name):
         raise err(where, "tensor names are identifiers (letters, digits, '_')")
     if not isinstance(raw, dict):
-        raise err(where, "expected a table like { kind = \"param\", value = [...] }")
+        raise err(where, 'expected a table like { kind = "param", value = [...] }')
     allowed = {"kind", "value", "grad", "shape", "init", "fill", "seed"}
     for key in raw:
         if key not in allowed:
@@ -182,13 +186,13 @@ def _check_tensor(name: str, raw: Any, err) -> TensorDecl:
         if init not in LAZY_INITS:
             raise err(f"{where}.init", f"must be one of {', '.join(LAZY_INITS)}, got {cv.brief(init)}")
         if init == "const" and not cv.is_number(raw.get("fill")):
-            raise err(f"{where}.fill", "init = \"const\" needs a number fill")
+            raise err(f"{where}.fill", 'init = "const" needs a number fill')
         fill = cv.f32(raw["fill"], f"{where}.fill", err) if init == "const" else None
         # A const tensor does not use its seed: absent stays None (as the generator makes it),
         # so that writing a case and reading it back gives the same program (and key).
         default_seed = 0 if init == "uniform" else None
         if "seed" in raw and init == "program_rng":
-            raise err(f"{where}.seed", "init = \"program_rng\" draws from the program's one generator: no seed")
+            raise err(f"{where}.seed", 'init = "program_rng" draws from the program\'s one generator: no seed')
         seed = cv.seed(raw["seed"], f"{where}.seed", err) if "seed" in raw else default_seed
         if "value" in raw:
             raise err(f"{where}.value", "lazy tensors have no value: use init and fill")
@@ -246,7 +250,7 @@ def _check_decl(t: Any, seen: set[str], err) -> None:
             cv.f32(t.fill, f"{where}.fill", err)
         if t.seed is not None:
             if t.init == "program_rng":
-                raise err(f"{where}.seed", "init = \"program_rng\" draws from the program's one generator: no seed")
+                raise err(f"{where}.seed", 'init = "program_rng" draws from the program\'s one generator: no seed')
             cv.seed(t.seed, f"{where}.seed", err)
     else:
         cv.flat_values(t.value, t.numel, f"{where}.value", err)
@@ -256,15 +260,22 @@ def _check_decl(t: Any, seen: set[str], err) -> None:
         cv.flat_values(t.grad, t.numel, f"{where}.grad", err)
 
 
-def _check_ops(tensors: Sequence[TensorDecl], ops: Any, err, layers: Sequence[LayerDecl] = ()) -> tuple[dict[str, Any], ...]:
+def _check_ops(
+    tensors: Sequence[TensorDecl], ops: Any, err, layers: Sequence[LayerDecl] = ()
+) -> tuple[dict[str, Any], ...]:
     if not isinstance(ops, (list, tuple)):
         raise err("ops", "expected an array of [[ops]] tables")
     scope = Scope(tensors, layers)
     return tuple(cv.guarded(f"ops[{i}]", err, check_op, raw, i, scope, err) for i, raw in enumerate(ops))
 
 
-def check_program(tensors: Sequence[TensorDecl], ops: Sequence[Mapping[str, Any]], path=None,
-                  layers: Sequence[LayerDecl] = (), dtype: str = "f32") -> tuple[dict[str, Any], ...]:
+def check_program(
+    tensors: Sequence[TensorDecl],
+    ops: Sequence[Mapping[str, Any]],
+    path=None,
+    layers: Sequence[LayerDecl] = (),
+    dtype: str = "f32",
+) -> tuple[dict[str, Any], ...]:
     """Validates a program built in code (the generator, the minimizer, a corpus entry read
     back): its tensor and layer declarations, with the checks a case file's get, and its ops (raw
     or canonical). Returns the ops canonical. Raises ``CaseError``, and only that."""
@@ -328,14 +339,16 @@ def _parse_case(doc: Any, err) -> Program:
     raw_tensors = doc.get("tensors")
     if not isinstance(raw_tensors, dict) or not raw_tensors:
         raise err("tensors", "missing or empty [tensors] table")
-    tensors = tuple(cv.guarded(f"tensors.{name}", err, _check_tensor, name, raw, err)
-                    for name, raw in raw_tensors.items())
+    tensors = tuple(
+        cv.guarded(f"tensors.{name}", err, _check_tensor, name, raw, err) for name, raw in raw_tensors.items()
+    )
     raw_layers = doc.get("layers", {})
     if not isinstance(raw_layers, dict):
         raise err("layers", "expected a [layers] table")
     taken = {t.name for t in tensors}
-    layers = tuple(cv.guarded(f"layers.{name}", err, check_layer, name, raw, taken, err)
-                   for name, raw in raw_layers.items())
+    layers = tuple(
+        cv.guarded(f"layers.{name}", err, check_layer, name, raw, taken, err) for name, raw in raw_layers.items()
+    )
     ops = _check_ops(tensors, doc.get("ops", []), err, layers)
     _check_exact(tensors, ops, dtype, err)
     title = doc.get("title", "")
@@ -445,13 +458,18 @@ def names_bound(program: Program) -> list[str]:
     from harness.case.layers import state_names
 
     params = program.model_names
-    return ([t.name for t in program.tensors] + state_names(program.layers)
-            + [b.name for op in program.ops for b in ops.bindings(op, params)])
+    return (
+        [t.name for t in program.tensors]
+        + state_names(program.layers)
+        + [b.name for op in program.ops for b in ops.bindings(op, params)]
+    )
 
 
 def shapes_before(program: Program, at: int) -> dict[str, tuple[int, ...]]:
     """Every name bound before op ``at`` (``at`` may be ``len(program.ops)``) and its shape."""
-    last = {t.name: t.shape for t in program.tensors} | {n: shape for layer in program.layers for n, shape, _ in layer.states()}
+    last = {t.name: t.shape for t in program.tensors} | {
+        n: shape for layer in program.layers for n, shape, _ in layer.states()
+    }
     for i, _, shapes in ops.walk(program.tensors, program.ops, program.layers):
         if i == at:
             return dict(shapes)

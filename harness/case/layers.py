@@ -21,8 +21,9 @@ so it never equals a tensor or snapshot name (identifiers), and a prefix ``<x>``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from harness.case import values as cv
 
@@ -91,7 +92,7 @@ def check_layer(name: Any, raw: Any, taken: set[str], err, where: str | None = N
     if name in taken:
         raise err(where, "already declared (a tensor or a layer)")
     if not isinstance(raw, dict):
-        raise err(where, "expected a table like { kind = \"batch_norm\", features = 2, momentum = 0.1 }")
+        raise err(where, 'expected a table like { kind = "batch_norm", features = 2, momentum = 0.1 }')
     kind = raw.get("kind")
     if kind not in LAYER_KINDS:
         raise err(f"{where}.kind", f"must be one of {', '.join(LAYER_KINDS)}, got {cv.brief(kind)}")

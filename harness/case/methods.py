@@ -9,8 +9,9 @@ the Rust protocol's ``Method`` enum and every probe's handshake name exactly the
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,36 +49,85 @@ METHOD_TABLE: tuple[MethodSpec, ...] = (
     MethodSpec("to_home", "to() the device it is already on"),
     MethodSpec("to_cpu", "to() the CPU"),
     MethodSpec("contiguous", "contiguous()"),
-    MethodSpec("reshape", "reshape to one dimension", shape=lambda s: (math.prod(s),),
-               view=lambda a: a.reshape(-1)),
+    MethodSpec("reshape", "reshape to one dimension", shape=lambda s: (math.prod(s),), view=lambda a: a.reshape(-1)),
     MethodSpec("view_row", "the first row as a view", shape=lambda s: (1,) + s[1:], view=lambda a: a[0:1]),
-    MethodSpec("transpose", "the last two dimensions swapped", shape=lambda s: s[:-2] + (s[-1], s[-2]),
-               view=lambda a: a.swapaxes(-1, -2), accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
-    MethodSpec("state_dict", "the entry of the model's state dict", sources=("param", "buffer", "lazy", "running"),
-               whole_model=True),
+    MethodSpec(
+        "transpose",
+        "the last two dimensions swapped",
+        shape=lambda s: s[:-2] + (s[-1], s[-2]),
+        view=lambda a: a.swapaxes(-1, -2),
+        accepts=lambda s: len(s) >= 2,
+        needs="a tensor of rank 2 or more",
+    ),
+    MethodSpec(
+        "state_dict",
+        "the entry of the model's state dict",
+        sources=("param", "buffer", "lazy", "running"),
+        whole_model=True,
+    ),
     MethodSpec("deepcopy", "a deep copy of the tensor"),
     MethodSpec("to_host", "read to the host and made a tensor again"),
     MethodSpec("save_load", "saved to a file and loaded back", whole_model=True),
     # Views whose arguments come from the source's shape (issue #16). Ranks stay within 1..3, the
     # ranks a case's tensors have (and the burn probe's values: vals.rs).
-    MethodSpec("expand", "a new first dimension of 2, broadcast (stride 0)", shape=lambda s: (2,) + s,
-               view=lambda a: np.broadcast_to(a[None], (2,) + a.shape), accepts=lambda s: len(s) <= 2,
-               needs="a tensor of rank 2 or less"),
-    MethodSpec("permute", "the dimensions rotated left (1, 2, 0)", shape=lambda s: s[1:] + s[:1],
-               view=lambda a: a.transpose(tuple(range(1, a.ndim)) + (0,)), accepts=lambda s: len(s) == 3,
-               needs="a tensor of rank 3"),
+    MethodSpec(
+        "expand",
+        "a new first dimension of 2, broadcast (stride 0)",
+        shape=lambda s: (2,) + s,
+        view=lambda a: np.broadcast_to(a[None], (2,) + a.shape),
+        accepts=lambda s: len(s) <= 2,
+        needs="a tensor of rank 2 or less",
+    ),
+    MethodSpec(
+        "permute",
+        "the dimensions rotated left (1, 2, 0)",
+        shape=lambda s: s[1:] + s[:1],
+        view=lambda a: a.transpose(tuple(range(1, a.ndim)) + (0,)),
+        accepts=lambda s: len(s) == 3,
+        needs="a tensor of rank 3",
+    ),
     # Where it shared storage, a flip would show the rows reversed: no framework's flip does.
     MethodSpec("flip", "the first dimension reversed", view=lambda a: a[::-1]),
-    MethodSpec("narrow", "rows 1.. (narrow(0, 1, n - 1))", shape=lambda s: (s[0] - 1,) + s[1:], view=lambda a: a[1:],
-               accepts=lambda s: s[0] >= 2, needs="a tensor of 2 rows or more"),
-    MethodSpec("unsqueeze", "a new first dimension of 1", shape=lambda s: (1,) + s, view=lambda a: a[None],
-               accepts=lambda s: len(s) <= 2, needs="a tensor of rank 2 or less"),
-    MethodSpec("squeeze", "the first dimension, of size 1, removed", shape=lambda s: s[1:], view=lambda a: a[0],
-               accepts=lambda s: len(s) >= 2 and s[0] == 1, needs="a tensor of rank 2 or more with one row"),
-    MethodSpec("chunk", "the first of two chunks along the first dimension", shape=lambda s: (-(-s[0] // 2),) + s[1:],
-               view=lambda a: a[:-(-a.shape[0] // 2)], accepts=lambda s: s[0] >= 2, needs="a tensor of 2 rows or more"),
-    MethodSpec("select", "row 0, the rank dropped", shape=lambda s: s[1:], view=lambda a: a[0],
-               accepts=lambda s: len(s) >= 2, needs="a tensor of rank 2 or more"),
+    MethodSpec(
+        "narrow",
+        "rows 1.. (narrow(0, 1, n - 1))",
+        shape=lambda s: (s[0] - 1,) + s[1:],
+        view=lambda a: a[1:],
+        accepts=lambda s: s[0] >= 2,
+        needs="a tensor of 2 rows or more",
+    ),
+    MethodSpec(
+        "unsqueeze",
+        "a new first dimension of 1",
+        shape=lambda s: (1,) + s,
+        view=lambda a: a[None],
+        accepts=lambda s: len(s) <= 2,
+        needs="a tensor of rank 2 or less",
+    ),
+    MethodSpec(
+        "squeeze",
+        "the first dimension, of size 1, removed",
+        shape=lambda s: s[1:],
+        view=lambda a: a[0],
+        accepts=lambda s: len(s) >= 2 and s[0] == 1,
+        needs="a tensor of rank 2 or more with one row",
+    ),
+    MethodSpec(
+        "chunk",
+        "the first of two chunks along the first dimension",
+        shape=lambda s: (-(-s[0] // 2),) + s[1:],
+        view=lambda a: a[: -(-a.shape[0] // 2)],
+        accepts=lambda s: s[0] >= 2,
+        needs="a tensor of 2 rows or more",
+    ),
+    MethodSpec(
+        "select",
+        "row 0, the rank dropped",
+        shape=lambda s: s[1:],
+        view=lambda a: a[0],
+        accepts=lambda s: len(s) >= 2,
+        needs="a tensor of rank 2 or more",
+    ),
     # Dtype conversions (pytorch#194664: a conversion to the dtype a tensor already has returns
     # the tensor itself). Every tensor of a case has the case's dtype (``Program.dtype``), so
     # `to_same_dtype` converts to it; `via_bf16` and `via_f32` convert to bfloat16 or float32 and

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from harness.case import ops
 from harness.case import values as cv
@@ -97,11 +98,13 @@ class _FieldCheck:
             target = self._target_shape()
             rows = ops.appended_rows(target, shape)
             if rows is None:
-                raise self._fail(f, f"shape {list(shape)} is neither a row of the target's {list(target)} "
-                                    f"nor rows of it")
+                raise self._fail(
+                    f, f"shape {list(shape)} is neither a row of the target's {list(target)} nor rows of it"
+                )
             if target[0] + rows > ops.CACHE_ROWS:
-                raise self._fail(f, f"appending {rows} rows to the target's {target[0]} makes more than "
-                                    f"{ops.CACHE_ROWS}")
+                raise self._fail(
+                    f, f"appending {rows} rows to the target's {target[0]} makes more than {ops.CACHE_ROWS}"
+                )
         if f.broadcasts and not ops.broadcasts_to(shape, self._target_shape()):
             target = self._target_shape()
             raise self._fail(f, f"shape {list(shape)} is neither the target's {list(target)} nor a row of it")
@@ -114,7 +117,9 @@ class _FieldCheck:
             if row is not None and self.row(row) is not None:
                 shape = shape[1:]  # the source's row is what is copied
             if shape != self._written_shape():
-                raise self._fail(f, f"shape {list(shape)} does not fit the target's {list(self._written_shape()) or 'scalar'}")
+                raise self._fail(
+                    f, f"shape {list(shape)} does not fit the target's {list(self._written_shape()) or 'scalar'}"
+                )
         return name
 
     def _row_of(self, name_field: str | None) -> ops.Field | None:

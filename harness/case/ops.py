@@ -48,12 +48,19 @@ Invariants, which ``tests/test_op_table.py`` checks:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 # The snapshot methods' part of the table lives in its own module; callers name them ops.X.
 from harness.case.methods import (  # noqa: F401
-    METHOD_TABLE, METHODS, METHODS_BY_NAME, MethodSpec, apply_view, bf16_rounded, snapshot_shape,
+    METHOD_TABLE,
+    METHODS,
+    METHODS_BY_NAME,
+    MethodSpec,
+    apply_view,
+    bf16_rounded,
+    snapshot_shape,
 )
 
 FIELD_KINDS = ("name", "new", "prefix", "checkpoint", "layer", "number", "choice", "row", "values", "betas", "flag")
@@ -171,6 +178,7 @@ CACHE_ROWS = 16
 #: to [-1, 1]).
 MAP_FNS = ("neg", "relu", "add_scalar", "clamp")
 
+
 def value_cost(xs: Sequence[float]) -> float:
     """How far values are from the simplest ones: 0 costs nothing, 1 little, others more."""
     return sum(0.0 if x == 0 else 1.0 if x == 1 else 2.0 + abs(x) for x in xs)
@@ -191,90 +199,210 @@ def _write_class(op: Mapping[str, Any]) -> str:
 #: The hyper-parameters that key a live optimizer: ``step`` and ``set_lr`` name one by them.
 _OPTIMIZER_FIELDS = (
     Field("optimizer", "choice", choices=OPTIMIZERS),
-    Field("lr", "number", positive=True, wide=True, shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
-          cost=lambda x: float(x != 1.0)),
-    Field("momentum", "number", wide=True, default=Derived("optimizer", lambda op: 0.9 if op["optimizer"] == "sgd_momentum" else 0.0)),
-    Field("dampening", "number", wide=True, default=0.0, shrink=lambda x: (0.0,) if x != 0.0 else (),
-          cost=lambda x: float(x != 0.0)),
+    Field(
+        "lr",
+        "number",
+        positive=True,
+        wide=True,
+        shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
+        cost=lambda x: float(x != 1.0),
+    ),
+    Field(
+        "momentum",
+        "number",
+        wide=True,
+        default=Derived("optimizer", lambda op: 0.9 if op["optimizer"] == "sgd_momentum" else 0.0),
+    ),
+    Field(
+        "dampening",
+        "number",
+        wide=True,
+        default=0.0,
+        shrink=lambda x: (0.0,) if x != 0.0 else (),
+        cost=lambda x: float(x != 0.0),
+    ),
     Field("betas", "betas", default=[0.9, 0.999], wide=True),
     Field("eps", "number", default=1e-8, positive=True, wide=True),
-    Field("weight_decay", "number", wide=True, default=Derived("optimizer", lambda op: 0.01 if op["optimizer"] == "adamw" else 0.0)),
+    Field(
+        "weight_decay",
+        "number",
+        wide=True,
+        default=Derived("optimizer", lambda op: 0.01 if op["optimizer"] == "adamw" else 0.0),
+    ),
 )
 
 OP_TABLE: tuple[OpSpec, ...] = (
-    OpSpec("snapshot", (Field("name", "new"), Field("of", "name"), Field("method", "choice", choices=METHODS, ordered=False)),
-           "binds `name` to a snapshot of `of` made with `method`"),
-    OpSpec("write", (Field("target", "name", writes=True), Field("value", "values"), Field("index", "row", default=None)),
-           "writes `value` in place into row `index` of `target`, or into all of it",
-           label=_write_label, signature_class=_write_class),
-    OpSpec("fill", (Field("target", "name", writes=True),
-                    Field("value", "number", shrink=lambda x: () if x in (0.0, 1.0) else (1.0, 0.0),
-                          cost=lambda x: value_cost([x]))),
-           "fills `target` in place with `value`", signature_class=_write_class),
-    OpSpec("scale", (Field("target", "name", writes=True),
-                     Field("factor", "number", shrink=lambda x: () if x in (0.0, 2.0) else (2.0,),
-                           cost=lambda x: float(x != 2.0))),
-           "multiplies `target` in place by `factor`", signature_class=_write_class),
-    OpSpec("step", _OPTIMIZER_FIELDS, "one optimizer step over every trainable tensor, with each tensor's "
-           "`grad`, by the live optimizer of these hyper-parameters (a new one at the first such step)",
-           label=lambda op: f"step:{op['optimizer']}", signature_class=lambda op: "step", acts_on_params=True),
-    OpSpec("backward", (), "one backward pass of the loss (the same as a step's) without a step: the "
-           "gradients accumulate, and the next `step` adds its own backward pass and steps with the sum"),
+    OpSpec(
+        "snapshot",
+        (Field("name", "new"), Field("of", "name"), Field("method", "choice", choices=METHODS, ordered=False)),
+        "binds `name` to a snapshot of `of` made with `method`",
+    ),
+    OpSpec(
+        "write",
+        (Field("target", "name", writes=True), Field("value", "values"), Field("index", "row", default=None)),
+        "writes `value` in place into row `index` of `target`, or into all of it",
+        label=_write_label,
+        signature_class=_write_class,
+    ),
+    OpSpec(
+        "fill",
+        (
+            Field("target", "name", writes=True),
+            Field(
+                "value",
+                "number",
+                shrink=lambda x: () if x in (0.0, 1.0) else (1.0, 0.0),
+                cost=lambda x: value_cost([x]),
+            ),
+        ),
+        "fills `target` in place with `value`",
+        signature_class=_write_class,
+    ),
+    OpSpec(
+        "scale",
+        (
+            Field("target", "name", writes=True),
+            Field(
+                "factor", "number", shrink=lambda x: () if x in (0.0, 2.0) else (2.0,), cost=lambda x: float(x != 2.0)
+            ),
+        ),
+        "multiplies `target` in place by `factor`",
+        signature_class=_write_class,
+    ),
+    OpSpec(
+        "step",
+        _OPTIMIZER_FIELDS,
+        "one optimizer step over every trainable tensor, with each tensor's "
+        "`grad`, by the live optimizer of these hyper-parameters (a new one at the first such step)",
+        label=lambda op: f"step:{op['optimizer']}",
+        signature_class=lambda op: "step",
+        acts_on_params=True,
+    ),
+    OpSpec(
+        "backward",
+        (),
+        "one backward pass of the loss (the same as a step's) without a step: the "
+        "gradients accumulate, and the next `step` adds its own backward pass and steps with the sum",
+    ),
     # `to` before the optional hyper-parameters: required fields come first (canonical order).
-    OpSpec("set_lr", _OPTIMIZER_FIELDS[:2] + (Field("to", "number", positive=True, wide=True,
-                                                     shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
-                                                     cost=lambda x: float(x != 1.0)),) + _OPTIMIZER_FIELDS[2:],
-           "sets the learning rate of the live optimizer of these hyper-parameters (made now if no step "
-           "made it) to `to`: a later `step` with lr `to` and the same other fields continues it",
-           label=lambda op: f"set_lr:{op['optimizer']}", signature_class=lambda op: "set_lr"),
-    OpSpec("move", (Field("target", "name", roles=("param", "lazy")), Field("device", "choice", choices=DEVICE_ROLES),
-                    Field("method", "choice", default="to", choices=MOVE_METHODS)),
-           "moves the model's param `target` to `device` (`to`: to_device; `fork`: burn's fork)",
-           label=_move_label, signature_class=_move_label),
-    OpSpec("module_clone", (Field("name", "prefix"),),
-           "clones the whole model: binds `<name>.<p>` for every trainable tensor p"),
+    OpSpec(
+        "set_lr",
+        _OPTIMIZER_FIELDS[:2]
+        + (
+            Field(
+                "to",
+                "number",
+                positive=True,
+                wide=True,
+                shrink=lambda x: (1.0,) if x != 1.0 and x > 0.5 else (),
+                cost=lambda x: float(x != 1.0),
+            ),
+        )
+        + _OPTIMIZER_FIELDS[2:],
+        "sets the learning rate of the live optimizer of these hyper-parameters (made now if no step "
+        "made it) to `to`: a later `step` with lr `to` and the same other fields continues it",
+        label=lambda op: f"set_lr:{op['optimizer']}",
+        signature_class=lambda op: "set_lr",
+    ),
+    OpSpec(
+        "move",
+        (
+            Field("target", "name", roles=("param", "lazy")),
+            Field("device", "choice", choices=DEVICE_ROLES),
+            Field("method", "choice", default="to", choices=MOVE_METHODS),
+        ),
+        "moves the model's param `target` to `device` (`to`: to_device; `fork`: burn's fork)",
+        label=_move_label,
+        signature_class=_move_label,
+    ),
+    OpSpec(
+        "module_clone",
+        (Field("name", "prefix"),),
+        "clones the whole model: binds `<name>.<p>` for every trainable tensor p",
+    ),
     OpSpec("valid", (), "puts the model in evaluation mode (burn: valid())"),
     OpSpec("train", (), "puts the model back in training mode"),
     OpSpec("no_grad", (), "marks the model's params as not requiring grad"),
-    OpSpec("freeze", (), "freezes the model (burn: Module::freeze, which turns gradients and training off; torch: requires_grad_(False), the mode unchanged)"),
+    OpSpec(
+        "freeze",
+        (),
+        "freezes the model (burn: Module::freeze, which turns gradients and training off; torch: requires_grad_(False), the mode unchanged)",
+    ),
     OpSpec("read", (Field("target", "name"),), "reads `target` (forces a lazy param's initialisation)"),
-    OpSpec("assign", (Field("target", "name", writes=True), Field("source", "name", fits=True),
-                      Field("index", "row", default=None), Field("source_index", "row", default=None, of="source")),
-           "copies `source` (its row `source_index`, or all of it) in place into row `index` of `target`, "
-           "or into all of it",
-           label=lambda op: "assign:whole" if op.get("index") is None else "assign:row",
-           signature_class=_write_class),
-    OpSpec("save", (Field("name", "prefix", checkpoint=True), Field("to", "choice", default="memory", choices=CHECKPOINT_STORES)),
-           "takes a checkpoint of the whole model under `name` and binds `<name>.<p>` to what it holds "
-           "for every trainable tensor p", label=lambda op: f"save:{op['to']}"),
-    OpSpec("load", (Field("from", "checkpoint"), Field("assign", "flag", default=False)),
-           "loads checkpoint `from` into the live model (`assign`: torch's load_state_dict(assign=True))",
-           label=lambda op: "load:assign" if op["assign"] else "load", replaces_model=True,
-           acts_on_params=True),
-    OpSpec("replace", (Field("target", "name", roles=("param", "lazy"), rebinds=True), Field("value", "name", fits=True),
-                       Field("how", "choice", default="new", choices=REPLACE_HOWS)),
-           "puts `value` in the model's slot of param `target` (`how`: a new parameter object, the same "
-           "object holding it, or rebound to its storage); `target` reads the slot from then on",
-           label=lambda op: f"replace:{op['how']}", replaces_model=True),
-    OpSpec("append", (Field("target", "name", roles=("buffer", "snapshot"), grows=True), Field("source", "name", extends=True),
-                      Field("how", "choice", default="cat", choices=APPEND_HOWS)),
-           "binds `target` to a longer tensor: `target` with `source` (a row of it, or rows) appended along "
-           "the first dimension (`how`: a concatenation, or a preallocated KV-cache buffer)",
-           label=lambda op: f"append:{op['how']}"),
-    OpSpec("forward", (Field("name", "new"), Field("layer", "layer"), Field("input", "name", feeds=True)),
-           "binds `name` to `layer`'s output on `input`; in training mode a batch norm updates its running "
-           "statistics, and a dropout drops (p = 1) or keeps (p = 0) every element", acts_on_layer=True),
-    OpSpec("map", (Field("target", "name", roles=("buffer", "snapshot"), remakes=True),
-                   Field("fn", "choice", choices=MAP_FNS)),
-           "binds `target` again to `fn` of it, element-wise: a new tensor (`x = x.relu()`), the old "
-           "value moved into the call where the framework has value semantics (burn), whose backend may "
-           "then compute in place on a buffer nobody else holds",
-           label=lambda op: f"map:{op['fn']}", signature_class=lambda op: "map"),
-    OpSpec("add", (Field("target", "name", roles=("buffer", "snapshot"), remakes=True),
-                   Field("other", "name", broadcasts=True)),
-           "binds `target` again to `target + other` (`other` shaped like it, or like a row of it: "
-           "broadcast along the first dimension), a new tensor, the old value moved into the call as "
-           "for `map`"),
+    OpSpec(
+        "assign",
+        (
+            Field("target", "name", writes=True),
+            Field("source", "name", fits=True),
+            Field("index", "row", default=None),
+            Field("source_index", "row", default=None, of="source"),
+        ),
+        "copies `source` (its row `source_index`, or all of it) in place into row `index` of `target`, "
+        "or into all of it",
+        label=lambda op: "assign:whole" if op.get("index") is None else "assign:row",
+        signature_class=_write_class,
+    ),
+    OpSpec(
+        "save",
+        (Field("name", "prefix", checkpoint=True), Field("to", "choice", default="memory", choices=CHECKPOINT_STORES)),
+        "takes a checkpoint of the whole model under `name` and binds `<name>.<p>` to what it holds "
+        "for every trainable tensor p",
+        label=lambda op: f"save:{op['to']}",
+    ),
+    OpSpec(
+        "load",
+        (Field("from", "checkpoint"), Field("assign", "flag", default=False)),
+        "loads checkpoint `from` into the live model (`assign`: torch's load_state_dict(assign=True))",
+        label=lambda op: "load:assign" if op["assign"] else "load",
+        replaces_model=True,
+        acts_on_params=True,
+    ),
+    OpSpec(
+        "replace",
+        (
+            Field("target", "name", roles=("param", "lazy"), rebinds=True),
+            Field("value", "name", fits=True),
+            Field("how", "choice", default="new", choices=REPLACE_HOWS),
+        ),
+        "puts `value` in the model's slot of param `target` (`how`: a new parameter object, the same "
+        "object holding it, or rebound to its storage); `target` reads the slot from then on",
+        label=lambda op: f"replace:{op['how']}",
+        replaces_model=True,
+    ),
+    OpSpec(
+        "append",
+        (
+            Field("target", "name", roles=("buffer", "snapshot"), grows=True),
+            Field("source", "name", extends=True),
+            Field("how", "choice", default="cat", choices=APPEND_HOWS),
+        ),
+        "binds `target` to a longer tensor: `target` with `source` (a row of it, or rows) appended along "
+        "the first dimension (`how`: a concatenation, or a preallocated KV-cache buffer)",
+        label=lambda op: f"append:{op['how']}",
+    ),
+    OpSpec(
+        "forward",
+        (Field("name", "new"), Field("layer", "layer"), Field("input", "name", feeds=True)),
+        "binds `name` to `layer`'s output on `input`; in training mode a batch norm updates its running "
+        "statistics, and a dropout drops (p = 1) or keeps (p = 0) every element",
+        acts_on_layer=True,
+    ),
+    OpSpec(
+        "map",
+        (Field("target", "name", roles=("buffer", "snapshot"), remakes=True), Field("fn", "choice", choices=MAP_FNS)),
+        "binds `target` again to `fn` of it, element-wise: a new tensor (`x = x.relu()`), the old "
+        "value moved into the call where the framework has value semantics (burn), whose backend may "
+        "then compute in place on a buffer nobody else holds",
+        label=lambda op: f"map:{op['fn']}",
+        signature_class=lambda op: "map",
+    ),
+    OpSpec(
+        "add",
+        (Field("target", "name", roles=("buffer", "snapshot"), remakes=True), Field("other", "name", broadcasts=True)),
+        "binds `target` again to `target + other` (`other` shaped like it, or like a row of it: "
+        "broadcast along the first dimension), a new tensor, the old value moved into the call as "
+        "for `map`",
+    ),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}
 OP_KINDS = tuple(OPS)

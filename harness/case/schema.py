@@ -21,7 +21,8 @@ from typing import Any
 
 from harness.case import ops
 from harness.case.layers import LAYER_KINDS
-from harness.paths import ROOT, SCHEMA as SCHEMA_PATH
+from harness.paths import ROOT
+from harness.paths import SCHEMA as SCHEMA_PATH
 from harness.targets.protocol import OBS_FIELDS, OBS_REQUIRED
 
 #: The ``$defs`` entry naming each enumeration of the table, in the order the Rust protocol
@@ -83,34 +84,53 @@ def _op_schema(spec: ops.OpSpec) -> dict[str, Any]:
 
 
 def _program_defs() -> dict[str, Any]:
-    unknown = {"description": "an op this protocol version does not know: probes answer unsupported",
-               "properties": {"op": {"not": _ref("op_name")}}}
+    unknown = {
+        "description": "an op this protocol version does not know: probes answer unsupported",
+        "properties": {"op": {"not": _ref("op_name")}},
+    }
     return {
         "program": {
-            "type": "object", "additionalProperties": False, "required": ["tensors", "ops"],
-            "properties": {"dtype": _ref("dtype"), "tensors": {"type": "array", "items": _ref("tensor")},
-                           "layers": {"type": "array", "items": _ref("layer")},
-                           "ops": {"type": "array", "items": _ref("op")}},
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["tensors", "ops"],
+            "properties": {
+                "dtype": _ref("dtype"),
+                "tensors": {"type": "array", "items": _ref("tensor")},
+                "layers": {"type": "array", "items": _ref("layer")},
+                "ops": {"type": "array", "items": _ref("op")},
+            },
         },
         "layer": {
-            "type": "object", "additionalProperties": False, "required": ["name", "kind"],
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "kind"],
             "properties": {
-                "name": _ref("name"), "kind": _ref("layer_kind"),
-                "features": {"type": "integer", "minimum": 1}, "momentum": {"type": "number"},
+                "name": _ref("name"),
+                "kind": _ref("layer_kind"),
+                "features": {"type": "integer", "minimum": 1},
+                "momentum": {"type": "number"},
                 "p": {"type": "number"},
             },
         },
         "tensor": {
-            "type": "object", "additionalProperties": False, "required": ["name", "kind", "shape"],
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "kind", "shape"],
             "properties": {
-                "name": _ref("name"), "kind": _ref("tensor_kind"), "shape": _ref("shape"),
-                "value": _nullable(_ref("floats")), "grad": _nullable(_ref("floats")),
-                "init": _nullable(_ref("lazy_init")), "fill": _nullable({"type": "number"}),
+                "name": _ref("name"),
+                "kind": _ref("tensor_kind"),
+                "shape": _ref("shape"),
+                "value": _nullable(_ref("floats")),
+                "grad": _nullable(_ref("floats")),
+                "init": _nullable(_ref("lazy_init")),
+                "fill": _nullable({"type": "number"}),
                 "seed": _nullable({"type": "integer", "minimum": 0}),
             },
         },
         "op": {
-            "type": "object", "required": ["op"], "properties": {"op": {"type": "string"}},
+            "type": "object",
+            "required": ["op"],
+            "properties": {"op": {"type": "string"}},
             "oneOf": [_op_schema(spec) for spec in ops.OP_TABLE] + [unknown],
         },
         **{name: {"enum": list(values)} for name, values in ENUMS},
@@ -120,50 +140,100 @@ def _program_defs() -> dict[str, Any]:
 def _envelope_defs() -> dict[str, Any]:
     obj = {"type": "object", "additionalProperties": False}
     # An observation is an array of its fields in ``protocol.OBS_FIELDS`` order.
-    fields = {"shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
-              "value": _nullable(_ref("floats")), "identity": {"type": ["string", "null"]}, "device": {"type": "string"},
-              "requires_grad": {"type": ["boolean", "null"]}, "initialized": {"type": "boolean"},
-              "dtype": {"type": ["string", "null"]}, "note": {"type": ["string", "null"]},
-              "storage": {"type": "string"}}
-    obs = {"type": "array", "prefixItems": [{"title": name, **fields[name]} for name in OBS_FIELDS],
-           "items": False, "minItems": OBS_REQUIRED}
-    device = {**obj, "required": ["name", "alt", "kind"],
-              "properties": {"name": {"type": "string"}, "alt": {"type": ["string", "null"]},
-                             "kind": {"enum": ["cpu", "gpu"]},
-                             "differs_on": {"type": "array", "items": {"type": "string"}}}}
-    step = {**obj, "required": ["status", "changed"],
-            "properties": {"status": {"enum": ["ok", "unsupported", "error", "skipped"]},
-                           "message": {"type": ["string", "null"]},
-                           "changed": {"type": "object", "additionalProperties": _ref("obs")}}}
+    fields = {
+        "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "value": _nullable(_ref("floats")),
+        "identity": {"type": ["string", "null"]},
+        "device": {"type": "string"},
+        "requires_grad": {"type": ["boolean", "null"]},
+        "initialized": {"type": "boolean"},
+        "dtype": {"type": ["string", "null"]},
+        "note": {"type": ["string", "null"]},
+        "storage": {"type": "string"},
+    }
+    obs = {
+        "type": "array",
+        "prefixItems": [{"title": name, **fields[name]} for name in OBS_FIELDS],
+        "items": False,
+        "minItems": OBS_REQUIRED,
+    }
+    device = {
+        **obj,
+        "required": ["name", "alt", "kind"],
+        "properties": {
+            "name": {"type": "string"},
+            "alt": {"type": ["string", "null"]},
+            "kind": {"enum": ["cpu", "gpu"]},
+            "differs_on": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    step = {
+        **obj,
+        "required": ["status", "changed"],
+        "properties": {
+            "status": {"enum": ["ok", "unsupported", "error", "skipped"]},
+            "message": {"type": ["string", "null"]},
+            "changed": {"type": "object", "additionalProperties": _ref("obs")},
+        },
+    }
     return {
         "float": {"oneOf": [{"type": "number"}, {"enum": ["NaN", "Infinity", "-Infinity"]}]},
         "floats": {"type": "array", "items": _ref("float")},
         "name": {"type": "string", "minLength": 1},
         "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 3},
-        "hello_request": {**obj, "required": ["type", "protocol"],
-                          "properties": {"type": {"const": "hello"}, "protocol": {"type": "integer"}}},
+        "hello_request": {
+            **obj,
+            "required": ["type", "protocol"],
+            "properties": {"type": {"const": "hello"}, "protocol": {"type": "integer"}},
+        },
         "exit_request": {**obj, "required": ["type"], "properties": {"type": {"const": "exit"}}},
-        "run_request": {**obj, "required": ["type", "id", "device", "program"],
-                        "properties": {"type": {"const": "run"}, "id": {"type": "integer", "minimum": 0},
-                                       "device": {"type": "string"}, "program": _ref("program")}},
+        "run_request": {
+            **obj,
+            "required": ["type", "id", "device", "program"],
+            "properties": {
+                "type": {"const": "run"},
+                "id": {"type": "integer", "minimum": 0},
+                "device": {"type": "string"},
+                "program": _ref("program"),
+            },
+        },
         "obs": obs,
-        "hello_reply": {**obj, "required": ["type", "protocol", "framework", "versions", "devices", "ops", "methods"],
-                        "properties": {"type": {"const": "hello"}, "protocol": {"type": "integer"},
-                                       "framework": {"type": "string"},
-                                       "versions": {"type": "object", "additionalProperties": {"type": "string"}},
-                                       "devices": {"type": "array", "minItems": 1, "items": device},
-                                       "ops": {"type": "array", "items": _ref("op_name")},
-                                       "methods": {"type": "array", "items": _ref("method")}}},
-        "trace_reply": {**obj, "required": ["type", "id", "device", "status", "initial", "steps", "elapsed_us"],
-                        "properties": {"type": {"const": "trace"}, "id": {"type": "integer"},
-                                       "device": {"type": "string"}, "status": {"enum": ["ok", "error"]},
-                                       "message": {"type": ["string", "null"]},
-                                       "initial": {"type": "object", "additionalProperties": _ref("obs")},
-                                       "steps": {"type": "array", "items": step},
-                                       "elapsed_us": {"type": "integer", "minimum": 0}}},
-        "error_reply": {**obj, "required": ["type", "id", "message"],
-                        "properties": {"type": {"const": "error"}, "id": {"type": ["integer", "null"]},
-                                       "message": {"type": "string"}}},
+        "hello_reply": {
+            **obj,
+            "required": ["type", "protocol", "framework", "versions", "devices", "ops", "methods"],
+            "properties": {
+                "type": {"const": "hello"},
+                "protocol": {"type": "integer"},
+                "framework": {"type": "string"},
+                "versions": {"type": "object", "additionalProperties": {"type": "string"}},
+                "devices": {"type": "array", "minItems": 1, "items": device},
+                "ops": {"type": "array", "items": _ref("op_name")},
+                "methods": {"type": "array", "items": _ref("method")},
+            },
+        },
+        "trace_reply": {
+            **obj,
+            "required": ["type", "id", "device", "status", "initial", "steps", "elapsed_us"],
+            "properties": {
+                "type": {"const": "trace"},
+                "id": {"type": "integer"},
+                "device": {"type": "string"},
+                "status": {"enum": ["ok", "error"]},
+                "message": {"type": ["string", "null"]},
+                "initial": {"type": "object", "additionalProperties": _ref("obs")},
+                "steps": {"type": "array", "items": step},
+                "elapsed_us": {"type": "integer", "minimum": 0},
+            },
+        },
+        "error_reply": {
+            **obj,
+            "required": ["type", "id", "message"],
+            "properties": {
+                "type": {"const": "error"},
+                "id": {"type": ["integer", "null"]},
+                "message": {"type": "string"},
+            },
+        },
     }
 
 
@@ -175,7 +245,7 @@ def protocol_schema(version: int = 1) -> dict[str, Any]:
         "$id": f"aliasfuzz-protocol/{version}",
         "title": f"aliasfuzz probe protocol, version {version}",
         "description": "One JSON document per line in each direction. See PROTOCOL.md. "
-                       "Generated from harness/case/ops.py by `make schema`: do not edit.",
+        "Generated from harness/case/ops.py by `make schema`: do not edit.",
         "oneOf": [_ref(m) for m in messages],
         "$defs": {**_envelope_defs(), **_program_defs()},
     }

@@ -17,10 +17,11 @@ import math
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-if sys.version_info >= (3, 11):
+if sys.version_info >= (3, 11):  # noqa: UP036 - tomli where tomllib is missing, as the project promises
     import tomllib
 else:  # pragma: no cover - the project runs on 3.11, tomli keeps 3.10 working
     import tomli as tomllib
@@ -37,7 +38,7 @@ FLOAT32_MAX = 3.4028234663852886e38
 MAX_RANK = 3
 
 #: Seeds go to the targets as u64 (the probe protocol's ``seed: Option<u64>``).
-MAX_SEED = 2 ** 64 - 1
+MAX_SEED = 2**64 - 1
 
 #: Largest file read: a 4096-element tensor (the most a case may declare) takes about 80 KB of
 #: TOML, the bundled baseline 8 KB; and a path such as /dev/zero must not be read until memory
@@ -57,7 +58,7 @@ def is_number(x: Any) -> bool:
 
 def clip(text: str, limit: int = 120) -> str:
     """``text`` cut to ``limit`` characters, ``...`` marking the cut."""
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def brief(x: Any, limit: int = 60) -> str:
@@ -147,8 +148,11 @@ def exact_in(dtype: str, values: Any, where: str, err: Err) -> None:
     bad = np.flatnonzero(held != a)
     if bad.size:
         i = int(bad[0])
-        raise err(f"{where}[{i}]", f"{float(a.flat[i])!r} is not exact in {dtype} (the case's dtype): "
-                                   f"it would round to {float(held.flat[i])!r}")
+        raise err(
+            f"{where}[{i}]",
+            f"{float(a.flat[i])!r} is not exact in {dtype} (the case's dtype): "
+            f"it would round to {float(held.flat[i])!r}",
+        )
 
 
 def seed(x: Any, where: str, err: Err) -> int:
@@ -239,6 +243,11 @@ def _why(e: Exception) -> str:
 
 
 def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
     return next((name for test, name in kinds if test(mode)), "not a plain file")

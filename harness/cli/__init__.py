@@ -23,10 +23,11 @@ def _err(message: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from harness.cli import bench, bisect, draft, fuzz, matrix, minimize, repro, report, targets, triage
+    from harness.cli import bench, bisect, draft, fuzz, matrix, minimize, report, repro, targets, triage
 
-    parser = argparse.ArgumentParser(prog="aliasfuzz", description="Differential fuzzing of tensor aliasing "
-                                     "across PyTorch, candle and burn.")
+    parser = argparse.ArgumentParser(
+        prog="aliasfuzz", description="Differential fuzzing of tensor aliasing across PyTorch, candle and burn."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (targets, repro, draft, minimize, fuzz, report, triage, matrix, bisect, bench):
         module.register(sub)  # each sets its command's ``handler``
@@ -73,14 +74,13 @@ def _harness_crash(args: argparse.Namespace, exc: Exception) -> int:
     for c in list(getattr(args, "cases", None) or []) + [getattr(args, "case", None)]:
         try:
             if c:
-                cases[str(c)] = Path(c).read_text(encoding="utf-8")[:1 << 20]
+                cases[str(c)] = Path(c).read_text(encoding="utf-8")[: 1 << 20]
         except (OSError, ValueError):
             pass
     summary = hide_password(f"{type(exc).__name__}: {exc} at {line_of(exc)}")
     report = write_bug_report(summary, traceback.format_exc(), cases)
     where = f"bug report with the case: {report}" if report else "the bug report could not be written"
-    print(f"aliasfuzz: internal error (a bug of aliasfuzz): {' '.join(summary.split())} ({where})",
-          file=sys.stderr)
+    print(f"aliasfuzz: internal error (a bug of aliasfuzz): {' '.join(summary.split())} ({where})", file=sys.stderr)
     return EXIT_HARNESS
 
 
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
     if stdout.failure is not None and not isinstance(stdout.failure, BrokenPipeError):
         # A full or broken device, not a reader that stopped early: the output was lost.
-        print(f"aliasfuzz: cannot write to standard output ({stdout.failure.strerror or stdout.failure})",
-              file=sys.stderr)
+        print(
+            f"aliasfuzz: cannot write to standard output ({stdout.failure.strerror or stdout.failure})", file=sys.stderr
+        )
         status = max(status, EXIT_USAGE) if status != EXIT_HARNESS else status
     return status

@@ -24,16 +24,28 @@ def register(sub) -> None:
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: every CPU target)")
     p.add_argument("--spawn-programs", type=int, default=4, help="programs for the spawn-per-program baseline")
     p.add_argument("--length-programs", type=int, default=64, help="programs per length (8/16/32/64 ops)")
-    p.add_argument("--rss-programs", type=int, default=5000,
-                   help="programs in the memory run (0 skips it; the issue's figure: 100000)")
-    p.add_argument("--repeat", type=int, default=5,
-                   help="runs per throughput figure; the middle one is reported (default 5)")
+    p.add_argument(
+        "--rss-programs",
+        type=int,
+        default=5000,
+        help="programs in the memory run (0 skips it; the issue's figure: 100000)",
+    )
+    p.add_argument(
+        "--repeat", type=int, default=5, help="runs per throughput figure; the middle one is reported (default 5)"
+    )
     p.add_argument("--no-workers", action="store_true", help="skip the two-worker figure")
-    p.add_argument("--profile-top", type=int, default=12,
-                   help="functions in the worker's profile, by own time (0 skips the profile; default 12)")
+    p.add_argument(
+        "--profile-top",
+        type=int,
+        default=12,
+        help="functions in the worker's profile, by own time (0 skips the profile; default 12)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object (progress goes to stderr)")
-    p.add_argument("--markdown", metavar="FILE",
-                   help="also write what it prints to FILE as a Markdown page, with the command that made it")
+    p.add_argument(
+        "--markdown",
+        metavar="FILE",
+        help="also write what it prints to FILE as a Markdown page, with the command that made it",
+    )
     p.set_defaults(handler=cmd_bench)
 
 
@@ -52,10 +64,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.markdown and (problem := output_file_problem(args.markdown)):
         print(f"aliasfuzz: --markdown {args.markdown}: {problem}", file=sys.stderr)  # before a run of minutes
         return 2
-    config = BenchConfig(seed=args.seed, programs=args.programs, chunk_size=args.chunk_size, profile=args.profile,
-                         targets=parse_target_list(args.targets), spawn_programs=args.spawn_programs,
-                         length_programs=args.length_programs, rss_programs=max(0, args.rss_programs),
-                         workers=not args.no_workers, repeat=args.repeat, profile_top=max(0, args.profile_top))
+    config = BenchConfig(
+        seed=args.seed,
+        programs=args.programs,
+        chunk_size=args.chunk_size,
+        profile=args.profile,
+        targets=parse_target_list(args.targets),
+        spawn_programs=args.spawn_programs,
+        length_programs=args.length_programs,
+        rss_programs=max(0, args.rss_programs),
+        workers=not args.no_workers,
+        repeat=args.repeat,
+        profile_top=max(0, args.profile_top),
+    )
     lines: list[str] = []
 
     def log(line: str) -> None:
@@ -73,10 +94,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def markdown_page(lines: list[str], argv: list[str]) -> str:
     """What a bench run printed, as a page that says which command on which machine made it."""
     command = " ".join(["aliasfuzz", *(shlex.quote(a) for a in argv)])
-    return "\n".join([
-        "# Figures from `aliasfuzz bench`", "",
-        f"Written by `{command}` on a machine with {os.cpu_count()} CPUs ({platform.machine()}, "
-        f"{platform.system()}, Python {platform.python_version()}). Run the command again to replace this page; "
-        "docs/PERFORMANCE.md says what each line measures and how to read it. The machine's speed drifts "
-        "between minutes: compare figures taken in one run.", "",
-        "```text", *lines, "```", ""])
+    return "\n".join(
+        [
+            "# Figures from `aliasfuzz bench`",
+            "",
+            f"Written by `{command}` on a machine with {os.cpu_count()} CPUs ({platform.machine()}, "
+            f"{platform.system()}, Python {platform.python_version()}). Run the command again to replace this page; "
+            "docs/PERFORMANCE.md says what each line measures and how to read it. The machine's speed drifts "
+            "between minutes: compare figures taken in one run.",
+            "",
+            "```text",
+            *lines,
+            "```",
+            "",
+        ]
+    )

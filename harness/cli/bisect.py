@@ -14,15 +14,23 @@ from harness.cli import EXIT_OK
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bisect", help="build a case's reproducer against each release of a framework and say "
-                                      "where its divergence appears or disappears")
+    p = sub.add_parser(
+        "bisect",
+        help="build a case's reproducer against each release of a framework and say "
+        "where its divergence appears or disappears",
+    )
     p.add_argument("case", metavar="CASE.toml")
     p.add_argument("--framework", required=True, choices=("candle", "burn"))
     p.add_argument("--versions", required=True, help="A..B (every release from crates.io between them) or A,B,C")
-    p.add_argument("--cache", help="where each release's project and target directory are kept "
-                                   "(default: ~/.cache/aliasfuzz/bisect)")
-    p.add_argument("--verdicts", action="store_true",
-                   help="compare snapshot verdicts with torch's, even where the case's divergence can be checked")
+    p.add_argument(
+        "--cache",
+        help="where each release's project and target directory are kept (default: ~/.cache/aliasfuzz/bisect)",
+    )
+    p.add_argument(
+        "--verdicts",
+        action="store_true",
+        help="compare snapshot verdicts with torch's, even where the case's divergence can be checked",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=cmd_bisect)
 
@@ -33,11 +41,19 @@ CPU_TARGET = {"candle": "candle:cpu", "burn": "burn:flex"}
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from harness.case.ir import load_case
-    from harness.triage.bisect import (BisectError, bisect, cache_dir, cargo_observer, check_cache, parse_versions,
-                                       published, verdict_words)
     from harness.reporting.hand_over import check_of
     from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner
+    from harness.triage.bisect import (
+        BisectError,
+        bisect,
+        cache_dir,
+        cargo_observer,
+        check_cache,
+        parse_versions,
+        published,
+        verdict_words,
+    )
 
     # Every input checked before anything is listed, run or built.
     program = load_case(args.case)
@@ -60,14 +76,31 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         repro = ran.to_json()
         check = next((c for f in ran.findings if (c := check_of(f, repro, args.framework)) is not None), None)
     if check is None and not reference:
-        raise BisectError(f"{args.case}: no divergence on {installed} to check and no snapshot verdict to compare, "
-                          "so there is nothing to bisect")
+        raise BisectError(
+            f"{args.case}: no divergence on {installed} to check and no snapshot verdict to compare, "
+            "so there is nothing to bisect"
+        )
     observer = cargo_observer(program, args.framework, cache, repro=repro if check else None, check=check)
-    result = bisect(args.framework, versions, reference, observer,
-                    log=lambda line: print(f"aliasfuzz bisect: {line}", file=sys.stderr, flush=True))
+    result = bisect(
+        args.framework,
+        versions,
+        reference,
+        observer,
+        log=lambda line: print(f"aliasfuzz bisect: {line}", file=sys.stderr, flush=True),
+    )
     if args.json:
-        print(json.dumps({"case": args.case, "framework": args.framework, "reference": result.reference,
-                          "releases": [vars(r) for r in result.rows], "summary": result.summary()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "case": args.case,
+                    "framework": args.framework,
+                    "reference": result.reference,
+                    "releases": [vars(r) for r in result.rows],
+                    "summary": result.summary(),
+                },
+                indent=2,
+            )
+        )
     else:
         print(result.table())
         print(f"\n{args.case}: {result.summary()}")

@@ -25,14 +25,20 @@ from harness.errors import InputError
 def register(sub) -> None:
     p = sub.add_parser("draft", help="write the reproducers and the upstream report draft of case files")
     p.add_argument("cases", nargs="*", metavar="CASE.toml")
-    p.add_argument("--candidates", action="store_true",
-                   help="draft every case under tests/cases that no baseline entry names and that calls itself a "
-                        "candidate (the project's candidate bugs), with an index.md; default --out docs/candidates")
+    p.add_argument(
+        "--candidates",
+        action="store_true",
+        help="draft every case under tests/cases that no baseline entry names and that calls itself a "
+        "candidate (the project's candidate bugs), with an index.md; default --out docs/candidates",
+    )
     p.add_argument("--out", help="the folder the drafts go to (default: drafts/ in the current directory)")
     p.add_argument("--known", action="store_true", help="draft the divergences the baseline knows too")
-    p.add_argument("--bisect", metavar="BISECT.json",
-                   help="the output of `aliasfuzz bisect --json` for the case: its table goes in the draft "
-                        "(default: <case>.bisect.json beside the case, when there is one)")
+    p.add_argument(
+        "--bisect",
+        metavar="BISECT.json",
+        help="the output of `aliasfuzz bisect --json` for the case: its table goes in the draft "
+        "(default: <case>.bisect.json beside the case, when there is one)",
+    )
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.set_defaults(handler=cmd_draft)
@@ -72,8 +78,11 @@ def cmd_draft(args: argparse.Namespace) -> int:
     programs = [(Path(c), load_case(c)) for c in cases]  # every input checked before anything runs
     given = bisection_table(args.bisect) if args.bisect else None
     # A case's own bisection, saved beside it as <stem>.bisect.json (`aliasfuzz bisect --json`).
-    beside = {path: bisection_table(str(b)) for path, _ in programs
-              if not given and (b := path.with_name(path.name.removesuffix(".toml") + ".bisect.json")).is_file()}
+    beside = {
+        path: bisection_table(str(b))
+        for path, _ in programs
+        if not given and (b := path.with_name(path.name.removesuffix(".toml") + ".bisect.json")).is_file()
+    }
     out = Path(args.out or ("docs/candidates" if args.candidates else "drafts"))
     drafted: list[tuple[Path, str]] = []
     undrafted: list[str] = []
@@ -96,8 +105,13 @@ def cmd_draft(args: argparse.Namespace) -> int:
                 else:
                     status = max(status, EXIT_USAGE)
                 known = sorted({e.id for e in result.known.values() if e is not None})
-                why = (f"every divergence is known ({', '.join(known)}; --known drafts them)" if known
-                       else "it shows no divergence" if result.compared else result.not_compared())
+                why = (
+                    f"every divergence is known ({', '.join(known)}; --known drafts them)"
+                    if known
+                    else "it shows no divergence"
+                    if result.compared
+                    else result.not_compared()
+                )
                 print(f"aliasfuzz: {path}: nothing to draft: {why}", file=sys.stderr)
                 continue
             case_text = path.read_text(encoding="utf-8")
@@ -109,10 +123,16 @@ def cmd_draft(args: argparse.Namespace) -> int:
                 (out / f"{stem}.json").write_text(repro_json, encoding="utf-8")
                 entry = result.known.get(finding.signature)
                 record = FindingRecord.found(
-                    finding, status="known" if entry else "new", baseline=entry.id if entry else None,
-                    baseline_case=entry.case if entry else None, ops_before=len(program.ops),
-                    ops_after=len(program.ops), seconds_to_find=0.0, shrink=None,
-                    versions={t: info.versions for t, info in runner.infos.items()})
+                    finding,
+                    status="known" if entry else "new",
+                    baseline=entry.id if entry else None,
+                    baseline_case=entry.case if entry else None,
+                    ops_before=len(program.ops),
+                    ops_after=len(program.ops),
+                    seconds_to_find=0.0,
+                    shrink=None,
+                    versions={t: info.versions for t, info in runner.infos.items()},
+                )
                 record = FindingRecord.from_json({**record.to_json(), "case": f"{stem}.toml", "repro": f"{stem}.json"})
                 made = write_hand_over(out, stem, record, bisection=given or beside.get(path))
                 drafted.append((out / f"{stem}.issue.md", path.as_posix()))
@@ -132,8 +152,11 @@ def candidate_cases(baseline) -> list[str]:
     from harness.paths import CASES_DIR, ROOT
 
     named = {Path(e.case).name for e in baseline.entries if e.case}
-    return [p.relative_to(ROOT).as_posix() for p in sorted(CASES_DIR.glob("*.toml"))
-            if p.name not in named and "candidate" in p.read_text(encoding="utf-8").lower()]
+    return [
+        p.relative_to(ROOT).as_posix()
+        for p in sorted(CASES_DIR.glob("*.toml"))
+        if p.name not in named and "candidate" in p.read_text(encoding="utf-8").lower()
+    ]
 
 
 def _chosen(path: Path, result, known: bool, candidate: bool) -> list:
@@ -147,8 +170,12 @@ def _chosen(path: Path, result, known: bool, candidate: bool) -> list:
     chosen = [f for f in real if known or result.known.get(f.signature) is None]
     if not chosen and candidate:
         framework = path.name.split("_", 1)[0]
-        chosen = [f for f in real if framework in {t.split(":", 1)[0] for t in f.targets}
-                  and next((t.split(":", 1)[0] for t in f.targets if not t.startswith("torch")), "torch") == framework]
+        chosen = [
+            f
+            for f in real
+            if framework in {t.split(":", 1)[0] for t in f.targets}
+            and next((t.split(":", 1)[0] for t in f.targets if not t.startswith("torch")), "torch") == framework
+        ]
     out, seen = [], set()
     for f in chosen:
         key = (f.kind, f.aspect, f.op_label, f.method, f.sides, tuple(t.split(":", 1)[0] for t in f.targets))
@@ -162,14 +189,23 @@ def write_index(out: Path, drafted: list[tuple[Path, str]], undrafted: list[str]
     """``index.md``: each draft's title, linked, with the case it was made from."""
     from harness.escaping import md_code, md_text
 
-    lines = ["# Candidate upstream reports", "",
-             "Drafts made by `make drafts` (`aliasfuzz draft --candidates`) from every case under `tests/cases` that "
-             "no baseline entry names and that calls itself a candidate. Each is a draft: check it against the framework's documentation before "
-             "filing.", ""]
+    lines = [
+        "# Candidate upstream reports",
+        "",
+        "Drafts made by `make drafts` (`aliasfuzz draft --candidates`) from every case under `tests/cases` that "
+        "no baseline entry names and that calls itself a candidate. Each is a draft: check it against the framework's documentation before "
+        "filing.",
+        "",
+    ]
     for draft, case in drafted:
         first = draft.read_text(encoding="utf-8").splitlines()[0].removeprefix("# ")
         lines.append(f"- [{md_text(first)}]({draft.name}) (case {md_code(case)})")
     if undrafted:
-        lines += ["", "Candidates that showed no divergence to draft in this run (a nondeterministic one may show "
-                  "it in another):", "", *(f"- {md_code(case)}" for case in undrafted)]
+        lines += [
+            "",
+            "Candidates that showed no divergence to draft in this run (a nondeterministic one may show "
+            "it in another):",
+            "",
+            *(f"- {md_code(case)}" for case in undrafted),
+        ]
     (out / "index.md").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -12,9 +12,9 @@ from datetime import datetime
 from pathlib import Path
 
 from generators.programs import PROFILES
-from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign, usable_cpus
 from harness.errors import InputError
 from harness.files import output_file_problem
+from harness.fuzzing.campaign import CampaignConfig, CampaignError, parse_duration, run_campaign, usable_cpus
 
 
 def register(sub) -> None:
@@ -23,37 +23,79 @@ def register(sub) -> None:
     p.add_argument("--max-programs", type=int, help="stop after about this many programs")
     p.add_argument("--seed", type=int, help="campaign seed (printed at start; default: random)")
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
-    p.add_argument("--profile", choices=tuple(PROFILES), help="program sizes and op weights (default: default; "
-                   "lazy: every program around a lazy tensor's first read; dtypes: every program in bf16 or f16)")
+    p.add_argument(
+        "--profile",
+        choices=tuple(PROFILES),
+        help="program sizes and op weights (default: default; "
+        "lazy: every program around a lazy tensor's first read; dtypes: every program in bf16 or f16)",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker processes, each with its own probes")
     p.add_argument("--out", help="run folder (default: reports/<timestamp>)")
-    p.add_argument("--resume", metavar="DIR", help="continue the campaign in this run folder (or, from any "
-                   "machine, the shared campaign redis://host:port/n/NAME, with a new --out)")
+    p.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the campaign in this run folder (or, from any "
+        "machine, the shared campaign redis://host:port/n/NAME, with a new --out)",
+    )
     p.add_argument("--db", help="corpus: a directory or redis://host:port/n (default: <out>/corpus)")
-    p.add_argument("--campaign", metavar="NAME", help="join campaign NAME in the --db redis:// server: machines "
-                   "share its chunks, findings and config (see docs/REPORTS.md)")
-    p.add_argument("--lease", type=float, default=None, metavar="S",
-                   help="with --campaign: seconds a dead machine's chunk waits before it is re-issued (default: 60)")
+    p.add_argument(
+        "--campaign",
+        metavar="NAME",
+        help="join campaign NAME in the --db redis:// server: machines "
+        "share its chunks, findings and config (see docs/REPORTS.md)",
+    )
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --campaign: seconds a dead machine's chunk waits before it is re-issued (default: 60)",
+    )
     p.add_argument("--chunk-size", type=int, help="programs generated and run per batch (default: 64)")
-    p.add_argument("--shrink-time", type=float, default=None,
-                   help="seconds to shrink each finding (default: 30, or a tenth of a shorter budget)")
-    p.add_argument("--shrink-grace", type=float, default=None,
-                   help="seconds past the budget for shrinking findings still unshrunk when it ends "
-                        "(default: a quarter of the budget, 10 s to 5 min)")
-    p.add_argument("--shrink-known", action="store_true",
-                   help="shrink findings the baseline knows too (default: report them as found, after "
-                        "the new ones; the baseline entry's case is their minimal form)")
-    p.add_argument("--confirm", type=int, default=3, metavar="N",
-                   help="re-run each new finding's minimized case N times on fresh probe processes; one "
-                        "that does not show every time is reported flaky, not new (default: 3; 0: off)")
-    p.add_argument("--metamorphic", type=float, default=None, metavar="SHARE",
-                   help="the share of programs also run with an inert op inserted or removed, each target "
-                        "compared with itself (default: 0.25; 0: off)")
+    p.add_argument(
+        "--shrink-time",
+        type=float,
+        default=None,
+        help="seconds to shrink each finding (default: 30, or a tenth of a shorter budget)",
+    )
+    p.add_argument(
+        "--shrink-grace",
+        type=float,
+        default=None,
+        help="seconds past the budget for shrinking findings still unshrunk when it ends "
+        "(default: a quarter of the budget, 10 s to 5 min)",
+    )
+    p.add_argument(
+        "--shrink-known",
+        action="store_true",
+        help="shrink findings the baseline knows too (default: report them as found, after "
+        "the new ones; the baseline entry's case is their minimal form)",
+    )
+    p.add_argument(
+        "--confirm",
+        type=int,
+        default=3,
+        metavar="N",
+        help="re-run each new finding's minimized case N times on fresh probe processes; one "
+        "that does not show every time is reported flaky, not new (default: 3; 0: off)",
+    )
+    p.add_argument(
+        "--metamorphic",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="the share of programs also run with an inert op inserted or removed, each target "
+        "compared with itself (default: 0.25; 0: off)",
+    )
     p.add_argument("--junit", help="also write JUnit XML here (one test case per signature)")
     p.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
     p.add_argument("--no-report", action="store_true", help="skip report.md / report.html")
-    p.add_argument("--triage", metavar="STORE", help="the triage store the run is recorded in (default: "
-                   "triage.sqlite beside the run folder; redis://host:port/n: one store in Redis, copied there)")
+    p.add_argument(
+        "--triage",
+        metavar="STORE",
+        help="the triage store the run is recorded in (default: "
+        "triage.sqlite beside the run folder; redis://host:port/n: one store in Redis, copied there)",
+    )
     p.set_defaults(handler=cmd_fuzz)
 
 
@@ -66,21 +108,33 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         _campaign_resume(args)
         budget = _check_options(args)
         load_baseline(args.baseline)  # a bad --baseline is one line before anything is written
-        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 32)
+        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
         out = args.resume or args.out or str(Path("reports") / datetime.now().strftime("%Y%m%d-%H%M%S"))
-        config = CampaignConfig(out=out, seed=seed, budget_s=budget, max_programs=args.max_programs,
-                                targets=parse_target_list(args.targets), profile=args.profile or "default",
-                                workers=args.workers, db=args.db, chunk_size=args.chunk_size or 64,
-                                shrink_time_s=_shrink_time(args.shrink_time, budget),
-                                shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
-                                baseline=args.baseline, shrink_known=args.shrink_known,
-                                confirm_runs=args.confirm, metamorphic_share=0.25 if args.metamorphic is None else args.metamorphic)
+        config = CampaignConfig(
+            out=out,
+            seed=seed,
+            budget_s=budget,
+            max_programs=args.max_programs,
+            targets=parse_target_list(args.targets),
+            profile=args.profile or "default",
+            workers=args.workers,
+            db=args.db,
+            chunk_size=args.chunk_size or 64,
+            shrink_time_s=_shrink_time(args.shrink_time, budget),
+            shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
+            baseline=args.baseline,
+            shrink_known=args.shrink_known,
+            confirm_runs=args.confirm,
+            metamorphic_share=0.25 if args.metamorphic is None else args.metamorphic,
+        )
         config = _joined_campaign(args, config)
         if args.resume:
             print(f"aliasfuzz fuzz: resuming {out}", flush=True)
         elif config.campaign:
-            print(f"aliasfuzz fuzz: campaign {config.campaign}, seed {config.seed}, profile {config.profile}, "
-                  f"out {out}", flush=True)
+            print(
+                f"aliasfuzz fuzz: campaign {config.campaign}, seed {config.seed}, profile {config.profile}, out {out}",
+                flush=True,
+            )
         else:
             print(f"aliasfuzz fuzz: seed {seed}, profile {config.profile}, out {out}", flush=True)
         display = _Display()
@@ -98,8 +152,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     written = _write_reports(args, result)
     print(f"aliasfuzz fuzz: findings in {result.folder.findings_json}")
     if result.interrupted:
-        print(f"aliasfuzz: interrupted: resume with `aliasfuzz fuzz --resume {result.folder.path}`",
-              file=sys.stderr)
+        print(f"aliasfuzz: interrupted: resume with `aliasfuzz fuzz --resume {result.folder.path}`", file=sys.stderr)
         return 2
     if not written:
         return 2
@@ -115,8 +168,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     state = result.folder.load_state()
     run = result.programs - state.get("repeats_skipped", 0)
     if run > 0 and state.get("ran_nowhere", 0) >= run:
-        print("aliasfuzz: no program ran on any target, so nothing was compared (see the log above)",
-              file=sys.stderr)
+        print("aliasfuzz: no program ran on any target, so nothing was compared (see the log above)", file=sys.stderr)
         return 2
     return 1 if result.new else 0
 
@@ -139,10 +191,12 @@ def _check_options(args: argparse.Namespace) -> float | None:
         raise CampaignError("give --budget or --max-programs (a campaign needs an end)")
     # The options a shared campaign stores in Redis: one check (options.option_problem) for the
     # command line, what a joining machine reads there and a resumed campaign.json.
-    for flag, key, given, value in (("--budget", "budget_s", args.budget, budget),
-                                    ("--max-programs", "max_programs", args.max_programs, args.max_programs),
-                                    ("--chunk-size", "chunk_size", args.chunk_size, args.chunk_size),
-                                    ("--metamorphic", "metamorphic_share", args.metamorphic, args.metamorphic)):
+    for flag, key, given, value in (
+        ("--budget", "budget_s", args.budget, budget),
+        ("--max-programs", "max_programs", args.max_programs, args.max_programs),
+        ("--chunk-size", "chunk_size", args.chunk_size, args.chunk_size),
+        ("--metamorphic", "metamorphic_share", args.metamorphic, args.metamorphic),
+    ):
         problem = None if value is None else option_problem(key, value)
         if problem:
             raise CampaignError(f"{flag} {given}: {problem}")
@@ -150,8 +204,10 @@ def _check_options(args: argparse.Namespace) -> float | None:
         raise CampaignError(f"--workers {args.workers}: must be at least 1")
     if args.workers > (cpus := usable_cpus()):
         # Each worker starts its own targets; more than the CPUs spend the budget starting them.
-        raise CampaignError(f"--workers {args.workers}: more than the {cpus} CPU(s) this machine gives aliasfuzz "
-                            f"(each worker runs its own targets); give at most {cpus}")
+        raise CampaignError(
+            f"--workers {args.workers}: more than the {cpus} CPU(s) this machine gives aliasfuzz "
+            f"(each worker runs its own targets); give at most {cpus}"
+        )
     if args.confirm < 0:
         raise CampaignError(f"--confirm {args.confirm}: must be 0 (off) or more runs")
     for flag, value in (("--shrink-time", args.shrink_time), ("--shrink-grace", args.shrink_grace)):
@@ -180,19 +236,32 @@ def _check_resume(args: argparse.Namespace) -> None:
 
     saved = RunFolder(args.resume).load_state().get("config", {})
     # Compared as stored: targets as a set, the corpus URL with its password hidden (never stored).
-    given = {"seed": args.seed, "targets": canonical_targets(parse_target_list(args.targets)),
-             "profile": args.profile, "db": args.db and hide_password(args.db), "baseline": args.baseline,
-             "chunk_size": args.chunk_size, "metamorphic_share": args.metamorphic}
-    stored = {**saved, "targets": canonical_targets(saved.get("targets")),
-              "db": hide_password(saved["db"]) if isinstance(saved.get("db"), str) else saved.get("db")}
+    given = {
+        "seed": args.seed,
+        "targets": canonical_targets(parse_target_list(args.targets)),
+        "profile": args.profile,
+        "db": args.db and hide_password(args.db),
+        "baseline": args.baseline,
+        "chunk_size": args.chunk_size,
+        "metamorphic_share": args.metamorphic,
+    }
+    stored = {
+        **saved,
+        "targets": canonical_targets(saved.get("targets")),
+        "db": hide_password(saved["db"]) if isinstance(saved.get("db"), str) else saved.get("db"),
+    }
     for key, value in given.items():
         if value is not None and value != stored.get(key):
             flag = {"metamorphic_share": "--metamorphic"}.get(key, "--" + key.replace("_", "-"))
-            raise CampaignError(f"{flag} {value}: the campaign in {args.resume} has {key} {stored.get(key)!r}; "
-                                f"a resume continues it unchanged (leave {flag} out, or start a new --out)")
+            raise CampaignError(
+                f"{flag} {value}: the campaign in {args.resume} has {key} {stored.get(key)!r}; "
+                f"a resume continues it unchanged (leave {flag} out, or start a new --out)"
+            )
     if args.db is None and has_hidden_password(saved.get("db")):
-        raise CampaignError(f"--resume {args.resume}: its corpus is --db {saved['db']}, whose password is never "
-                            f"stored: give --db with the password again")
+        raise CampaignError(
+            f"--resume {args.resume}: its corpus is --db {saved['db']}, whose password is never "
+            f"stored: give --db with the password again"
+        )
 
 
 def _campaign_resume(args: argparse.Namespace) -> None:
@@ -200,14 +269,16 @@ def _campaign_resume(args: argparse.Namespace) -> None:
     campaign NAME (``--db redis://host:port/n --campaign NAME``) with a new run folder."""
     if not args.resume or not args.resume.lower().startswith(("redis://", "rediss://")):
         return
-    from harness.urls import hide_password
     from harness.fuzzing.shared_report import split_campaign_url
+    from harness.urls import hide_password
 
     db, name = split_campaign_url(args.resume)
     for flag, given, value in (("--db", args.db, db), ("--campaign", args.campaign, name)):
         if given is not None and given != value:
-            raise CampaignError(f"{flag} {hide_password(given)} with --resume {hide_password(args.resume)}: the URL "
-                                f"names the campaign (leave {flag} out)")
+            raise CampaignError(
+                f"{flag} {hide_password(given)} with --resume {hide_password(args.resume)}: the URL "
+                f"names the campaign (leave {flag} out)"
+            )
     args.db, args.campaign, args.resume = db, name, None
 
 
@@ -230,16 +301,32 @@ def _joined_campaign(args: argparse.Namespace, config: CampaignConfig) -> Campai
         fresh_where = str(RunFolder(args.resume).state_json)
     if not name:
         return config
-    given = {"seed": args.seed, "profile": args.profile, "targets": config.targets, "chunk_size": args.chunk_size,
-             "budget_s": config.budget_s, "max_programs": args.max_programs, "metamorphic_share": args.metamorphic}
+    given = {
+        "seed": args.seed,
+        "profile": args.profile,
+        "targets": config.targets,
+        "chunk_size": args.chunk_size,
+        "budget_s": config.budget_s,
+        "max_programs": args.max_programs,
+        "metamorphic_share": args.metamorphic,
+    }
     shared = SharedCampaign.open(db, name).settle(given, fresh, fresh_where)
     budget = shared["budget_s"]
-    return replace(config, campaign=name, db=db, lease_s=lease or LEASE_S, seed=shared["seed"],
-                   profile=shared["profile"], targets=shared["targets"], chunk_size=shared["chunk_size"],
-                   budget_s=budget, max_programs=shared["max_programs"],
-                   metamorphic_share=shared["metamorphic_share"],
-                   shrink_time_s=_shrink_time(args.shrink_time, budget),
-                   shrink_grace_s=_shrink_grace(args.shrink_grace, budget))
+    return replace(
+        config,
+        campaign=name,
+        db=db,
+        lease_s=lease or LEASE_S,
+        seed=shared["seed"],
+        profile=shared["profile"],
+        targets=shared["targets"],
+        chunk_size=shared["chunk_size"],
+        budget_s=budget,
+        max_programs=shared["max_programs"],
+        metamorphic_share=shared["metamorphic_share"],
+        shrink_time_s=_shrink_time(args.shrink_time, budget),
+        shrink_grace_s=_shrink_grace(args.shrink_grace, budget),
+    )
 
 
 def _summary(result) -> None:
@@ -251,19 +338,21 @@ def _summary(result) -> None:
     rates = f"{result.programs / max(result.seconds, 1e-9):.1f}/s"
     if shrinking > 0 and running > 0:
         shrunk = sum(1 for f in result.findings if f.get("shrink_seconds") is not None)
-        rates += (f"; {shrinking:.1f}s of it shrinking {shrunk} findings, "
-                  f"{result.programs / running:.1f}/s without")
-    print(f"aliasfuzz fuzz: {result.programs} programs in {result.seconds:.1f}s ({rates}); "
-          f"findings: {new} new, {known} known")
+        rates += f"; {shrinking:.1f}s of it shrinking {shrunk} findings, {result.programs / running:.1f}/s without"
+    print(
+        f"aliasfuzz fuzz: {result.programs} programs in {result.seconds:.1f}s ({rates}); "
+        f"findings: {new} new, {known} known"
+    )
     for f in result.harness_errors:
-        print(f"aliasfuzz fuzz: HARNESS ERROR (a bug of aliasfuzz): {f['sentence']} -> "
-              f"{result.folder.path / f['case']}", file=sys.stderr)
+        print(
+            f"aliasfuzz fuzz: HARNESS ERROR (a bug of aliasfuzz): {f['sentence']} -> {result.folder.path / f['case']}",
+            file=sys.stderr,
+        )
     for e in result.errors:
         print(f"aliasfuzz fuzz: worker error: {e}", file=sys.stderr)
     nowhere = result.folder.load_state().get("ran_nowhere", 0)
     if nowhere:  # never agreement: nothing was compared
-        print(f"aliasfuzz fuzz: warning: {nowhere} program(s) ran on no target, so were not compared",
-              file=sys.stderr)
+        print(f"aliasfuzz fuzz: warning: {nowhere} program(s) ran on no target, so were not compared", file=sys.stderr)
 
 
 def _record_triage(args: argparse.Namespace, result) -> None:
@@ -277,8 +366,10 @@ def _record_triage(args: argparse.Namespace, result) -> None:
     except (InputError, OSError) as e:
         print(f"aliasfuzz fuzz: the run is not in the triage store: {e}", file=sys.stderr)
         return
-    print(f"aliasfuzz fuzz: triage: {len(delta.first_seen_new)} new root causes first seen "
-          f"({len(delta.first_seen_known)} known ones first reached), {len(delta.disappeared)} gone since the run before")
+    print(
+        f"aliasfuzz fuzz: triage: {len(delta.first_seen_new)} new root causes first seen "
+        f"({len(delta.first_seen_known)} known ones first reached), {len(delta.disappeared)} gone since the run before"
+    )
 
 
 def _write_reports(args: argparse.Namespace, result) -> bool:
@@ -289,8 +380,9 @@ def _write_reports(args: argparse.Namespace, result) -> bool:
 
     try:
         if not args.no_report:
-            for p in write_reports(result.folder.path,
-                                   warn=lambda line: print(f"aliasfuzz fuzz: {line}", file=sys.stderr)):
+            for p in write_reports(
+                result.folder.path, warn=lambda line: print(f"aliasfuzz fuzz: {line}", file=sys.stderr)
+            ):
                 print(f"aliasfuzz fuzz: wrote {p}")
         if args.junit:
             write_junit(result.findings, Path(args.junit))
@@ -299,8 +391,11 @@ def _write_reports(args: argparse.Namespace, result) -> bool:
         print(f"aliasfuzz: {e}", file=sys.stderr)
         return False
     except OSError as e:
-        print(f"aliasfuzz: cannot write the report ({e.strerror or e}); the findings are intact in "
-              f"{result.folder.journal}", file=sys.stderr)
+        print(
+            f"aliasfuzz: cannot write the report ({e.strerror or e}); the findings are intact in "
+            f"{result.folder.journal}",
+            file=sys.stderr,
+        )
         return False
     return True
 
@@ -349,8 +444,10 @@ class _Display:
         elapsed = time.monotonic() - self.started
         programs = state.get("programs", 0)
         new = sum(1 for r in records if r["status"] == "new")
-        text = (f"elapsed {elapsed:6.0f}s  programs {programs}  {programs / max(elapsed, 1e-9):6.1f}/s  "
-                f"findings {new} new, {len(records) - new} known")
+        text = (
+            f"elapsed {elapsed:6.0f}s  programs {programs}  {programs / max(elapsed, 1e-9):6.1f}/s  "
+            f"findings {new} new, {len(records) - new} known"
+        )
         if self.live is not None:
             from rich.text import Text
 

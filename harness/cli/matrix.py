@@ -10,12 +10,20 @@ from harness.cli import EXIT_OK
 
 
 def register(sub) -> None:
-    p = sub.add_parser("matrix", help="build the semantics matrix: does each snapshot method follow or keep, per target")
+    p = sub.add_parser(
+        "matrix", help="build the semantics matrix: does each snapshot method follow or keep, per target"
+    )
     p.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
-    p.add_argument("--out", default=str(Path("reports") / "matrix"),
-                   help="folder for matrix.md, matrix.html and the cases (default: reports/matrix)")
-    p.add_argument("--reproducers", action="store_true",
-                   help="also write each case's torch script and candle / burn cargo projects")
+    p.add_argument(
+        "--out",
+        default=str(Path("reports") / "matrix"),
+        help="folder for matrix.md, matrix.html and the cases (default: reports/matrix)",
+    )
+    p.add_argument(
+        "--reproducers",
+        action="store_true",
+        help="also write each case's torch script and candle / burn cargo projects",
+    )
     p.set_defaults(handler=cmd_matrix)
 
 
@@ -32,6 +40,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     out = Path(args.out)
     write(m, out, reproducers=args.reproducers)
     differing = sum(1 for k in range(len(m.rows)) for t in m.targets if m.differs(k, t))
-    print(f"aliasfuzz matrix: {len(m.rows)} rows x {len(m.targets)} targets, {differing} cells differ from "
-          f"{m.reference or 'no reference'}; wrote {out / 'matrix.md'} and {out / 'matrix.html'}")
+    print(
+        f"aliasfuzz matrix: {len(m.rows)} rows x {len(m.targets)} targets, {differing} cells differ from "
+        f"{m.reference or 'no reference'}; wrote {out / 'matrix.md'} and {out / 'matrix.html'}"
+    )
     return EXIT_OK

@@ -9,8 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harness.errors import InputError
 from harness.case.ir import CaseError, load_case, write_case
+from harness.errors import InputError
 from harness.files import output_file_problem
 
 
@@ -45,8 +45,11 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         if args.signature:
             chosen = next((f for f in findings if f.signature == args.signature), None)
             if chosen is None:
-                print(f"aliasfuzz: {args.case}: signature not shown; it shows: "
-                      + "; ".join(f.signature for f in findings), file=sys.stderr)
+                print(
+                    f"aliasfuzz: {args.case}: signature not shown; it shows: "
+                    + "; ".join(f.signature for f in findings),
+                    file=sys.stderr,
+                )
                 return 2
         else:
             chosen = findings[0]
@@ -58,8 +61,10 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         except OSError as e:
             raise CaseError(out, "--out", f"cannot write ({e.strerror or e})") from None
         state = "complete" if result.complete else f"stopped early after {args.time:.0f}s"
-        print(f"aliasfuzz minimize: {result.ops_before} -> {result.ops_after} ops, {len(minimized.tensors)} "
-              f"tensor(s), {result.runs} runs in {result.seconds:.1f}s ({state})")
+        print(
+            f"aliasfuzz minimize: {result.ops_before} -> {result.ops_after} ops, {len(minimized.tensors)} "
+            f"tensor(s), {result.runs} runs in {result.seconds:.1f}s ({state})"
+        )
         print(f"signature: {final.signature}")
         print(f"wrote {out}")
         if is_harness_error(final):

@@ -17,8 +17,13 @@ from harness.errors import CampaignError
 
 def register(sub) -> None:
     p = sub.add_parser("report", help="re-render a run folder's report, or the history of many runs")
-    p.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a run folder written by `aliasfuzz fuzz`, or "
-                   "redis://host:port/n/NAME: a shared campaign (`fuzz --campaign NAME`), written to --out first")
+    p.add_argument(
+        "run_dir",
+        nargs="?",
+        metavar="RUN_DIR",
+        help="a run folder written by `aliasfuzz fuzz`, or "
+        "redis://host:port/n/NAME: a shared campaign (`fuzz --campaign NAME`), written to --out first",
+    )
     p.add_argument("--out", metavar="DIR", help="with redis://.../NAME: the new run folder the campaign is written to")
     p.add_argument("--history", metavar="DIR", help="render DIR/history.html over every run folder under DIR")
     p.set_defaults(handler=cmd_report)
@@ -29,8 +34,8 @@ def _warn(line: str) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.reporting.report import ReportError, load_run, summary_line, write_run_reports
     from harness.reporting.history import render_history
+    from harness.reporting.report import ReportError, load_run, summary_line, write_run_reports
 
     if bool(args.run_dir) == bool(args.history):
         print("aliasfuzz: report: give a run folder or --history DIR (one of them)", file=sys.stderr)
@@ -68,8 +73,9 @@ def _report_campaign(args: argparse.Namespace) -> None:
     from harness.urls import hide_password
 
     if not args.out:
-        raise CampaignError(f"{hide_password(args.run_dir)}: give --out DIR, the new run folder the campaign is "
-                            f"written to")
+        raise CampaignError(
+            f"{hide_password(args.run_dir)}: give --out DIR, the new run folder the campaign is written to"
+        )
     rendered: dict[str, object] = {}
 
     def render(staging) -> None:

@@ -46,8 +46,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
             elif result.ran_nowhere:
                 status = max(status, EXIT_USAGE)
                 why = "; ".join(f"{t}: {tr.status}: {tr.message}" for t, tr in result.traces.items())
-                print(f"aliasfuzz: {path}: no target ran the case, so nothing was compared ({why})",
-                      file=sys.stderr)
+                print(f"aliasfuzz: {path}: no target ran the case, so nothing was compared ({why})", file=sys.stderr)
             elif not result.compared:  # one target: no agreement to claim, as when none ran it
                 status = max(status, EXIT_USAGE)
                 print(f"aliasfuzz: {path}: {result.not_compared()}", file=sys.stderr)
@@ -69,8 +68,8 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def _report_harness_errors(command: str, path: Path, program, errors) -> None:
     """One line per harness error on stderr, naming the bug report that holds its traceback and
     the case."""
-    from harness.judging.harness_errors import write_bug_report
     from harness.case.ir import dump_case
+    from harness.judging.harness_errors import write_bug_report
 
     for f in errors:
         report = write_bug_report(f.sentence(), f.detail, {str(path): dump_case(program)})

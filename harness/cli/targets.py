@@ -19,8 +19,11 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
     with discover() as found:
         if args.json:
-            print(json.dumps({"targets": [t.info.to_json() for t in found.targets],
-                              "unavailable": found.unavailable}, indent=2))
+            print(
+                json.dumps(
+                    {"targets": [t.info.to_json() for t in found.targets], "unavailable": found.unavailable}, indent=2
+                )
+            )
             return EXIT_OK
         from rich.console import Console
         from rich.table import Table
@@ -30,8 +33,14 @@ def cmd_targets(args: argparse.Namespace) -> int:
             table.add_column(col)
         for t in found.targets:
             i = t.info
-            table.add_row(i.id, i.kind, i.alt or "—", ", ".join(f"{k} {v}" for k, v in i.versions.items()),
-                          str(len(i.ops)), str(len(i.methods)))
+            table.add_row(
+                i.id,
+                i.kind,
+                i.alt or "—",
+                ", ".join(f"{k} {v}" for k, v in i.versions.items()),
+                str(len(i.ops)),
+                str(len(i.methods)),
+            )
         Console().print(table)
         for fw, why in found.unavailable.items():
             print(f"not available: {fw}: {why}")

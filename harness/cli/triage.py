@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from harness.escaping import visible
-from harness.urls import hide_password
 from harness.triage import shared
+from harness.urls import hide_password
 
 
 def register(sub) -> None:
@@ -28,12 +28,17 @@ def register(sub) -> None:
     p.add_argument("--set", nargs="+", metavar=("ID", "STATE"), help="set root cause ID's state: ID STATE [ARG]")
     p.set_defaults(handler=cmd_triage)
     r = sub.add_parser("recheck", help="run every baseline case and stored root cause again on the targets present")
-    r.add_argument("--store", help="the triage store: a file (default: reports/triage.sqlite; made when missing) "
-                   "or redis://host:port/n")
+    r.add_argument(
+        "--store",
+        help="the triage store: a file (default: reports/triage.sqlite; made when missing) or redis://host:port/n",
+    )
     r.add_argument("--targets", help="comma-separated target ids or frameworks (default: all)")
     r.add_argument("--baseline", help="known-divergence baseline (default: the bundled one)")
-    r.add_argument("--fail-on-change", action="store_true",
-                   help="exit 1 when a root cause's result changed since its last recheck (a nightly run's check)")
+    r.add_argument(
+        "--fail-on-change",
+        action="store_true",
+        help="exit 1 when a root cause's result changed since its last recheck (a nightly run's check)",
+    )
     r.set_defaults(handler=cmd_recheck)
 
 
@@ -76,13 +81,19 @@ def cmd_recheck(args: argparse.Namespace) -> int:
         print(f"{visible(r.result):<18} {visible(r.cause)}" + (f"  ({visible(r.note)})" if r.note else ""))
     counts = {k: sum(r.result == k for r in results) for k in dict.fromkeys(r.result for r in results)}
     print(f"aliasfuzz recheck: {', '.join(f'{n} {k}' for k, n in counts.items())}; recorded in {where}")
-    print("aliasfuzz recheck: versions: " + visible("; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}"
-                                                             for t, vs in versions.items())))
+    print(
+        "aliasfuzz recheck: versions: "
+        + visible("; ".join(f"{t} {' '.join(f'{k} {v}' for k, v in vs.items())}" for t, vs in versions.items()))
+    )
     changed = [r for r in results if r.changed]
-    print(f"aliasfuzz recheck: {len(changed)} changed since the last recheck"
-          + "".join(f"\naliasfuzz recheck: changed: {visible(r.cause)} ({visible(r.previous or 'first recheck')} -> "
-                    f"{visible(r.result)})"
-                    for r in changed))
+    print(
+        f"aliasfuzz recheck: {len(changed)} changed since the last recheck"
+        + "".join(
+            f"\naliasfuzz recheck: changed: {visible(r.cause)} ({visible(r.previous or 'first recheck')} -> "
+            f"{visible(r.result)})"
+            for r in changed
+        )
+    )
     return 1 if changed and args.fail_on_change else 0
 
 
@@ -94,9 +105,11 @@ def cmd_triage(args: argparse.Namespace) -> int:
         if args.record:
             store = args.store or default_store(args.record)
             delta = record_folder(args.record, store, "--store")
-            print(f"aliasfuzz triage: recorded {args.record} in {hide_password(str(store))}: "
-                  f"{len(delta.first_seen_new)} new first seen, {len(delta.first_seen_known)} known first reached, "
-                  f"{len(delta.disappeared)} gone since the run before, {len(delta.regressed)} regressed")
+            print(
+                f"aliasfuzz triage: recorded {args.record} in {hide_password(str(store))}: "
+                f"{len(delta.first_seen_new)} new first seen, {len(delta.first_seen_known)} known first reached, "
+                f"{len(delta.disappeared)} gone since the run before, {len(delta.regressed)} regressed"
+            )
             return 0
         if args.set and len(args.set) not in (2, 3):
             print("aliasfuzz: triage --set: give ID STATE [ARG]", file=sys.stderr)
@@ -123,8 +136,11 @@ def _list_or_set(args: argparse.Namespace, path: Path) -> int:
     if shared.is_shared(args.store):
         shared.fetch(args.store, path, "--store")
     if not path.is_file():
-        print(f"aliasfuzz: {where}: no triage store (a campaign writes one beside its run folder, or with "
-              f"--triage redis://... in Redis)", file=sys.stderr)
+        print(
+            f"aliasfuzz: {where}: no triage store (a campaign writes one beside its run folder, or with "
+            f"--triage redis://... in Redis)",
+            file=sys.stderr,
+        )
         return 2
     if args.set:
         if shared.is_shared(args.store):
@@ -143,6 +159,8 @@ def _print_causes(causes) -> None:
     machines): printed through ``visible``, an ANSI sequence or a line break is shown, never run."""
     print(f"{'state':<24} {'runs':>4} {'findings':>8}  {'first seen':<10} {'last seen':<10}  root cause")
     for c in causes:
-        print(f"{visible(c.state_text)[:24]:<24} {visible(c.runs):>4} {visible(c.findings):>8}  "
-              f"{visible(c.first_seen)[:10]:<10} {visible(c.last_seen)[:10]:<10}  {visible(c.id)}")
+        print(
+            f"{visible(c.state_text)[:24]:<24} {visible(c.runs):>4} {visible(c.findings):>8}  "
+            f"{visible(c.first_seen)[:10]:<10} {visible(c.last_seen)[:10]:<10}  {visible(c.id)}"
+        )
     print(f"{len(causes)} root causes")

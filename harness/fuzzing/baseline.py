@@ -19,10 +19,11 @@ which entry it would have been and why (re-check with ``aliasfuzz recheck``, the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from harness.case import values as cv
 from harness.case.ir import CaseError
@@ -80,8 +81,9 @@ class KnownDivergence:
             return False
         if self.frameworks:
             fws = sorted(t.split(":", 1)[0] for t in f.targets)
-            if fws != sorted(self.frameworks) and not (len(self.frameworks) == 1 and
-                                                      all(x == self.frameworks[0] for x in fws)):
+            if fws != sorted(self.frameworks) and not (
+                len(self.frameworks) == 1 and all(x == self.frameworks[0] for x in fws)
+            ):
                 return False
         return _any("~".join(f.sides), self.sides)
 
@@ -103,7 +105,7 @@ class Baseline:
     #: framework -> installed version (``for_installed``); empty: every entry's ranges are ignored
     installed: dict[str, str] = field(default_factory=dict)
 
-    def for_installed(self, infos: Mapping[str, Any]) -> "Baseline":
+    def for_installed(self, infos: Mapping[str, Any]) -> Baseline:
         """This baseline judging against the versions of the targets ``infos`` describes (target
         id -> ``TargetInfo``)."""
         installed = {}
@@ -138,8 +140,22 @@ class BaselineError(CaseError):
     since callers caught that from ``load_baseline`` before this class existed."""
 
 
-ALLOWED_FIELDS = ("id", "reason", "case", "upstream", "kind", "aspect", "frameworks", "method", "op", "sides", "role",
-                  "detail", "agrees", "versions")
+ALLOWED_FIELDS = (
+    "id",
+    "reason",
+    "case",
+    "upstream",
+    "kind",
+    "aspect",
+    "frameworks",
+    "method",
+    "op",
+    "sides",
+    "role",
+    "detail",
+    "agrees",
+    "versions",
+)
 
 
 def load_baseline(path: str | Path | None = None) -> Baseline:
@@ -192,8 +208,7 @@ def _entry(raw: Any, where: str, err) -> KnownDivergence:
             raise err(f"{where}.{key}", f"a shell-style pattern or a non-empty list of them, got {cv.brief(value)}")
     frameworks = raw.get("frameworks", [])
     # A string would be taken letter by letter; matches() compares one or two framework names.
-    if (not isinstance(frameworks, list) or len(frameworks) > 2
-            or not all(isinstance(x, str) and x for x in frameworks)):
+    if not isinstance(frameworks, list) or len(frameworks) > 2 or not all(isinstance(x, str) and x for x in frameworks):
         raise err(f"{where}.frameworks", f"expected a list of one or two framework names, got {cv.brief(frameworks)}")
     fields["frameworks"] = tuple(frameworks)
     fields["versions"] = _versions(raw.get("versions", {}), f"{where}.versions", err)
@@ -202,13 +217,13 @@ def _entry(raw: Any, where: str, err) -> KnownDivergence:
 
 def _versions(raw: Any, where: str, err) -> tuple[tuple[str, VersionRange], ...]:
     if not isinstance(raw, dict):
-        raise err(where, f"expected a table of framework = \"A..B\", got {cv.brief(raw)}")
+        raise err(where, f'expected a table of framework = "A..B", got {cv.brief(raw)}')
     out = []
     for fw, spec in raw.items():
         if fw not in FRAMEWORKS:
             raise err(f"{where}.{fw}", f"unknown framework (known: {', '.join(FRAMEWORKS)})")
         if not isinstance(spec, str):
-            raise err(f"{where}.{fw}", f"expected a version range like \"0.9.1..0.11.1\", got {cv.brief(spec)}")
+            raise err(f"{where}.{fw}", f'expected a version range like "0.9.1..0.11.1", got {cv.brief(spec)}')
         try:
             out.append((fw, VersionRange.parse(spec)))
         except ValueError as e:

@@ -37,19 +37,20 @@ import multiprocessing as mp
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
+from harness.case.ir import Program
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.bench_limits import CEILING_TARGET, VariantCost, limit_figures
 from harness.fuzzing.bench_stages import stage_figures
 from harness.fuzzing.engine import Engine, chunk_seed, pipeline
 from harness.fuzzing.generation import Drawer, generate, generate_given
-from harness.case.ir import Program
 from harness.judging.oracle import compare
-from harness.targets.runner import Runner
-from harness.targets.base import ProbeProcess, Target
 from harness.judging.trace import Trace
+from harness.targets.base import ProbeProcess, Target
+from harness.targets.runner import Runner
 
 LENGTHS = (8, 16, 32, 64)
 
@@ -173,8 +174,9 @@ def measure_engine(engine: Engine, config: BenchConfig) -> tuple[float, int, int
         divergent += sum(1 for _, _, f in results if f)
     wall = time.perf_counter() - start
     after = _cpu_snapshot(engine)
-    cpu = {k: after[k] - before[k] for k in before
-           if before[k] is not None and after.get(k) is not None}  # a restarted probe is left out
+    cpu = {
+        k: after[k] - before[k] for k in before if before[k] is not None and after.get(k) is not None
+    }  # a restarted probe is left out
     return wall, n, divergent, cpu
 
 
@@ -193,8 +195,7 @@ def measure_spawn(targets: Sequence[Target], programs: Sequence[Program]) -> flo
     """A fresh process per program and target: start, handshake, one program, exit."""
 
     def one(t: Target, wire: dict, out: dict) -> None:
-        proc = ProbeProcess(t.id, t.process.argv, cwd=t.process.cwd, env=t.process.env,
-                            timeout_s=t.process.timeout_s)
+        proc = ProbeProcess(t.id, t.process.argv, cwd=t.process.cwd, env=t.process.env, timeout_s=t.process.timeout_s)
         proc.start()
         try:
             out[t.id] = proc.run_batch(t.info.device, [wire], t.id)[0]
@@ -252,8 +253,14 @@ def measure_rss(engine: Engine, config: BenchConfig, log) -> list[dict[str, Any]
         for t in engine.runner.targets:
             point[t.id] = rss_kib(t.process.pid)
         points.append(point)
-        log(f"  rss after {n:>7} programs: " + ", ".join(
-            f"{k.removesuffix('_kib')} {v / 1024:.0f} MiB" for k, v in point.items() if k != "programs" and v is not None))
+        log(
+            f"  rss after {n:>7} programs: "
+            + ", ".join(
+                f"{k.removesuffix('_kib')} {v / 1024:.0f} MiB"
+                for k, v in point.items()
+                if k != "programs" and v is not None
+            )
+        )
 
     sample(0)
     drawn = []  # programs drawn, as a campaign counts them (repeats are drawn but not run again)
@@ -319,12 +326,17 @@ class WorkerRounds:
         self._go = [ctx.Event() for _ in range(rounds)]
         self._counters = [ctx.Value("i", 0) for _ in range(rounds)]
         self._ready, self._outq = ctx.Semaphore(0), ctx.Queue()
-        self._procs = [ctx.Process(target=_worker_main, daemon=True,
-                                   args=(config.__dict__, w, self._go, self._counters, self._ready, self._outq))
-                       for w in range(workers)]
+        self._procs = [
+            ctx.Process(
+                target=_worker_main,
+                daemon=True,
+                args=(config.__dict__, w, self._go, self._counters, self._ready, self._outq),
+            )
+            for w in range(workers)
+        ]
         self._next = 0
 
-    def __enter__(self) -> "WorkerRounds":
+    def __enter__(self) -> WorkerRounds:
         for p in self._procs:
             p.start()
         try:
@@ -379,8 +391,14 @@ def _spread(xs: Sequence[float]) -> str:
 
 
 def run_bench(config: BenchConfig, log=print) -> BenchResult:
-    fig: dict[str, Any] = {"seed": config.seed, "programs": config.programs, "chunk_size": config.chunk_size,
-                           "profile": config.profile, "cpus": os.cpu_count(), "load_before": _load()}
+    fig: dict[str, Any] = {
+        "seed": config.seed,
+        "programs": config.programs,
+        "chunk_size": config.chunk_size,
+        "profile": config.profile,
+        "cpus": os.cpu_count(),
+        "load_before": _load(),
+    }
     found = open_cpu_targets(config.targets)
     if not found.targets:
         found.close()
@@ -392,8 +410,10 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
     runner = Runner(found.targets)
     engine = Engine(runner, Baseline([]))
     try:
-        log(f"aliasfuzz bench: targets {', '.join(fig['targets'])}; {config.programs} programs, "
-            f"seed {config.seed}, profile {config.profile}; load {fig['load_before']}")
+        log(
+            f"aliasfuzz bench: targets {', '.join(fig['targets'])}; {config.programs} programs, "
+            f"seed {config.seed}, profile {config.profile}; load {fig['load_before']}"
+        )
         warm = generate(16, 12345, config.profile)  # first-use costs (imports, caches) out of the timings
         engine.check(warm)
         variant_cost = VariantCost(engine)
@@ -417,7 +437,9 @@ def _throughput_rounds(engine: Engine, config: BenchConfig, variant_cost: Varian
     its metamorphic variants) and the two workers back to back on the same programs: this machine's speed drifts by up to 1.8x within a
     minute, so each ratio is taken within a round and the middle round's figure is reported
     (every round's is kept under ``<name>_runs``)."""
-    rounds: dict[str, list[float]] = {k: [] for k in ("ceiling", "draw", "engine", "engine_no_variants", "engine_2workers")}
+    rounds: dict[str, list[float]] = {
+        k: [] for k in ("ceiling", "draw", "engine", "engine_no_variants", "engine_2workers")
+    }
     engine_runs = []
     with WorkerRounds(config, 2, config.repeat) if config.workers else contextlib.nullcontext() as workers:
         for r in range(config.repeat):
@@ -432,8 +454,7 @@ def _throughput_rounds(engine: Engine, config: BenchConfig, variant_cost: Varian
             if workers is not None:
                 seconds, n = workers.round()
                 rounds["engine_2workers"].append(n / seconds)
-            log(f"    round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rounds.items() if v)
-                + " programs/s")
+            log(f"    round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in rounds.items() if v) + " programs/s")
     return rounds, engine_runs
 
 
@@ -447,18 +468,25 @@ def _throughput_figures(fig: dict[str, Any], rounds: dict[str, list[float]], eng
     seconds, n, divergent, cpu = sorted(engine_runs, key=lambda r: r[1] / r[0])[len(engine_runs) // 2]
     fig["divergent_programs"] = divergent
     log(f"(a) ceiling (generation only):   {fig['ceiling_pps']:8.1f} programs/s{_spread(rounds['ceiling'])}")
-    log(f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s{_spread(rounds['engine'])} "
-        f"({divergent} of {n} programs diverge)")
+    log(
+        f"(b) engine (pipelined):          {fig['engine_pps']:8.1f} programs/s{_spread(rounds['engine'])} "
+        f"({divergent} of {n} programs diverge)"
+    )
     if "ratio_2workers" in fig:
-        log(f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s"
-            f"{_spread(rounds['engine_2workers'])}; {fig['ratio_2workers']:.2f}x one")
+        log(
+            f"    two workers:                 {fig['engine_2workers_pps']:8.1f} programs/s"
+            f"{_spread(rounds['engine_2workers'])}; {fig['ratio_2workers']:.2f}x one"
+        )
     # Where the CPU goes (the middle engine run): one worker already keeps more than one core
     # busy (its targets compute while it draws the next chunk), and that is the CPU a second
     # worker on a 2-core machine competes for.
     fig["cpu_ms_per_program"] = {k: v / n * 1e3 for k, v in cpu.items()}
     fig["cores_used_1worker"] = sum(cpu.values()) / seconds
-    log("    CPU per program: " + ", ".join(f"{k} {v:.2f} ms" for k, v in fig["cpu_ms_per_program"].items())
-        + f"; one worker keeps {fig['cores_used_1worker']:.2f} cores busy")
+    log(
+        "    CPU per program: "
+        + ", ".join(f"{k} {v:.2f} ms" for k, v in fig["cpu_ms_per_program"].items())
+        + f"; one worker keeps {fig['cores_used_1worker']:.2f} cores busy"
+    )
 
 
 def _baseline_figures(fig: dict[str, Any], engine: Engine, config: BenchConfig, log) -> None:
@@ -473,8 +501,10 @@ def _baseline_figures(fig: dict[str, Any], engine: Engine, config: BenchConfig, 
     log(f"(c) spawn per program:           {fig['spawn_pps']:8.2f} programs/s")
 
     fig["ratio_spawn"] = fig["engine_pps"] / fig["spawn_pps"]
-    log(f"(b)/(a) = {fig['ratio_ceiling']:.2f} (target >= {CEILING_TARGET});  "
-        f"(b)/(c) = {fig['ratio_spawn']:.0f} (target >= 20)")
+    log(
+        f"(b)/(a) = {fig['ratio_ceiling']:.2f} (target >= {CEILING_TARGET});  "
+        f"(b)/(c) = {fig['ratio_spawn']:.0f} (target >= 20)"
+    )
 
 
 def _cost_figures(fig: dict[str, Any], engine: Engine, config: BenchConfig, log) -> None:
@@ -482,19 +512,24 @@ def _cost_figures(fig: dict[str, Any], engine: Engine, config: BenchConfig, log)
     sample = generate(config.chunk_size, chunk_seed(config.seed, 0), config.profile)
     fig["per_target"] = measure_per_target(engine.runner.targets, sample)
     for tid, v in fig["per_target"].items():
-        log(f"    {tid:<22} {v['wall_s_per_program'] * 1e3:7.2f} ms/program wall, "
-            f"{v['probe_s_per_program'] * 1e3:7.2f} ms in the probe")
+        log(
+            f"    {tid:<22} {v['wall_s_per_program'] * 1e3:7.2f} ms/program wall, "
+            f"{v['probe_s_per_program'] * 1e3:7.2f} ms in the probe"
+        )
 
     run_cost, gen_cost = measure_lengths(engine, config)
     fig["per_length"] = {str(k): v for k, v in run_cost.items()}
     fig["per_length_generate"] = {str(k): v for k, v in gen_cost.items()}
-    log("    per program by length (run + oracle | generation): " + "; ".join(
-        f"{k} ops {run_cost[k] * 1e3:.1f} | {gen_cost[k] * 1e3:.1f} ms" for k in LENGTHS))
+    log(
+        "    per program by length (run + oracle | generation): "
+        + "; ".join(f"{k} ops {run_cost[k] * 1e3:.1f} | {gen_cost[k] * 1e3:.1f} ms" for k in LENGTHS)
+    )
 
     if config.rss_programs:
         log(f"    rss over {config.rss_programs} programs:")
         fig["rss"] = measure_rss(engine, config, log)
         # Growth after the first chunk (the probes allocate their working set there).
         first, last = fig["rss"][min(1, len(fig["rss"]) - 1)], fig["rss"][-1]
-        fig["rss_growth_kib"] = {k: (last[k] - first[k]) if last.get(k) and first.get(k) else None
-                                 for k in first if k != "programs"}
+        fig["rss_growth_kib"] = {
+            k: (last[k] - first[k]) if last.get(k) and first.get(k) else None for k in first if k != "programs"
+        }

@@ -23,8 +23,8 @@ with ``metamorphic_share = 0``, so the share of drawn programs that also run bes
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
-
+from collections.abc import Callable
+from typing import Any
 
 #: What the engine is held to (a benchmark's figures, never a timed test): at least this share of
 #: the target-bound limit, and at least this multiple of the ``@given`` ceiling.
@@ -42,27 +42,38 @@ def limit_figures(fig: dict[str, Any], log: Callable[[str], None]) -> None:
     cores = os.cpu_count() or 1
     runs = sorted(e / d for e, d in zip(fig["engine_pps_runs"], fig["draw_pps_runs"]))
     fig["ratio_draw"] = runs[len(runs) // 2]
-    log(f"(d) direct draw (the strategy):  {fig['draw_pps']:8.1f} programs/s; the engine is {fig['ratio_draw']:.2f} of it")
+    log(
+        f"(d) direct draw (the strategy):  {fig['draw_pps']:8.1f} programs/s; the engine is {fig['ratio_draw']:.2f} of it"
+    )
     if targets_ms <= 0:  # a run too short for the CPU clock's ticks: no limit to report
-        for key in ("target_bound_pps", "ratio_target_bound", "machine_bound_pps", "ratio_machine_bound",
-                    "max_ratio_target_bound", "max_ratio_ceiling"):
+        for key in (
+            "target_bound_pps",
+            "ratio_target_bound",
+            "machine_bound_pps",
+            "ratio_machine_bound",
+            "max_ratio_target_bound",
+            "max_ratio_ceiling",
+        ):
             fig[key] = None
         log("(e) target-bound: not measured (the targets' CPU is below the clock's resolution: run more programs)")
         return
     fig["target_bound_pps"] = cores / (targets_ms / 1e3)
     fig["ratio_target_bound"] = fig["engine_pps"] / fig["target_bound_pps"]
-    log(f"(e) target-bound ({cores} cores / {targets_ms:.2f} ms of target CPU per program): "
+    log(
+        f"(e) target-bound ({cores} cores / {targets_ms:.2f} ms of target CPU per program): "
         f"{fig['target_bound_pps']:8.1f} programs/s; the engine is {fig['ratio_target_bound']:.2f} of it "
-        f"(target >= {TARGET_BOUND_TARGET})")
+        f"(target >= {TARGET_BOUND_TARGET})"
+    )
     worker_ms = fig["cpu_ms_per_program"].get("worker", 0.0)
     fig["machine_bound_pps"] = cores / ((worker_ms + targets_ms) / 1e3)
     fig["max_ratio_target_bound"] = fig["machine_bound_pps"] / fig["target_bound_pps"]
     fig["max_ratio_ceiling"] = fig["machine_bound_pps"] / fig["ceiling_pps"]
     fig["ratio_machine_bound"] = fig["engine_pps"] / fig["machine_bound_pps"]
-    log(f"(g) machine-bound ({cores} cores / {worker_ms:.2f} + {targets_ms:.2f} ms of worker and target CPU): "
+    log(
+        f"(g) machine-bound ({cores} cores / {worker_ms:.2f} + {targets_ms:.2f} ms of worker and target CPU): "
         f"{fig['machine_bound_pps']:8.1f} programs/s; the engine is {fig['ratio_machine_bound']:.2f} of it, so at "
-        f"these costs (b)/(e) can reach {fig['max_ratio_target_bound']:.2f} and (b)/(a) {fig['max_ratio_ceiling']:.2f}")
-
+        f"these costs (b)/(e) can reach {fig['max_ratio_target_bound']:.2f} and (b)/(a) {fig['max_ratio_ceiling']:.2f}"
+    )
 
 
 class VariantCost:
@@ -95,6 +106,8 @@ class VariantCost:
         runs = sorted(n / e - 1 for e, n in zip(fig["engine_pps_runs"], fig["engine_no_variants_pps_runs"]))
         fig["variant_cost"] = runs[len(runs) // 2]
         fig["variants_per_program"] = self.variants / self.programs if self.programs else 0.0
-        log(f"(f) metamorphic variants (share {self.share:g}): {fig['variants_per_program']:.2f} per drawn program; "
+        log(
+            f"(f) metamorphic variants (share {self.share:g}): {fig['variants_per_program']:.2f} per drawn program; "
             f"the engine runs {fig['engine_no_variants_pps']:.1f} programs/s without them: they cost "
-            f"{fig['variant_cost'] * 100:+.0f}% of a chunk's time")
+            f"{fig['variant_cost'] * 100:+.0f}% of a chunk's time"
+        )

@@ -30,7 +30,8 @@ import pstats
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from harness.fuzzing.engine import Engine, pipeline
 from harness.fuzzing.generation import generate
@@ -54,6 +55,7 @@ def measure_worker_stages(engine: Engine, chunks: Callable[..., Any]) -> dict[st
                 spent = time.thread_time() - start
                 with lock:
                     clocks[stage] += spent
+
         return run
 
     engine.judge = timed("oracle", engine.judge)  # an instance attribute, removed below
@@ -86,6 +88,7 @@ def measure_worker_profile(engine: Engine, chunks: Callable[..., Any], top: int)
                 return fn(*args, **kwargs)
             finally:
                 profile.disable()
+
         return run
 
     main = _cpu_profile()
@@ -99,8 +102,10 @@ def measure_worker_profile(engine: Engine, chunks: Callable[..., Any], top: int)
         stats.add(profile)
     per = 1e3 / max(n, 1)
     rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]  # type: ignore[attr-defined]
-    return [{"function": _where(key), "own_ms": tt * per, "cumulative_ms": ct * per, "calls": nc / max(n, 1)}
-            for key, (_cc, nc, tt, ct, _callers) in rows]
+    return [
+        {"function": _where(key), "own_ms": tt * per, "cumulative_ms": ct * per, "calls": nc / max(n, 1)}
+        for key, (_cc, nc, tt, ct, _callers) in rows
+    ]
 
 
 def _run_wrapped(engine: Engine, chunks: Any, wrap: Callable[[Callable], Callable]) -> int:
@@ -136,25 +141,32 @@ def _where(key: tuple[str, int, str]) -> str:
     parts = path.split(os.sep)
     for root in ("site-packages", "lib"):
         if root in parts:
-            parts = parts[len(parts) - parts[::-1].index(root):]
+            parts = parts[len(parts) - parts[::-1].index(root) :]
             break
     else:
         here = str(ROOT).split(os.sep)
-        if parts[:len(here)] == here:
-            parts = parts[len(here):]
+        if parts[: len(here)] == here:
+            parts = parts[len(here) :]
     return f"{'/'.join(parts)}:{line}({name})"
 
 
-def stage_figures(fig: dict[str, Any], engine: Engine, chunks: Callable[..., Any], log: Callable[[str], None],
-                  profile_top: int = 0) -> None:
+def stage_figures(
+    fig: dict[str, Any], engine: Engine, chunks: Callable[..., Any], log: Callable[[str], None], profile_top: int = 0
+) -> None:
     """``worker_stages_ms`` (``measure_worker_stages``) and, with ``profile_top``,
     ``worker_profile`` (``measure_worker_profile``), and the lines that print them."""
     stages = fig["worker_stages_ms"] = measure_worker_stages(engine, chunks)
-    log(f"    worker CPU per program by stage: {stages['total']:.2f} ms = "
-        + " + ".join(f"{k} {stages[k]:.2f}" for k in (*STAGES, "rest")))
+    log(
+        f"    worker CPU per program by stage: {stages['total']:.2f} ms = "
+        + " + ".join(f"{k} {stages[k]:.2f}" for k in (*STAGES, "rest"))
+    )
     if profile_top > 0:
         rows = fig["worker_profile"] = measure_worker_profile(engine, chunks, profile_top)
-        log(f"    worker profile, top {len(rows)} by own time (cProfile, main and runner threads; "
-            "ms per program of the profiled run):")
+        log(
+            f"    worker profile, top {len(rows)} by own time (cProfile, main and runner threads; "
+            "ms per program of the profiled run):"
+        )
         for r in rows:
-            log(f"      {r['own_ms']:6.3f} own {r['cumulative_ms']:7.3f} cumulative {r['calls']:7.1f} calls  {r['function']}")
+            log(
+                f"      {r['own_ms']:6.3f} own {r['cumulative_ms']:7.3f} cumulative {r['calls']:7.1f} calls  {r['function']}"
+            )

@@ -27,24 +27,43 @@ import re
 import signal
 import time
 import typing
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Any
 
 from harness.case.ir import Program, dump_case
 from harness.errors import CampaignError, InputError
 from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.corpus import Corpus, open_database
 from harness.fuzzing.engine import Engine, Recorded, cancelled, chunk_seed, drawn_results, pipeline
-from harness.fuzzing.messages import (FindingFound, LogLine, Message, Progress, RanNowhere, TargetsOpened, WorkerDone,
-                                      WorkerError)
+from harness.fuzzing.messages import (
+    FindingFound,
+    LogLine,
+    Message,
+    Progress,
+    RanNowhere,
+    TargetsOpened,
+    WorkerDone,
+    WorkerError,
+)
 from harness.fuzzing.options import option_problem
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
 from harness.fuzzing.shared_campaign import LEASE_S
 from harness.judging.finding import FindingRecord
 from harness.judging.harness_errors import HARNESS_ERROR, line_of
 
-__all__ = ["DRAIN_S", "CampaignConfig", "CampaignError", "CampaignResult", "RunFolder", "machine_info",
-           "parse_duration", "run_campaign", "usable_cpus", "worker_loop"]
+__all__ = [
+    "DRAIN_S",
+    "CampaignConfig",
+    "CampaignError",
+    "CampaignResult",
+    "RunFolder",
+    "machine_info",
+    "parse_duration",
+    "run_campaign",
+    "usable_cpus",
+    "worker_loop",
+]
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -116,9 +135,16 @@ def _titled(program: Program, title: str, meta: dict[str, Any]) -> Program:
 DRAIN_S = 10.0
 
 
-def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | None],
-                emit: Callable[[Message], None], known: Callable[[str], bool], elapsed_before: float,
-                replay_programs: list[Program], deadline: float | None = None) -> None:
+def worker_loop(
+    config: CampaignConfig,
+    worker: int,
+    claim: Callable[[], int | None],
+    emit: Callable[[Message], None],
+    known: Callable[[str], bool],
+    elapsed_before: float,
+    replay_programs: list[Program],
+    deadline: float | None = None,
+) -> None:
     """Opens targets, replays the corpus share, then processes claimed chunks until ``claim``
     returns None. Everything it learns goes out through ``emit`` (``messages``). ``deadline``
     (``time.time()``) bounds shrinking: the budget's end plus the shrink grace. With
@@ -132,9 +158,16 @@ def worker_loop(config: CampaignConfig, worker: int, claim: Callable[[], int | N
     _worker_loop(config, claim, emit, known, elapsed_before, replay_programs, deadline)
 
 
-def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: Callable[[Message], None],
-                 known: Callable[[str], bool], elapsed_before: float, replay_programs: list[Program],
-                 deadline: float | None, again: Callable[[], bool] = lambda: False) -> None:
+def _worker_loop(
+    config: CampaignConfig,
+    claim: Callable[[], int | None],
+    emit: Callable[[Message], None],
+    known: Callable[[str], bool],
+    elapsed_before: float,
+    replay_programs: list[Program],
+    deadline: float | None,
+    again: Callable[[], bool] = lambda: False,
+) -> None:
     from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner
 
@@ -149,25 +182,43 @@ def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: 
     infos = runner.infos
     versions = {tid: dict(info.versions) for tid, info in infos.items()}
     baseline = baseline.for_installed(infos)  # an entry explains findings only on its versions
-    engine = Engine(runner, baseline, shrink_time_s=config.shrink_time_s, profile=config.profile,
-                    deadline=deadline, shrink_known=config.shrink_known, confirm_runs=config.confirm_runs,
-                    metamorphic_share=config.metamorphic_share)
+    engine = Engine(
+        runner,
+        baseline,
+        shrink_time_s=config.shrink_time_s,
+        profile=config.profile,
+        deadline=deadline,
+        shrink_known=config.shrink_known,
+        confirm_runs=config.confirm_runs,
+        metamorphic_share=config.metamorphic_share,
+    )
     baseline_cases = {e.id: e.case for e in baseline.entries}
     engine.started -= elapsed_before
     emit(TargetsOpened({t.id: t.info.to_json() for t in found.targets}, dict(found.unavailable)))
 
     def on_new(rec: Recorded) -> None:
         record = FindingRecord.found(
-            rec.finding, status=rec.status, baseline=rec.baseline, baseline_case=baseline_cases.get(rec.baseline),
-            ops_before=len(rec.original.ops), ops_after=len(rec.minimized.ops),
-            seconds_to_find=rec.seconds_to_find, shrink=rec.shrink, versions=versions, confirmed=rec.confirmed,
-            outside_baseline=None if rec.baseline else baseline.outside(rec.finding))
+            rec.finding,
+            status=rec.status,
+            baseline=rec.baseline,
+            baseline_case=baseline_cases.get(rec.baseline),
+            ops_before=len(rec.original.ops),
+            ops_after=len(rec.minimized.ops),
+            seconds_to_find=rec.seconds_to_find,
+            shrink=rec.shrink,
+            versions=versions,
+            confirmed=rec.confirmed,
+            outside_baseline=None if rec.baseline else baseline.outside(rec.finding),
+        )
         meta = {"signature": rec.signature, "kind": record.kind, "status": rec.status, "seed": config.seed}
         minimized = _titled(rec.minimized, record.sentence, meta)
         result = run_case(minimized, runner, infos, baseline)
         repro = None if cancelled(result.traces) else result.to_json()  # past the deadline: none
-        emit(FindingFound(record, dump_case(minimized), dump_case(_titled(rec.original, "original program", meta)),
-                          repro))
+        emit(
+            FindingFound(
+                record, dump_case(minimized), dump_case(_titled(rec.original, "original program", meta)), repro
+            )
+        )
 
     try:
         if replay_programs:
@@ -180,9 +231,14 @@ def _worker_loop(config: CampaignConfig, claim: Callable[[], int | None], emit: 
         runner.close()
 
 
-def _process_chunks(config: CampaignConfig, engine: Engine, claim: Callable[[], int | None],
-                    on_new: Callable[[Recorded], None], known: Callable[[str], bool],
-                    emit: Callable[[Message], None]) -> None:
+def _process_chunks(
+    config: CampaignConfig,
+    engine: Engine,
+    claim: Callable[[], int | None],
+    on_new: Callable[[Recorded], None],
+    known: Callable[[str], bool],
+    emit: Callable[[Message], None],
+) -> None:
     claimed: list[tuple[int, int]] = []  # (chunk, programs drawn), in the pipeline's order
 
     def chunks():
@@ -210,8 +266,9 @@ def _process_chunks(config: CampaignConfig, engine: Engine, claim: Callable[[], 
             tgt.process.stats.log.clear()
 
 
-def _worker_process(config_json: dict, worker: int, counter, limit, deadline, outq, seen, elapsed_before,
-                    replay_raw: list[bytes]) -> None:
+def _worker_process(
+    config_json: dict, worker: int, counter, limit, deadline, outq, seen, elapsed_before, replay_raw: list[bytes]
+) -> None:
     config = CampaignConfig(**config_json)
 
     def claim() -> int | None:
@@ -235,16 +292,27 @@ def _worker_process(config_json: dict, worker: int, counter, limit, deadline, ou
         except Exception as e:  # noqa: BLE001 - the manager gone: the driver still drops repeats
             if not unreachable:
                 unreachable.append(e)
-                outq.put(LogLine(f"warning: worker {worker}: cannot reach the shared signature set "
-                                 f"({type(e).__name__}: {e}); repeated findings may be shrunk twice, and "
-                                 f"are recorded once"))
+                outq.put(
+                    LogLine(
+                        f"warning: worker {worker}: cannot reach the shared signature set "
+                        f"({type(e).__name__}: {e}); repeated findings may be shrunk twice, and "
+                        f"are recorded once"
+                    )
+                )
             return False
 
     _ignore_sigint()
     try:
-        worker_loop(config, worker, claim, outq.put, known, elapsed_before,
-                    [program_from_bytes(r) for r in replay_raw],
-                    deadline.value + config.shrink_grace_s)
+        worker_loop(
+            config,
+            worker,
+            claim,
+            outq.put,
+            known,
+            elapsed_before,
+            [program_from_bytes(r) for r in replay_raw],
+            deadline.value + config.shrink_grace_s,
+        )
     except InputError as e:  # reported by the parent; the other workers go on
         outq.put(WorkerError(f"worker {worker}: {e}", harness=False))
     except Exception as e:  # noqa: BLE001 - a harness bug outside any one program
@@ -285,8 +353,9 @@ class CampaignResult:
         return [f for f in self.findings if f["kind"] == HARNESS_ERROR]
 
 
-def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[[str], None] = print,
-                 progress=None) -> CampaignResult:
+def run_campaign(
+    config: CampaignConfig, *, resume: bool = False, log: Callable[[str], None] = print, progress=None
+) -> CampaignResult:
     # The folder is locked for the whole campaign (a second campaign on it is refused); a new
     # campaign never takes a folder holding a run, or a user's folder; a set-up that fails
     # removes the folder it created again.
@@ -295,13 +364,23 @@ def run_campaign(config: CampaignConfig, *, resume: bool = False, log: Callable[
         return _run_campaign(folder, config, resume, log, progress)
 
 
-def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None]
-                    ) -> tuple[CampaignConfig, dict[str, Any], list[dict[str, Any]]]:
+def _starting_state(
+    folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None]
+) -> tuple[CampaignConfig, dict[str, Any], list[dict[str, Any]]]:
     """(the configuration the campaign runs with, its state, the findings so far)."""
     if not resume:
-        state = {"config": config.to_json(), "started": time.time(), "next_chunk": 0, "programs": 0,
-                 "elapsed_s": 0.0, "replayed": 0, "machine": machine_info(), "targets": {},
-                 "unavailable": {}, "runs": []}
+        state = {
+            "config": config.to_json(),
+            "started": time.time(),
+            "next_chunk": 0,
+            "programs": 0,
+            "elapsed_s": 0.0,
+            "replayed": 0,
+            "machine": machine_info(),
+            "targets": {},
+            "unavailable": {},
+            "runs": [],
+        }
         return config, state, []
     state = folder.load_state(config_fields=typing.get_type_hints(CampaignConfig), config_required=("out", "seed"))
     saved = CampaignConfig(**state["config"])
@@ -323,21 +402,31 @@ def _starting_state(folder: RunFolder, config: CampaignConfig, resume: bool, log
     return saved, state, records
 
 
-def _run_campaign(folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None],
-                  progress) -> CampaignResult:
+def _run_campaign(
+    folder: RunFolder, config: CampaignConfig, resume: bool, log: Callable[[str], None], progress
+) -> CampaignResult:
     config, state, records = _starting_state(folder, config, resume, log)
     corpus = open_database(config.db, folder)  # checked writable now, before the first save
     folder.save_state(state)  # before any finding: a kill at any moment leaves a resumable folder
     replay = [] if resume else corpus.load()
     if corpus.skipped:
-        log(f"warning: {corpus.name}: {corpus.skipped} corpus entr{'y' if corpus.skipped == 1 else 'ies'} "
-            f"skipped: not a program this version can read")
+        log(
+            f"warning: {corpus.name}: {corpus.skipped} corpus entr{'y' if corpus.skipped == 1 else 'ies'} "
+            f"skipped: not a program this version can read"
+        )
     state["replayed"] = state.get("replayed", 0) + len(replay)
     if replay:
         log(f"replaying {len(replay)} program(s) from the corpus")
     driver = _Driver(folder, config, state, records, corpus, log, progress)
-    state["runs"].append({"started": time.time(), "budget_s": config.budget_s, "max_programs": config.max_programs,
-                          "workers": config.workers, "resumed": resume})
+    state["runs"].append(
+        {
+            "started": time.time(),
+            "budget_s": config.budget_s,
+            "max_programs": config.max_programs,
+            "workers": config.workers,
+            "resumed": resume,
+        }
+    )
     try:
         driver.run(replay)
     except KeyboardInterrupt:
@@ -350,8 +439,16 @@ class _Driver:
     """One campaign run in the parent process: hands out chunks (one worker) or starts the
     worker processes, and turns every worker message into the run folder's state."""
 
-    def __init__(self, folder: RunFolder, config: CampaignConfig, state: dict[str, Any],
-                 records: list[dict[str, Any]], corpus: Corpus, log: Callable[[str], None], progress):
+    def __init__(
+        self,
+        folder: RunFolder,
+        config: CampaignConfig,
+        state: dict[str, Any],
+        records: list[dict[str, Any]],
+        corpus: Corpus,
+        log: Callable[[str], None],
+        progress,
+    ):
         self.folder, self.config, self.state, self.records = folder, config, state, records
         self.corpus, self.log, self.progress = corpus, log, progress
         self.elapsed_before = float(state.get("elapsed_s", 0.0))
@@ -365,16 +462,30 @@ class _Driver:
         self.programs_this_run = 0
         self.budget_announced = False
         self.handlers: dict[type, Callable[[Any], None]] = {
-            TargetsOpened: self._targets, FindingFound: self._finding, Progress: self._progress,
-            RanNowhere: self._ran_nowhere, LogLine: lambda m: self.log(m.line), WorkerError: self._error}
+            TargetsOpened: self._targets,
+            FindingFound: self._finding,
+            Progress: self._progress,
+            RanNowhere: self._ran_nowhere,
+            LogLine: lambda m: self.log(m.line),
+            WorkerError: self._error,
+        }
 
     def run(self, replay: list[Program]) -> None:
         config, state = self.config, self.state
         if config.max_programs is not None and not config.campaign:  # a shared campaign's limit is in Redis
             self.chunk_limit = state["next_chunk"] + -(-max(0, config.max_programs - len(replay)) // config.chunk_size)
         if config.workers > 1:
-            _run_workers(config, state["next_chunk"], self.chunk_limit, self.budget, self.seen_sigs, replay,
-                         self.elapsed_before, self.handle, self.budget_ended)
+            _run_workers(
+                config,
+                state["next_chunk"],
+                self.chunk_limit,
+                self.budget,
+                self.seen_sigs,
+                replay,
+                self.elapsed_before,
+                self.handle,
+                self.budget_ended,
+            )
             return
         counter = [state["next_chunk"]]
 
@@ -387,8 +498,7 @@ class _Driver:
             return counter[0] - 1
 
         deadline = time.time() + self.budget + config.shrink_grace_s if self.budget != float("inf") else None
-        worker_loop(config, 0, claim, self.handle, lambda s: s in self.seen_sigs, self.elapsed_before, replay,
-                    deadline)
+        worker_loop(config, 0, claim, self.handle, lambda s: s in self.seen_sigs, self.elapsed_before, replay, deadline)
 
     def budget_ended(self) -> bool:
         if time.monotonic() - self.start < self.budget:
@@ -396,8 +506,10 @@ class _Driver:
         if not self.budget_announced:
             self.budget_announced = True
             grace = self.config.shrink_grace_s
-            self.log("budget reached: no new programs; finishing the chunks under way"
-                     + (f" (shrinking may take up to {grace:g} s more)" if grace else ""))
+            self.log(
+                "budget reached: no new programs; finishing the chunks under way"
+                + (f" (shrinking may take up to {grace:g} s more)" if grace else "")
+            )
         return True
 
     def handle(self, msg: Message) -> None:
@@ -435,8 +547,10 @@ class _Driver:
         first = not self.state.get("ran_nowhere")
         self.state["ran_nowhere"] = self.state.get("ran_nowhere", 0) + msg.programs
         if first:
-            self.log(f"warning: {msg.programs} program(s) ran on no target (every target failed them): they are "
-                     f"not compared, so they count as no agreement; see the report")
+            self.log(
+                f"warning: {msg.programs} program(s) ran on no target (every target failed them): they are "
+                f"not compared, so they count as no agreement; see the report"
+            )
 
     def _error(self, msg: WorkerError) -> None:
         self.errors.append(msg.message)
@@ -453,14 +567,29 @@ class _Driver:
         last["ended"], last["programs"], last["interrupted"] = time.time(), self.programs_this_run, self.interrupted
         self.folder.save_state(state)
         self.folder.ensure_findings_list()
-        return CampaignResult(self.folder, self.records, state["programs"], state["elapsed_s"], self.errors,
-                              harness_failed=self.harness_failed, interrupted=self.interrupted,
-                              programs_this_run=self.programs_this_run)
+        return CampaignResult(
+            self.folder,
+            self.records,
+            state["programs"],
+            state["elapsed_s"],
+            self.errors,
+            harness_failed=self.harness_failed,
+            interrupted=self.interrupted,
+            programs_this_run=self.programs_this_run,
+        )
 
 
-def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budget: float,
-                 seen_sigs: set[str], replay: list[Program], elapsed_before: float,
-                 handle: Callable[[Message], None], budget_ended: Callable[[], bool]) -> None:
+def _run_workers(
+    config: CampaignConfig,
+    next_chunk: int,
+    chunk_limit: int,
+    budget: float,
+    seen_sigs: set[str],
+    replay: list[Program],
+    elapsed_before: float,
+    handle: Callable[[Message], None],
+    budget_ended: Callable[[], bool],
+) -> None:
     """``config.workers`` worker processes, each with its own targets, claiming chunks from one
     shared counter; their messages go to ``handle`` in this process. On Ctrl-C the workers are
     stopped (they ignore SIGINT themselves) and ``KeyboardInterrupt`` goes on up."""
@@ -474,13 +603,27 @@ def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budg
         seen = manager.dict({s: -1 for s in seen_sigs})
         counter = ctx.Value("q", next_chunk)
         limit = ctx.Value("q", chunk_limit)
-        deadline = ctx.Value("d", time.time() + min(budget, 10 ** 9))
+        deadline = ctx.Value("d", time.time() + min(budget, 10**9))
         outq = ctx.Queue()
-        shares = [replay[i::config.workers] for i in range(config.workers)]
-        procs = [ctx.Process(target=_worker_process, daemon=True,
-                             args=(config.to_json(), w, counter, limit, deadline, outq, seen, elapsed_before,
-                                   [program_to_bytes(p) for p in shares[w]]))
-                 for w in range(config.workers)]
+        shares = [replay[i :: config.workers] for i in range(config.workers)]
+        procs = [
+            ctx.Process(
+                target=_worker_process,
+                daemon=True,
+                args=(
+                    config.to_json(),
+                    w,
+                    counter,
+                    limit,
+                    deadline,
+                    outq,
+                    seen,
+                    elapsed_before,
+                    [program_to_bytes(p) for p in shares[w]],
+                ),
+            )
+            for w in range(config.workers)
+        ]
         for p in procs:
             p.start()
         alive = config.workers
@@ -509,5 +652,10 @@ def _run_workers(config: CampaignConfig, next_chunk: int, chunk_limit: int, budg
 
 
 def machine_info() -> dict[str, Any]:
-    return {"platform": platform.platform(), "machine": platform.machine(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "hostname": platform.node()}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "hostname": platform.node(),
+    }

@@ -16,11 +16,11 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from harness.files import atomic_write
-from harness.urls import hide_password
-from harness.errors import CampaignError
 from harness.case.ir import Program
+from harness.errors import CampaignError
+from harness.files import atomic_write
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
+from harness.urls import hide_password
 
 CORPUS_KEY = b"aliasfuzz/corpus/v1"
 REDIS_PREFIX = b"aliasfuzz:"
@@ -88,8 +88,10 @@ class Corpus:
         if not self.failures:
             return None
         total = self.failures + self.stored
-        return (f"{self.name}: {self.failures} of {total} corpus entr{'y' if total == 1 else 'ies'} "
-                f"not stored (last error: {self.last_reason})")
+        return (
+            f"{self.name}: {self.failures} of {total} corpus entr{'y' if total == 1 else 'ies'} "
+            f"not stored (last error: {self.last_reason})"
+        )
 
     def _store_one(self, text: str) -> str | None:
         import tomllib
@@ -138,13 +140,15 @@ def connect_redis(spec: str, option: str | None = "--db"):
         raise CampaignError(f"{shown}: not a valid Redis URL (no host); give redis://host:port/n")
     db_path = u.path.strip("/")
     if db_path and not db_path.isdigit():
-        raise CampaignError(f"{shown}: not a valid Redis URL (database {db_path!r} is not a number); "
-                            f"give redis://host:port/n")
+        raise CampaignError(
+            f"{shown}: not a valid Redis URL (database {db_path!r} is not a number); give redis://host:port/n"
+        )
     try:
         import redis  # an optional dependency: only a shared store needs it
     except ImportError:
-        raise CampaignError(f"{shown}: the redis package is not installed; install the extra: "
-                            "pip install 'aliasfuzz[redis]'") from None
+        raise CampaignError(
+            f"{shown}: the redis package is not installed; install the extra: pip install 'aliasfuzz[redis]'"
+        ) from None
     try:
         client = redis.Redis.from_url(spec, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S)
     except Exception as e:
@@ -203,8 +207,9 @@ def open_database(spec: str | None, folder: RunFolder) -> Corpus:
         if m:
             if m.group(1).lower() in ("redis", "rediss"):
                 return _open_redis(spec)
-            raise CampaignError(f"--db {hide_password(spec)}: unknown URL scheme {m.group(1)}:// "
-                                f"(give a folder or redis://host:port/n)")
+            raise CampaignError(
+                f"--db {hide_password(spec)}: unknown URL scheme {m.group(1)}:// (give a folder or redis://host:port/n)"
+            )
     return _open_directory(spec, folder)
 
 

@@ -13,29 +13,29 @@ import collections
 import contextlib
 import hashlib
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis.database import ExampleDatabase, choices_to_bytes
 from hypothesis.errors import HypothesisException
 
-from generators.programs import Profile, get_profile, programs as program_strategy
-
-from harness.collector import long_lived_heap
-from harness.fuzzing import variants
-from harness.fuzzing.generation import Drawer, generate
-from harness.fuzzing.baseline import Baseline, KnownDivergence
-from harness.errors import InputError
-from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
+from generators.programs import Profile, get_profile
+from generators.programs import programs as program_strategy
 from harness.case.ir import Program
-from harness.shrinking.minimize import MinimizeResult, cost, minimize
+from harness.collector import long_lived_heap
+from harness.errors import InputError
+from harness.fuzzing import variants
+from harness.fuzzing.baseline import Baseline, KnownDivergence
+from harness.fuzzing.generation import Drawer, generate
 from harness.judging.finding import Finding
+from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
 from harness.judging.metamorphic import group_label
 from harness.judging.pairs import reference_target, split_target_id
-from harness.targets.runner import Runner
-from harness.targets.base import CANCELLED
 from harness.judging.trace import Trace
+from harness.shrinking.minimize import MinimizeResult, cost, minimize
+from harness.targets.base import CANCELLED
+from harness.targets.runner import Runner
 
 
 def chunk_seed(campaign_seed: int, chunk: int) -> int:
@@ -68,8 +68,14 @@ class _Shows(Exception):
     pass
 
 
-def hypothesis_shrink(program: Program, choices: tuple, profile: str | Profile, max_ops: int | None,
-                      shows: Callable[[Sequence[Program]], list[bool]], time_limit_s: float) -> tuple[Program, int]:
+def hypothesis_shrink(
+    program: Program,
+    choices: tuple,
+    profile: str | Profile,
+    max_ops: int | None,
+    shows: Callable[[Sequence[Program]], list[bool]],
+    time_limit_s: float,
+) -> tuple[Program, int]:
     """Hypothesis's shrinker on a generated finding: the program Hypothesis drew from
     ``choices`` is replayed and shrunk by deleting and simplifying choices. Returns the smallest
     program (by ``minimize.cost``) that still shows, and the number of runs."""
@@ -77,9 +83,16 @@ def hypothesis_shrink(program: Program, choices: tuple, profile: str | Profile, 
     runs = [0]
     deadline = time.monotonic() + time_limit_s
 
-    @settings(database=_OneExample(choices_to_bytes(choices)), phases=[Phase.reuse, Phase.shrink],
-              max_examples=1, deadline=None, suppress_health_check=list(HealthCheck),
-              report_multiple_bugs=False, verbosity=Verbosity.quiet, print_blob=False)
+    @settings(
+        database=_OneExample(choices_to_bytes(choices)),
+        phases=[Phase.reuse, Phase.shrink],
+        max_examples=1,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        print_blob=False,
+    )
     @given(program_strategy(get_profile(profile), max_ops))
     def still_shows(candidate: Program) -> None:
         if time.monotonic() > deadline:
@@ -119,13 +132,13 @@ class Recorded:
         return self.finding.signature
 
 
-def _judged(programs: Sequence[Program], results: Sequence[dict[str, Trace]]
-            ) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
+def _judged(
+    programs: Sequence[Program], results: Sequence[dict[str, Trace]]
+) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
     """Each program with its traces and the oracle's findings (an exception of the oracle is a
     harness-error finding: ``harness_errors.safe_compare``). A program that a cancellation or the
     runner's deadline cut off on some target is left out: it was not run, so it is not judged."""
-    return [(p, traces, safe_compare(p, traces)) for p, traces in zip(programs, results)
-            if not cancelled(traces)]
+    return [(p, traces, safe_compare(p, traces)) for p, traces in zip(programs, results) if not cancelled(traces)]
 
 
 def cancelled(traces: dict[str, Trace]) -> bool:
@@ -258,11 +271,12 @@ class Engine:
         """The batch that runs ``programs``: them, then their metamorphic variants."""
         return variants.plan(programs, self.metamorphic_share)
 
-    def judge(self, programs: Sequence[Program], pairs: Sequence[variants.Pair],
-              results: Sequence[dict[str, Trace]]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
+    def judge(
+        self, programs: Sequence[Program], pairs: Sequence[variants.Pair], results: Sequence[dict[str, Trace]]
+    ) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         """The drawn programs judged by the differential oracle, then the metamorphic pairs that
         diverged (their programs carry ``inert``: ``drawn_results`` tells the two apart)."""
-        judged = _judged(programs, results[:len(programs)])
+        judged = _judged(programs, results[: len(programs)])
         self._count(judged)
         self.variants_run += sum(1 for p in pairs if p.extra < len(results) and not cancelled(results[p.extra]))
         return judged + variants.judge(pairs, results, cancelled)
@@ -275,8 +289,9 @@ class Engine:
         sub = self.runner.subset(target_ids)
 
         def shows(candidates: Sequence[Program]) -> list[bool]:
-            return [any(f.signature == finding.signature for f in fs)
-                    for fs in findings_on(sub.run, candidates, finding)]
+            return [
+                any(f.signature == finding.signature for f in fs) for fs in findings_on(sub.run, candidates, finding)
+            ]
 
         return shows
 
@@ -295,8 +310,9 @@ class Engine:
         hyp_runs = 0
         start_from = program
         if choices is not None:
-            start_from, hyp_runs = hypothesis_shrink(program, choices, self.profile, self.max_ops, shows,
-                                                     limit * self.hypothesis_share)
+            start_from, hyp_runs = hypothesis_shrink(
+                program, choices, self.profile, self.max_ops, shows, limit * self.hypothesis_share
+            )
         remaining = max(0.5, limit - (time.monotonic() - start))
         result = minimize(start_from, shows, time_limit_s=remaining)
         result.ops_before = len(program.ops)
@@ -316,14 +332,22 @@ class Engine:
         minimized = replace(result.program, inert=final.inert) if group_label(final) else result.program
         return minimized, final, result
 
-    def process(self, programs: Sequence[Program], on_new: Callable[[Recorded], None],
-                skip: Callable[[str], bool] = lambda s: False) -> int:
+    def process(
+        self,
+        programs: Sequence[Program],
+        on_new: Callable[[Recorded], None],
+        skip: Callable[[str], bool] = lambda s: False,
+    ) -> int:
         """Runs a chunk; records and shrinks each signature not seen before. Returns how many
         programs showed any divergence."""
         return self.record(self.check(programs), on_new, skip)
 
-    def record(self, results: Iterable[tuple[Program, dict[str, Trace], list[Finding]]],
-               on_new: Callable[[Recorded], None], skip: Callable[[str], bool] = lambda s: False) -> int:
+    def record(
+        self,
+        results: Iterable[tuple[Program, dict[str, Trace], list[Finding]]],
+        on_new: Callable[[Recorded], None],
+        skip: Callable[[str], bool] = lambda s: False,
+    ) -> int:
         """Shrinks and reports each signature not seen before, those the baseline does not know
         first (a short budget goes to what the user has not seen); a known one is reported
         unshrunk unless ``shrink_known``. Returns how many programs showed any divergence."""
@@ -346,8 +370,12 @@ class Engine:
             except InputError:
                 raise
             except Exception as e:  # a bug of the shrinker: the finding stands unshrunk, and so does the bug
-                self._report(on_new, Recorded(f, program, program, "known" if entry else "new",
-                                              entry.id if entry else None, found_at, None))
+                self._report(
+                    on_new,
+                    Recorded(
+                        f, program, program, "known" if entry else "new", entry.id if entry else None, found_at, None
+                    ),
+                )
                 self._report_harness_error(e, "shrink", program, found_at, on_new)
                 continue
             entry = known_entry(self.baseline, final)
@@ -359,8 +387,10 @@ class Engine:
                 confirmed = None
                 self._report_harness_error(e, "confirm", minimized, found_at, on_new)
             status = "known" if entry else "flaky" if confirmed and confirmed[0] < confirmed[1] else "new"
-            self._report(on_new, Recorded(final, program, minimized, status, entry.id if entry else None,
-                                          found_at, result, confirmed))
+            self._report(
+                on_new,
+                Recorded(final, program, minimized, status, entry.id if entry else None, found_at, result, confirmed),
+            )
         return divergent
 
     def confirm(self, program: Program, finding: Finding) -> tuple[int, int] | None:
@@ -391,8 +421,9 @@ class Engine:
                 raise  # recording a harness error failed: nothing smaller is left to record
             self._report_harness_error(e, "record", rec.original, rec.seconds_to_find, on_new)
 
-    def _report_harness_error(self, exc: Exception, stage: str, program: Program, found_at: float,
-                              on_new: Callable[[Recorded], None]) -> None:
+    def _report_harness_error(
+        self, exc: Exception, stage: str, program: Program, found_at: float, on_new: Callable[[Recorded], None]
+    ) -> None:
         f = harness_error(exc, stage)
         if f.signature in self.seen:
             return

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from harness.errors import CampaignError
 
@@ -81,8 +81,9 @@ def check_fresh(p: Path) -> set[str]:
             continue
         if e.name in FRESH_DIRS and e.is_dir(follow_symlinks=False) and not any(os.scandir(e.path)):
             continue
-        raise CampaignError(f"{p}: not empty and not an aliasfuzz run folder (it holds {e.name!r}): "
-                            f"give --out a new or empty folder")
+        raise CampaignError(
+            f"{p}: not empty and not an aliasfuzz run folder (it holds {e.name!r}): give --out a new or empty folder"
+        )
     return names
 
 

@@ -20,15 +20,18 @@ the shrinker's first example is the program that was found.
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from hypothesis import HealthCheck, Phase, given, seed as hyp_seed, settings
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hyp_seed
 from hypothesis.control import BuildContext, _current_build_context
 from hypothesis.errors import StopTest
 from hypothesis.internal.conjecture.data import ConjectureData
 
 from generators.choices import mutator_groups
-from generators.programs import Profile, get_profile, programs as program_strategy
+from generators.programs import Profile, get_profile
+from generators.programs import programs as program_strategy
 from harness.case.ir import Program
 
 #: A drawer: ``(n, seed, profile, max_ops, choices) -> programs``.
@@ -40,8 +43,13 @@ Drawer = Callable[..., list[Program]]
 MAX_GIVEN_UP = 1000
 
 
-def generate(n: int, seed: int, profile: str | Profile = "default", max_ops: int | None = None,
-             choices: dict[str, tuple] | None = None) -> list[Program]:
+def generate(
+    n: int,
+    seed: int,
+    profile: str | Profile = "default",
+    max_ops: int | None = None,
+    choices: dict[str, tuple] | None = None,
+) -> list[Program]:
     """``n`` distinct programs: random draws, each followed by up to ``MUTATION_TRIES`` mutants
     (``_mutant``), each mutant built on the last one kept, as Hypothesis's generate phase does.
 
@@ -119,15 +127,27 @@ def _mutant(choices: tuple, groups: list, rng: random.Random) -> tuple | None:
     return choices[:start1] + part + choices[end1:start2] + part + choices[end2:]
 
 
-def generate_given(n: int, seed: int, profile: str | Profile = "default", max_ops: int | None = None,
-               choices: dict[str, tuple] | None = None) -> list[Program]:
+def generate_given(
+    n: int,
+    seed: int,
+    profile: str | Profile = "default",
+    max_ops: int | None = None,
+    choices: dict[str, tuple] | None = None,
+) -> list[Program]:
     """``n`` programs (fewer if Hypothesis runs out of distinct ones) from Hypothesis's ``@given``
     loop, seeded with ``seed``. With ``choices``, records choice sequences as ``generate`` does."""
     out: list[Program] = []
     datas: list[Any] = []
 
-    @settings(max_examples=n, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck), derandomize=False, report_multiple_bugs=False)
+    @settings(
+        max_examples=n,
+        database=None,
+        phases=[Phase.generate],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=False,
+        report_multiple_bugs=False,
+    )
     @hyp_seed(seed)
     @given(program_strategy(get_profile(profile), max_ops))
     def collect(program: Program) -> None:
@@ -146,4 +166,3 @@ def generate_given(n: int, seed: int, profile: str | Profile = "default", max_op
 
 def _nothing() -> None:
     """The "test" a build context names: ``generate`` runs none."""
-

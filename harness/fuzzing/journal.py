@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Mapping
+from typing import Any, BinaryIO
 
 from harness.errors import CampaignError
 from harness.fuzzing.run_state import json_kind, record_problem, utf8_text
@@ -100,7 +101,7 @@ def _end_on_a_line(f: BinaryIO, torn_file: Path) -> None:
         nl = block.rfind(b"\n")
         if nl >= 0:
             start += nl + 1
-            block = block[nl + 1:]
+            block = block[nl + 1 :]
             break
     if not block:
         return

@@ -41,11 +41,17 @@ def option_problem(key: str, value: Any) -> str | None:
     if key == "targets":
         return _targets_problem(value)
     if key == "chunk_size":
-        return None if _integer(value) and 1 <= value <= MAX_CHUNK_SIZE else \
-            f"must be an integer from 1 to {MAX_CHUNK_SIZE} (programs drawn and run as one batch)"
+        return (
+            None
+            if _integer(value) and 1 <= value <= MAX_CHUNK_SIZE
+            else f"must be an integer from 1 to {MAX_CHUNK_SIZE} (programs drawn and run as one batch)"
+        )
     if key == "budget_s":
-        return None if value is None or (_finite(value) and value >= 0) else \
-            "must be a finite number of seconds, 0 or more"
+        return (
+            None
+            if value is None or (_finite(value) and value >= 0)
+            else "must be a finite number of seconds, 0 or more"
+        )
     if key == "max_programs":
         return None if value is None or (_integer(value) and value >= 1) else "must be an integer, at least 1"
     if key == "metamorphic_share":

@@ -34,8 +34,9 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from harness.case.ir import Program, TensorDecl, check_program
 from harness.case.layers import LayerDecl
@@ -43,15 +44,40 @@ from harness.errors import CampaignError
 from harness.files import atomic_write
 from harness.fuzzing import folder_setup, journal
 from harness.fuzzing.folder_lock import FolderLock
-from harness.fuzzing.folder_setup import (CASES_NAME, CORPUS_NAME, FINDINGS_NAME, JOURNAL_NAME, LOCK_NAME, STATE_NAME,
-                                          TORN_NAME)
-from harness.fuzzing.run_state import (RESUME_REQUIRED, check_config_keys, check_state, json_kind, record_problem,
-                                       shown, utf8_text)
+from harness.fuzzing.folder_setup import (
+    CASES_NAME,
+    CORPUS_NAME,
+    FINDINGS_NAME,
+    JOURNAL_NAME,
+    LOCK_NAME,
+    STATE_NAME,
+    TORN_NAME,
+)
+from harness.fuzzing.run_state import (
+    RESUME_REQUIRED,
+    check_config_keys,
+    check_state,
+    json_kind,
+    record_problem,
+    shown,
+    utf8_text,
+)
 from harness.judging.finding import stored_record
 from harness.urls import hide_password
 
-__all__ = ["FINDINGS_NAME", "JOURNAL_NAME", "LOCK_NAME", "STATE_NAME", "TORN_NAME", "RunFolder", "check_config_keys",
-           "check_state", "inside", "program_from_bytes", "program_to_bytes"]
+__all__ = [
+    "FINDINGS_NAME",
+    "JOURNAL_NAME",
+    "LOCK_NAME",
+    "STATE_NAME",
+    "TORN_NAME",
+    "RunFolder",
+    "check_config_keys",
+    "check_state",
+    "inside",
+    "program_from_bytes",
+    "program_to_bytes",
+]
 
 
 def program_to_bytes(p: Program) -> bytes:
@@ -60,12 +86,22 @@ def program_to_bytes(p: Program) -> bytes:
 
 def program_from_bytes(raw: bytes) -> Program:
     doc = json.loads(raw)
-    tensors = tuple(TensorDecl(t["name"], t["kind"], tuple(t["shape"]),
-                               tuple(t["value"]) if t.get("value") is not None else None,
-                               tuple(t["grad"]) if t.get("grad") is not None else None,
-                               t.get("init"), t.get("fill"), t.get("seed")) for t in doc["tensors"])
-    layers = tuple(LayerDecl(x["name"], x["kind"], x.get("features"), x.get("momentum"), x.get("p"))
-                   for x in doc.get("layers", ()))
+    tensors = tuple(
+        TensorDecl(
+            t["name"],
+            t["kind"],
+            tuple(t["shape"]),
+            tuple(t["value"]) if t.get("value") is not None else None,
+            tuple(t["grad"]) if t.get("grad") is not None else None,
+            t.get("init"),
+            t.get("fill"),
+            t.get("seed"),
+        )
+        for t in doc["tensors"]
+    )
+    layers = tuple(
+        LayerDecl(x["name"], x["kind"], x.get("features"), x.get("momentum"), x.get("p")) for x in doc.get("layers", ())
+    )
     dtype = doc.get("dtype", "f32")
     return Program(tensors, check_program(tensors, doc["ops"], layers=layers, dtype=dtype), layers=layers, dtype=dtype)
 
@@ -145,12 +181,12 @@ class RunFolder:
     def locked(self) -> bool:
         return self._lock.held
 
-    def lock(self) -> "RunFolder":
+    def lock(self) -> RunFolder:
         """``with folder.lock():`` holds the lock for the block (see ``acquire``)."""
         self.acquire()
         return self
 
-    def __enter__(self) -> "RunFolder":
+    def __enter__(self) -> RunFolder:
         if not self.locked:
             self.acquire()
         return self
@@ -169,7 +205,7 @@ class RunFolder:
     # -- opening a folder -------------------------------------------------------------------------
 
     @classmethod
-    def create_new(cls, path: str | Path) -> "RunFolder":
+    def create_new(cls, path: str | Path) -> RunFolder:
         """The folder for a new campaign, locked. Creates it (and missing parents), or takes an
         existing empty one. Refuses, with one line and without writing anything: a folder that
         holds a campaign already (a ``campaign.json``, a journal or a ``findings.json``, even of
@@ -213,7 +249,7 @@ class RunFolder:
         return folder
 
     @classmethod
-    def open_existing(cls, path: str | Path) -> "RunFolder":
+    def open_existing(cls, path: str | Path) -> RunFolder:
         """The folder of a campaign to resume, locked, its ``campaign.json`` checked
         (``load_state``). Refuses a folder whose own entries include a symbolic link
         (``refuse_links``) before it opens anything to write. Never removes anything."""
@@ -236,7 +272,7 @@ class RunFolder:
         return folder
 
     @classmethod
-    def open_read_only(cls, path: str | Path) -> "RunFolder":
+    def open_read_only(cls, path: str | Path) -> RunFolder:
         """A run folder to read, not locked (a campaign may be running in it: every write it
         makes is atomic or a whole journal line, and a torn last line is left out), ``root``
         set. Refuses (``CampaignError`` naming the file): a path that is no folder, a folder
@@ -274,8 +310,10 @@ class RunFolder:
             if not entry.is_symlink():
                 continue
             if writing:
-                raise CampaignError(f"{entry}: a symbolic link (to {os.readlink(entry)}): nothing is written "
-                                    f"through a link; make it a plain file or folder of the run folder")
+                raise CampaignError(
+                    f"{entry}: a symbolic link (to {os.readlink(entry)}): nothing is written "
+                    f"through a link; make it a plain file or folder of the run folder"
+                )
             if inside(root, name) is None:
                 raise CampaignError(f"{entry}: a link out of the run folder: not read")
 
@@ -314,8 +352,9 @@ class RunFolder:
 
     # -- campaign.json ----------------------------------------------------------------------------
 
-    def load_state(self, config_fields: dict[str, Any] | None = None,
-                   config_required: Iterable[str] = ()) -> dict[str, Any]:
+    def load_state(
+        self, config_fields: dict[str, Any] | None = None, config_required: Iterable[str] = ()
+    ) -> dict[str, Any]:
         """``campaign.json``, its shape checked (``check_state``); with ``config_fields`` its
         configuration too (``check_config_keys``)."""
         where = self.state_json
@@ -346,8 +385,9 @@ class RunFolder:
         try:
             atomic_write(self.state_json, json.dumps(state, indent=2))
         except OSError as e:  # disk full, folder gone: one line, the journal is untouched
-            raise CampaignError(f"{self.state_json}: cannot write ({e.strerror or e}); findings so far "
-                                f"are intact in {self.journal}") from None
+            raise CampaignError(
+                f"{self.state_json}: cannot write ({e.strerror or e}); findings so far are intact in {self.journal}"
+            ) from None
         programs = state.get("programs", 0) if isinstance(state, dict) else 0
         if isinstance(programs, int) and programs > self._programs_saved:
             self._programs_saved = programs
@@ -435,33 +475,48 @@ class RunFolder:
             if rec["signature"] != item["signature"]:
                 raise CampaignError(
                     f"{self.findings_json}: finding {n} ({shown(item['signature'])}) contradicts "
-                    f"{self.journal.name}:{read.line_numbers[n - 1]} ({shown(rec['signature'])}): resolve it by hand")
+                    f"{self.journal.name}:{read.line_numbers[n - 1]} ({shown(rec['signature'])}): resolve it by hand"
+                )
         if len(listed) > len(records):
-            missing = listed[len(records):]
+            missing = listed[len(records) :]
             how = f"{len(records)} finding(s)" if self.journal.exists() else "absent"
             try:
                 journal.append(self.journal, self.torn_file, journal.journal_lines(missing))
             except OSError as e:
-                raise CampaignError(f"{self.journal}: cannot write ({_why(e)}); {self.findings_json.name} "
-                                    f"is left as it was") from None
+                raise CampaignError(
+                    f"{self.journal}: cannot write ({_why(e)}); {self.findings_json.name} is left as it was"
+                ) from None
             records = records + [dict(r) for r in missing]
-            messages.append(f"{self.journal}: restored {len(missing)} finding(s) from {self.findings_json.name} "
-                            f"that the journal ({how}) lacked")
-            gone = [r.get("case") for r in missing if isinstance(r.get("case"), str)
-                    and not (self.path / r["case"]).exists()]
+            messages.append(
+                f"{self.journal}: restored {len(missing)} finding(s) from {self.findings_json.name} "
+                f"that the journal ({how}) lacked"
+            )
+            gone = [
+                r.get("case")
+                for r in missing
+                if isinstance(r.get("case"), str) and not (self.path / r["case"]).exists()
+            ]
             if gone:
-                messages.append(f"{self.path}: {len(gone)} restored finding(s) name a case file that is "
-                                f"missing (first: {gone[0]})")
+                messages.append(
+                    f"{self.path}: {len(gone)} restored finding(s) name a case file that is missing (first: {gone[0]})"
+                )
         if len(records) > len(listed) or not self.findings_json.exists():
             try:
                 self._write_findings_list(records)
             except OSError as e:
-                raise CampaignError(f"{self.findings_json}: cannot write ({_why(e)}); the findings are intact "
-                                    f"in {self.journal}") from None
+                raise CampaignError(
+                    f"{self.findings_json}: cannot write ({_why(e)}); the findings are intact in {self.journal}"
+                ) from None
         return records, messages
 
-    def add_finding(self, record: Mapping[str, Any], minimized: str, original: str, repro: dict | None,
-                    all_records: list[dict[str, Any]]) -> None:
+    def add_finding(
+        self,
+        record: Mapping[str, Any],
+        minimized: str,
+        original: str,
+        repro: dict | None,
+        all_records: list[dict[str, Any]],
+    ) -> None:
         """Stores one finding: ``record`` (its JSON form, ``FindingRecord.to_json``) with the
         paths of its files, which are written first, then the journal line, then the list: a
         finding is in the journal only once everything it points to exists. Appends the stored
@@ -470,11 +525,19 @@ class RunFolder:
         try:
             self._add_finding(record, minimized, original, repro, all_records)
         except OSError as e:
-            raise CampaignError(f"{self.path}: cannot write a finding ({e.strerror or e}); the "
-                                f"{len(all_records)} earlier finding(s) are intact in {self.journal}") from None
+            raise CampaignError(
+                f"{self.path}: cannot write a finding ({e.strerror or e}); the "
+                f"{len(all_records)} earlier finding(s) are intact in {self.journal}"
+            ) from None
 
-    def _add_finding(self, record: Mapping[str, Any], minimized: str, original: str, repro: dict | None,
-                     all_records: list[dict[str, Any]]) -> None:
+    def _add_finding(
+        self,
+        record: Mapping[str, Any],
+        minimized: str,
+        original: str,
+        repro: dict | None,
+        all_records: list[dict[str, Any]],
+    ) -> None:
         self.refuse_links((CASES_NAME,), writing=True)  # again: it may have been replaced since the start
         n = len(all_records) + 1
         stem = f"{n:03d}-{hashlib.sha1(record['signature'].encode()).hexdigest()[:8]}"
@@ -482,8 +545,12 @@ class RunFolder:
         atomic_write(self.cases / f"{stem}.original.toml", original)
         if repro is not None:
             atomic_write(self.cases / f"{stem}.json", json.dumps(repro, indent=1))
-        stored = stored_record(record, case=f"cases/{stem}.toml", original_case=f"cases/{stem}.original.toml",
-                               repro=f"cases/{stem}.json" if repro is not None else None)
+        stored = stored_record(
+            record,
+            case=f"cases/{stem}.toml",
+            original_case=f"cases/{stem}.original.toml",
+            repro=f"cases/{stem}.json" if repro is not None else None,
+        )
         journal.append(self.journal, self.torn_file, journal.journal_lines([stored]))  # a torn tail set aside
         all_records.append(stored)
         self._write_findings_list(all_records)
@@ -500,6 +567,6 @@ class RunFolder:
         try:
             self._write_findings_list([])
         except OSError as e:
-            raise CampaignError(f"{self.findings_json}: cannot write ({_why(e)}); the journal "
-                                f"{self.journal} is intact") from None
-
+            raise CampaignError(
+                f"{self.findings_json}: cannot write ({_why(e)}); the journal {self.journal} is intact"
+            ) from None

@@ -13,8 +13,9 @@ import json
 import math
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.errors import CampaignError
 
@@ -100,8 +101,9 @@ def check_state(state: Any, where: str | Path) -> dict[str, Any]:
     return state
 
 
-def check_config_keys(config: dict[str, Any], fields: dict[str, Any], *, where: str | Path = "campaign.json",
-                      required: Iterable[str] = ()) -> dict[str, Any]:
+def check_config_keys(
+    config: dict[str, Any], fields: dict[str, Any], *, where: str | Path = "campaign.json", required: Iterable[str] = ()
+) -> dict[str, Any]:
     """Checks a saved configuration against the fields of the configuration class, e.g.
     ``check_config_keys(state["config"], typing.get_type_hints(CampaignConfig),
     where=folder.state_json, required=("out", "seed"))``: no unknown key, no required key
@@ -127,8 +129,11 @@ def record_problem(rec: dict[str, Any], required: Iterable[str] = ()) -> str | N
     """What is wrong with a finding record read from the journal or ``findings.json`` (its
     signature, a ``required`` key missing, a ``RECORD_FIELDS`` field of the wrong type), or None."""
     if not isinstance(rec.get("signature"), str) or not rec["signature"]:
-        return "no signature (a non-empty string)" if "signature" not in rec else \
-            f"signature: must be a non-empty string, found {shown(rec['signature'])}"
+        return (
+            "no signature (a non-empty string)"
+            if "signature" not in rec
+            else f"signature: must be a non-empty string, found {shown(rec['signature'])}"
+        )
     for key in required:
         if key not in rec:
             return f"{key}: missing"
@@ -189,8 +194,15 @@ def _type_name(tp: Any) -> str:
 
 def json_kind(v: Any) -> str:
     """What JSON type ``v`` is, in words ("an object", "a list", ...)."""
-    return {dict: "an object", list: "a list", str: "a string", bool: "true/false", type(None): "null",
-            int: "a number", float: "a number"}.get(type(v), type(v).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "true/false",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(v), type(v).__name__)
 
 
 def shown(v: Any) -> str:

@@ -39,15 +39,23 @@ import secrets
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from harness.errors import CampaignError
 from harness.fuzzing.messages import FindingFound, Message, Progress, TargetsOpened
 from harness.fuzzing.options import option_problem
 
 # The options a campaign's machines must agree on: config key -> the option that sets it.
-SHARED_OPTIONS = {"seed": "--seed", "profile": "--profile", "targets": "--targets", "chunk_size": "--chunk-size",
-                  "budget_s": "--budget", "max_programs": "--max-programs", "metamorphic_share": "--metamorphic"}
+SHARED_OPTIONS = {
+    "seed": "--seed",
+    "profile": "--profile",
+    "targets": "--targets",
+    "chunk_size": "--chunk-size",
+    "budget_s": "--budget",
+    "max_programs": "--max-programs",
+    "metamorphic_share": "--metamorphic",
+}
 DEFAULTS = {"profile": "default", "chunk_size": 64, "metamorphic_share": 0.25}
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 #: How long a lease outlives its last renewal: how long a dead machine's chunk waits to be re-issued.
@@ -152,12 +160,15 @@ def campaign_prefix(name: str) -> str:
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise CampaignError(f"--campaign {name!r}: a campaign name is letters, digits, '.', '_' and '-' "
-                            f"(at most 100, starting with a letter or digit)")
+        raise CampaignError(
+            f"--campaign {name!r}: a campaign name is letters, digits, '.', '_' and '-' "
+            f"(at most 100, starting with a letter or digit)"
+        )
     return name
 
 
 # -- the shared options, checked ------------------------------------------------------------------
+
 
 def canonical_targets(targets: list[str] | None) -> list[str] | None:
     """``targets`` in one order, each once: a campaign's targets are a set (which of them run
@@ -197,9 +208,17 @@ class SharedCampaign:
         self.shown = shown  # the --db option as messages show it
         self.prefix = campaign_prefix(name)
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self._scripts = {n: client.register_script(s) for n, s in (
-            ("claim", _CLAIM), ("done", _DONE), ("renew", _RENEW), ("release", _RELEASE),
-            ("claim_signature", _CLAIM_SIGNATURE), ("store", _STORE_FINDING))}
+        self._scripts = {
+            n: client.register_script(s)
+            for n, s in (
+                ("claim", _CLAIM),
+                ("done", _DONE),
+                ("renew", _RENEW),
+                ("release", _RELEASE),
+                ("claim_signature", _CLAIM_SIGNATURE),
+                ("store", _STORE_FINDING),
+            )
+        }
         self._held: dict[str, str] = {}  # lease key -> its chunk ('' for a signature's lease)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -211,7 +230,7 @@ class SharedCampaign:
         self._recheck: dict[str, float] = {}  # ... being shrunk elsewhere: ask again after (monotonic)
 
     @classmethod
-    def open(cls, db: str, name: str, lease_s: float = LEASE_S) -> "SharedCampaign":
+    def open(cls, db: str, name: str, lease_s: float = LEASE_S) -> SharedCampaign:
         from harness.fuzzing.corpus import connect_redis
 
         if not db or not db.lower().startswith(("redis://", "rediss://")):
@@ -229,13 +248,14 @@ class SharedCampaign:
         try:
             return self._scripts[script](keys=keys, args=args)
         except Exception as e:  # noqa: BLE001 - the client's errors: connection lost, timeout, OOM, ...
-            raise CampaignError(f"{self.shown}: campaign {self.name}: Redis failed ({type(e).__name__}: {e}); "
-                                f"this machine stops, its chunks go to the others when their leases expire") from None
+            raise CampaignError(
+                f"{self.shown}: campaign {self.name}: Redis failed ({type(e).__name__}: {e}); "
+                f"this machine stops, its chunks go to the others when their leases expire"
+            ) from None
 
     # -- the configuration ----------------------------------------------------------------------
 
-    def settle(self, given: dict[str, Any], fresh: dict[str, Any], fresh_where: str = "the defaults"
-               ) -> dict[str, Any]:
+    def settle(self, given: dict[str, Any], fresh: dict[str, Any], fresh_where: str = "the defaults") -> dict[str, Any]:
         """The campaign's configuration: the stored one (``given``'s values that are not None
         must match it, else a one-line ``CampaignError`` naming the option), or, for the first
         machine, ``given`` completed by ``fresh`` and ``DEFAULTS``, stored now (``SET NX``: of two
@@ -243,8 +263,7 @@ class SharedCampaign:
         is checked as the command line's options are (``check_config``: one line naming the key
         and the field), and so is what is stored (``fresh_where`` names where ``fresh`` came
         from). Targets are compared as sets (``canonical_targets``)."""
-        first = {k: given.get(k) if given.get(k) is not None else fresh.get(k, DEFAULTS.get(k))
-                 for k in SHARED_OPTIONS}
+        first = {k: given.get(k) if given.get(k) is not None else fresh.get(k, DEFAULTS.get(k)) for k in SHARED_OPTIONS}
         key = self.key("config")
         raw = self._get(key)
         if raw is None:
@@ -266,9 +285,11 @@ class SharedCampaign:
             if option == "targets":
                 value = canonical_targets(value)
             if value is not None and value != stored.get(option):
-                raise CampaignError(f"{flag} {_shown(value)}: campaign {self.name} has {option} "
-                                    f"{_shown(stored.get(option))}; "
-                                    f"every machine runs it unchanged (leave {flag} out, or name another --campaign)")
+                raise CampaignError(
+                    f"{flag} {_shown(value)}: campaign {self.name} has {option} "
+                    f"{_shown(stored.get(option))}; "
+                    f"every machine runs it unchanged (leave {flag} out, or name another --campaign)"
+                )
         return stored
 
     def _get(self, key: str) -> bytes | None:
@@ -286,8 +307,9 @@ class SharedCampaign:
         try:
             return json.loads(raw)
         except (ValueError, RecursionError) as e:
-            raise CampaignError(f"{self.shown}: campaign {self.name}: key {key}: not JSON "
-                                f"({type(e).__name__}: {str(e)[:80]})") from None
+            raise CampaignError(
+                f"{self.shown}: campaign {self.name}: key {key}: not JSON ({type(e).__name__}: {str(e)[:80]})"
+            ) from None
 
     # -- chunks ---------------------------------------------------------------------------------
 
@@ -297,9 +319,13 @@ class SharedCampaign:
         ``go_on()`` says to stop; while the last chunks are leased by others it polls, since a
         lease that expires makes its chunk this machine's to run."""
         while go_on():
-            chunk = int(self._run("claim", [self.key("counter"), self.key("pending"), self.key("done"),
-                                            self.key("reissued")],
-                                  [self.key("lease:"), self.owner, self.lease_ms, limit]))
+            chunk = int(
+                self._run(
+                    "claim",
+                    [self.key("counter"), self.key("pending"), self.key("done"), self.key("reissued")],
+                    [self.key("lease:"), self.owner, self.lease_ms, limit],
+                )
+            )
             if chunk >= 0:
                 self._hold(self.key(f"lease:{chunk}"), str(chunk))
                 return chunk
@@ -328,9 +354,21 @@ class SharedCampaign:
         (its programs are not counted again)."""
         lease = self.key(f"lease:{chunk}")
         self._drop(lease)
-        return bool(self._run("done", [self.key("done"), self.key("pending"), self.key("completed_again"),
-                                       self.key("programs"), lease, self.key("machine_programs"),
-                                       self.key("updated")], [chunk, programs, self.owner]))
+        return bool(
+            self._run(
+                "done",
+                [
+                    self.key("done"),
+                    self.key("pending"),
+                    self.key("completed_again"),
+                    self.key("programs"),
+                    lease,
+                    self.key("machine_programs"),
+                    self.key("updated"),
+                ],
+                [chunk, programs, self.owner],
+            )
+        )
 
     # -- findings -------------------------------------------------------------------------------
 
@@ -344,9 +382,13 @@ class SharedCampaign:
         if signature in self._settled or self._recheck.get(signature, 0.0) > now:
             return False
         lease = self.key(f"shrink:{signature}")
-        answer = int(self._run("claim_signature", [self.key("findings"), lease, self.key("sightings"),
-                                                   self.key("shrink_log")],
-                               [signature, self.owner, self.lease_ms, "0" if signature in self._sighted else "1"]))
+        answer = int(
+            self._run(
+                "claim_signature",
+                [self.key("findings"), lease, self.key("sightings"), self.key("shrink_log")],
+                [signature, self.owner, self.lease_ms, "0" if signature in self._sighted else "1"],
+            )
+        )
         if answer == OURS:
             self._hold(lease, "")
             return True
@@ -361,12 +403,23 @@ class SharedCampaign:
         """Stores a finding (its record and case texts) unless its signature is stored already;
         ends this process's shrink lease on it. True when stored now."""
         record = msg.record.to_json()
-        entry = {"record": record, "minimized": msg.minimized, "original": msg.original, "repro": msg.repro,
-                 "machine": self.owner, "stored": time.time()}
+        entry = {
+            "record": record,
+            "minimized": msg.minimized,
+            "original": msg.original,
+            "repro": msg.repro,
+            "machine": self.owner,
+            "stored": time.time(),
+        }
         lease = self.key(f"shrink:{record['signature']}")
         self._drop(lease)
-        return bool(self._run("store", [self.key("findings"), self.key("order"), lease],
-                              [record["signature"], json.dumps(entry), self.owner]))
+        return bool(
+            self._run(
+                "store",
+                [self.key("findings"), self.key("order"), lease],
+                [record["signature"], json.dumps(entry), self.owner],
+            )
+        )
 
     def note_targets(self, msg: TargetsOpened) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -415,14 +468,21 @@ class SharedCampaign:
 
 
 def _shown(value: Any) -> str:
-    return ",".join(value) if isinstance(value, list) else "none" if value is None else f"{value:g}" \
-        if isinstance(value, float) else str(value)
+    return (
+        ",".join(value)
+        if isinstance(value, list)
+        else "none"
+        if value is None
+        else f"{value:g}"
+        if isinstance(value, float)
+        else str(value)
+    )
 
 
 @contextlib.contextmanager
-def joined(config, claim: Callable[[], int | None], emit: Callable[[Message], None], known: Callable[[str], bool]
-           ) -> Iterator[tuple[Callable[[], int | None], Callable[[Message], None], Callable[[str], bool],
-                               Callable[[], bool]]]:
+def joined(
+    config, claim: Callable[[], int | None], emit: Callable[[Message], None], known: Callable[[str], bool]
+) -> Iterator[tuple[Callable[[], int | None], Callable[[Message], None], Callable[[str], bool], Callable[[], bool]]]:
     """A worker's ``claim``, ``emit`` and ``known`` (``campaign.worker_loop``) turned into the
     shared campaign's, and its ``again``: chunks come from Redis (the local ``claim`` still says
     when this machine's budget ends), a chunk completed or a finding found is told to Redis before

@@ -11,9 +11,10 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from harness.errors import CampaignError
@@ -62,11 +63,24 @@ class CampaignSnapshot:
 LATEST_TIME = 253402300799.0
 
 # The keys ``snapshot`` reads, with the command that reads each.
-_KEYS = (("get", "config"), ("get", "counter"), ("get", "done"), ("zrange", "pending"),
-         ("hgetall", "completed_again"), ("hgetall", "reissued"), ("get", "programs"),
-         ("hgetall", "machine_programs"), ("lrange", "order"), ("hgetall", "findings"),
-         ("lrange", "shrink_log"), ("hgetall", "sightings"), ("hgetall", "targets"),
-         ("hgetall", "unavailable"), ("get", "started"), ("get", "updated"))
+_KEYS = (
+    ("get", "config"),
+    ("get", "counter"),
+    ("get", "done"),
+    ("zrange", "pending"),
+    ("hgetall", "completed_again"),
+    ("hgetall", "reissued"),
+    ("get", "programs"),
+    ("hgetall", "machine_programs"),
+    ("lrange", "order"),
+    ("hgetall", "findings"),
+    ("lrange", "shrink_log"),
+    ("hgetall", "sightings"),
+    ("hgetall", "targets"),
+    ("hgetall", "unavailable"),
+    ("get", "started"),
+    ("get", "updated"),
+)
 
 
 class _Reader:
@@ -146,11 +160,16 @@ class _Reader:
         if problem:
             raise self.error("findings", signature, f"record.{problem}")
         if record["signature"] != signature:
-            raise self.error("findings", signature, f"record.signature: {shown(record['signature'])} is another "
-                                                    f"finding's (the field names the finding)")
+            raise self.error(
+                "findings",
+                signature,
+                f"record.signature: {shown(record['signature'])} is another finding's (the field names the finding)",
+            )
         for part in ("minimized", "original"):
             if not isinstance(entry.get(part), str):
-                raise self.error("findings", signature, f"{part}: must be the text of a case, found {shown(entry.get(part))}")
+                raise self.error(
+                    "findings", signature, f"{part}: must be the text of a case, found {shown(entry.get(part))}"
+                )
         if entry.get("repro") is not None and not isinstance(entry["repro"], dict):
             raise self.error("findings", signature, f"repro: must be an object or null, found {shown(entry['repro'])}")
         return entry
@@ -178,15 +197,32 @@ def snapshot(client, name: str, shown_as: str = "redis") -> CampaignSnapshot:
     for (_op, key), answer in zip(_KEYS, answers):
         if isinstance(answer, Exception):  # WRONGTYPE: the key is a list where a string belongs, ...
             raise read.error(key, None, f"Redis refused to read it ({type(answer).__name__}: {answer})")
-    (config, counter, done, pending, completed_again, reissued, programs, machine_programs, order, findings, shrinks,
-     sightings, targets, unavailable, started, updated) = answers
+    (
+        config,
+        counter,
+        done,
+        pending,
+        completed_again,
+        reissued,
+        programs,
+        machine_programs,
+        order,
+        findings,
+        shrinks,
+        sightings,
+        targets,
+        unavailable,
+        started,
+        updated,
+    ) = answers
 
     config = None if config is None else check_config(read.json(config, "config"), read.where("config"))
     counter = read.count(counter, "counter")
     done_chunks = _bits(done or b"")
     if done_chunks and max(done_chunks) >= counter:
-        raise read.error("done", None, f"marks chunk {max(done_chunks)} done, which was never issued "
-                                       f"(the counter is at {counter})")
+        raise read.error(
+            "done", None, f"marks chunk {max(done_chunks)} done, which was never issued (the counter is at {counter})"
+        )
     pending_chunks = set()
     for c in pending:
         chunk = read.count(c, "pending", read.text(c, "pending"))
@@ -216,17 +252,32 @@ def snapshot(client, name: str, shown_as: str = "redis") -> CampaignSnapshot:
         target = read.text(k, "targets")
         info = read.json(v, "targets", target)
         if not isinstance(info, dict):
-            raise read.error("targets", target, f"must be an object (what the target said of itself), "
-                                                f"found {json_kind(info)}")
+            raise read.error(
+                "targets", target, f"must be an object (what the target said of itself), found {json_kind(info)}"
+            )
         target_infos[target] = info
     return CampaignSnapshot(
-        name, config, counter, done_chunks, pending_chunks, read.counts(completed_again, "completed_again", counter),
-        read.counts(reissued, "reissued", counter), read.count(programs, "programs"),
-        read.counts(machine_programs, "machine_programs"), signatures, stored, shrink_log,
-        read.counts(sightings, "sightings"), target_infos,
-        {read.text(k, "unavailable"): read.text(v, "unavailable", read.text(k, "unavailable"))
-         for k, v in unavailable.items()},
-        read.time(started, "started"), read.time(updated, "updated"))
+        name,
+        config,
+        counter,
+        done_chunks,
+        pending_chunks,
+        read.counts(completed_again, "completed_again", counter),
+        read.counts(reissued, "reissued", counter),
+        read.count(programs, "programs"),
+        read.counts(machine_programs, "machine_programs"),
+        signatures,
+        stored,
+        shrink_log,
+        read.counts(sightings, "sightings"),
+        target_infos,
+        {
+            read.text(k, "unavailable"): read.text(v, "unavailable", read.text(k, "unavailable"))
+            for k, v in unavailable.items()
+        },
+        read.time(started, "started"),
+        read.time(updated, "updated"),
+    )
 
 
 def _bits(bitmap: bytes) -> set[int]:
@@ -254,17 +305,38 @@ def export_campaign(url: str, out: str | Path, finish: Callable[[Path], Any] | N
     if snap.config is None:
         raise CampaignError(f"{shown_as}: no campaign {name} in this Redis database")
     c = snap.config
-    config = CampaignConfig(out=str(out), seed=c["seed"], budget_s=c["budget_s"], max_programs=c["max_programs"],
-                            targets=c["targets"], profile=c["profile"], workers=max(1, len(snap.machine_programs)),
-                            db=db, chunk_size=c["chunk_size"], metamorphic_share=c["metamorphic_share"],
-                            campaign=name)
+    config = CampaignConfig(
+        out=str(out),
+        seed=c["seed"],
+        budget_s=c["budget_s"],
+        max_programs=c["max_programs"],
+        targets=c["targets"],
+        profile=c["profile"],
+        workers=max(1, len(snap.machine_programs)),
+        db=db,
+        chunk_size=c["chunk_size"],
+        metamorphic_share=c["metamorphic_share"],
+        campaign=name,
+    )
     started = snap.started or 0.0
-    state = {"config": config.to_json(), "started": started, "next_chunk": snap.counter, "programs": snap.programs,
-             "elapsed_s": max(0.0, (snap.updated or started) - started), "replayed": 0,
-             "machine": {"campaign": name, "processes": len(snap.machine_programs), "chunks_done": len(snap.done),
-                         "chunks_reissued": sum(snap.reissued.values()), "sightings": sum(snap.sightings.values())},
-             "targets": snap.targets, "unavailable": snap.unavailable,
-             "runs": [{"machine": owner, "programs": n} for owner, n in sorted(snap.machine_programs.items())]}
+    state = {
+        "config": config.to_json(),
+        "started": started,
+        "next_chunk": snap.counter,
+        "programs": snap.programs,
+        "elapsed_s": max(0.0, (snap.updated or started) - started),
+        "replayed": 0,
+        "machine": {
+            "campaign": name,
+            "processes": len(snap.machine_programs),
+            "chunks_done": len(snap.done),
+            "chunks_reissued": sum(snap.reissued.values()),
+            "sightings": sum(snap.sightings.values()),
+        },
+        "targets": snap.targets,
+        "unavailable": snap.unavailable,
+        "runs": [{"machine": owner, "programs": n} for owner, n in sorted(snap.machine_programs.items())],
+    }
     out = Path(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise CampaignError(f"{out}: not a folder (--out must name a new or empty folder, not a file or a link)")
@@ -292,8 +364,9 @@ def export_campaign(url: str, out: str | Path, finish: Callable[[Path], Any] | N
         try:
             os.rename(staging, out)  # over an empty folder too; never over one that holds anything
         except OSError as e:
-            raise CampaignError(f"{out}: cannot take the campaign ({e.strerror or e}): give --out a new or "
-                                f"empty folder") from None
+            raise CampaignError(
+                f"{out}: cannot take the campaign ({e.strerror or e}): give --out a new or empty folder"
+            ) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         folder_setup.rmdirs(parents)

@@ -17,8 +17,8 @@ group is found again in every candidate rather than carried by index).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Mapping, Sequence
 
 from harness.case.inert import Inert, check_inert, inert_ops, variant, without
 from harness.case.ir import Program
@@ -63,8 +63,9 @@ def plan(programs: Sequence[Program], share: float) -> tuple[list[Program], list
     return batch, pairs
 
 
-def judge(pairs: Sequence[Pair], results: Sequence[dict[str, Trace]],
-          cancelled: Callable[[dict[str, Trace]], bool]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
+def judge(
+    pairs: Sequence[Pair], results: Sequence[dict[str, Trace]], cancelled: Callable[[dict[str, Trace]], bool]
+) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
     """The pairs that showed a divergence, as ``(program with the group, its traces, findings)``;
     a pair with a cancelled side (or not run: a batch cut short) is left out."""
     out = []
@@ -90,8 +91,9 @@ def groups(program: Program, label: str | None) -> list[Inert]:
     return inert_ops(program, label) if label is not None else []
 
 
-def pair_findings(programs: Sequence[Program], run: RunFn, label: str | None,
-                  traces: Sequence[Mapping[str, Trace]] | None = None) -> list[list[Finding]]:
+def pair_findings(
+    programs: Sequence[Program], run: RunFn, label: str | None, traces: Sequence[Mapping[str, Trace]] | None = None
+) -> list[list[Finding]]:
     """For each program, the metamorphic findings of its groups (``groups``), each program with
     ``inert`` set to the group that showed them. Runs every program without each of its groups,
     and the programs themselves unless their ``traces`` are given, in one batch."""

@@ -6,8 +6,9 @@ which the reports, the history page and the JUnit file read)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from harness.judging.pairs import REFERENCE_FRAMEWORK
 
@@ -38,8 +39,14 @@ class Finding:
 
     @property
     def signature(self) -> str:
-        parts = [self.kind, "~".join(self.targets), self.aspect, self.method or "-", self.op_label,
-                 "~".join(self.sides)]
+        parts = [
+            self.kind,
+            "~".join(self.targets),
+            self.aspect,
+            self.method or "-",
+            self.op_label,
+            "~".join(self.sides),
+        ]
         if self.agrees is not None:
             parts.append(f"agrees:{self.agrees}")
         return "|".join(parts)
@@ -55,27 +62,38 @@ class Finding:
             done = f"split {x} and {y}, which were {what}" if sa == "shared" else f"made {x} and {y} {what}"
             return f"On {a}, op {self.op_index} (`{self.op_label}`) {done} in the model. {self.detail}".strip()
         if self.aspect == "verdict":
-            return (f"After op {self.op_index} (`{self.op_label}`), the `{self.method}` snapshot"
-                    f" {self.subject} {_say(sa)} on {a} but {_say(sb)} on {b}.")
+            return (
+                f"After op {self.op_index} (`{self.op_label}`), the `{self.method}` snapshot"
+                f" {self.subject} {_say(sa)} on {a} but {_say(sb)} on {b}."
+            )
         if self.aspect == "identity":
             x, _, y = (self.subject or ",").partition(",")
-            return (f"After op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa} objects"
-                    f" on {a} but {sb} objects on {b}.")
+            return (
+                f"After op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa} objects"
+                f" on {a} but {sb} objects on {b}."
+            )
         if self.aspect == "value":
             va, vb = self.values or ("?", "?")
             what = f"{self.subject}{self.at}"
             if {sa, sb} == {"changed", "unchanged"}:
                 (moved, x), (still, y) = ((a, va), (b, vb)) if sa == "changed" else ((b, vb), (a, va))
-                return (f"After op {self.op_index} (`{self.op_label}`), {what} changed to"
-                        f" {x} on {moved} but stayed {y} on {still}.")
+                return (
+                    f"After op {self.op_index} (`{self.op_label}`), {what} changed to"
+                    f" {x} on {moved} but stayed {y} on {still}."
+                )
             return f"After op {self.op_index} (`{self.op_label}`), {what} holds {va} on {a} but {vb} on {b}."
         if self.aspect == "dtype":
-            when = "As the program opens" if self.op_label == "program" else \
-                f"After op {self.op_index} (`{self.op_label}`)"
+            when = (
+                "As the program opens"
+                if self.op_label == "program"
+                else f"After op {self.op_index} (`{self.op_label}`)"
+            )
             return f"{when}, {self.subject} is {sa} on {a} but {sb} on {b}."
         if self.aspect == "harness":  # harness_errors.harness_error: the detail is a traceback
-            return (f"aliasfuzz itself raised {sa} at {sb} while at stage `{self.op_label}`"
-                    f" ({self.subject}): a bug of aliasfuzz, not of a framework.")
+            return (
+                f"aliasfuzz itself raised {sa} at {sb} while at stage `{self.op_label}`"
+                f" ({self.subject}): a bug of aliasfuzz, not of a framework."
+            )
         return f"Op {self.op_index} (`{self.op_label}`): {a} says {sa}, {b} says {sb}. {self.detail}".strip()
 
     def _metamorphic_sentence(self) -> str:
@@ -86,51 +104,77 @@ class Finding:
         if self.aspect == "draw":
             va, vb = self.values or ("?", "?")
             when = {"later": "later", "earlier": "earlier"}.get(sb, f"at `{sb}` too")
-            return (f"On {self.targets[0]}, the lazy {self.subject} drew {va} {where} but {vb} without it: with the"
-                    f" group, `{sa}` initialised a lazy param that the run without it initialised {when}, so the"
-                    " program's generator was read in another order.")
+            return (
+                f"On {self.targets[0]}, the lazy {self.subject} drew {va} {where} but {vb} without it: with the"
+                f" group, `{sa}` initialised a lazy param that the run without it initialised {when}, so the"
+                " program's generator was read in another order."
+            )
         if self.aspect == "value":
             va, vb = self.values or ("?", "?")
             what = f"{self.subject}{self.at}"
             if {sa, sb} == {"changed", "unchanged"}:
                 verb_a, verb_b = ("changed to", "stayed") if sa == "changed" else ("stayed", "changed to")
-                said = (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} {verb_a}"
-                        f" {va} {where} but {verb_b} {vb} without it.")
+                said = (
+                    f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} {verb_a}"
+                    f" {va} {where} but {verb_b} {vb} without it."
+                )
             else:
-                said = (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} holds {va}"
-                        f" {where} but {vb} without it.")
+                said = (
+                    f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {what} holds {va}"
+                    f" {where} but {vb} without it."
+                )
             return f"{said} {_AGREES[self.agrees]}".rstrip()
         if self.aspect == "identity":
             x, _, y = (self.subject or ",").partition(",")
-            return (f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa}"
-                    f" objects {where} but {sb} objects without it.")
+            return (
+                f"On {self.targets[0]}, after op {self.op_index} (`{self.op_label}`), {x} and {y} are {sa}"
+                f" objects {where} but {sb} objects without it."
+            )
         at = "the program" if self.op_label == "program" else f"op {self.op_index} (`{self.op_label}`)"
         said = f"On {self.targets[0]}, {at} says {sa} {where} but {sb} without it. {_AGREES[self.agrees]}".strip()
         return f"{said} {self.detail}".strip()
 
     def to_json(self) -> dict[str, Any]:
-        return {"signature": self.signature, "kind": self.kind, "aspect": self.aspect,
-                "targets": list(self.targets), "op": self.op_label, "op_index": self.op_index,
-                "method": self.method, "sides": list(self.sides), "subject": self.subject,
-                "values": None if self.values is None else list(self.values), "at": self.at,
-                "role": self.role, **({"inert": list(self.inert)} if self.inert else {}),
-                **({"agrees": self.agrees} if self.agrees is not None else {}),
-                "sentence": self.sentence(), "detail": self.detail}
+        return {
+            "signature": self.signature,
+            "kind": self.kind,
+            "aspect": self.aspect,
+            "targets": list(self.targets),
+            "op": self.op_label,
+            "op_index": self.op_index,
+            "method": self.method,
+            "sides": list(self.sides),
+            "subject": self.subject,
+            "values": None if self.values is None else list(self.values),
+            "at": self.at,
+            "role": self.role,
+            **({"inert": list(self.inert)} if self.inert else {}),
+            **({"agrees": self.agrees} if self.agrees is not None else {}),
+            "sentence": self.sentence(),
+            "detail": self.detail,
+        }
 
 
 #: A metamorphic finding's last words, by its agreement with the reference framework.
-_AGREES = {None: "", "with": f"{REFERENCE_FRAMEWORK} agrees with the run with it.",
-           "without": f"{REFERENCE_FRAMEWORK} agrees with the run without it.",
-           "both": f"{REFERENCE_FRAMEWORK} agrees with both, within tolerance.",
-           "neither": f"{REFERENCE_FRAMEWORK} agrees with neither."}
+_AGREES = {
+    None: "",
+    "with": f"{REFERENCE_FRAMEWORK} agrees with the run with it.",
+    "without": f"{REFERENCE_FRAMEWORK} agrees with the run without it.",
+    "both": f"{REFERENCE_FRAMEWORK} agrees with both, within tolerance.",
+    "neither": f"{REFERENCE_FRAMEWORK} agrees with neither.",
+}
 
 
 def _say(verdict: str) -> str:
-    return {"follows": "follows its source", "keeps": "keeps its value",
-            "rev follows": "carries a write back into its source",
-            "rev keeps": "takes a write without changing its source",
-            "rev other": "carries a write into its source, which then holds neither value",
-            "none": "sees no change", "other": "holds neither value"}.get(verdict, verdict)
+    return {
+        "follows": "follows its source",
+        "keeps": "keeps its value",
+        "rev follows": "carries a write back into its source",
+        "rev keeps": "takes a write without changing its source",
+        "rev other": "carries a write into its source, which then holds neither value",
+        "none": "sees no change",
+        "other": "holds neither value",
+    }.get(verdict, verdict)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -141,8 +185,19 @@ PATH_FIELDS = ("case", "original_case", "repro")
 
 #: The record's text fields: ``FindingRecord.from_json`` reads a value of another JSON type as its
 #: JSON text, so that a reader shows a hand-edited or damaged record rather than fail on it.
-TEXT_FIELDS = ("signature", "kind", "status", "sentence", "detail", "op", "method", "baseline",
-               "baseline_case", "outside_baseline", *PATH_FIELDS)
+TEXT_FIELDS = (
+    "signature",
+    "kind",
+    "status",
+    "sentence",
+    "detail",
+    "op",
+    "method",
+    "baseline",
+    "baseline_case",
+    "outside_baseline",
+    *PATH_FIELDS,
+)
 
 
 class ShrinkFacts(Protocol):
@@ -203,39 +258,69 @@ class FindingRecord:
     repro: str | None = None
 
     @classmethod
-    def found(cls, finding: Finding, *, status: str, baseline: str | None, baseline_case: str | None,
-              ops_before: int, ops_after: int, seconds_to_find: float, shrink: ShrinkFacts | None,
-              versions: Mapping[str, Mapping[str, str]],
-              confirmed: tuple[int, int] | None = None, outside_baseline: str | None = None) -> "FindingRecord":
+    def found(
+        cls,
+        finding: Finding,
+        *,
+        status: str,
+        baseline: str | None,
+        baseline_case: str | None,
+        ops_before: int,
+        ops_after: int,
+        seconds_to_find: float,
+        shrink: ShrinkFacts | None,
+        versions: Mapping[str, Mapping[str, str]],
+        confirmed: tuple[int, int] | None = None,
+        outside_baseline: str | None = None,
+    ) -> FindingRecord:
         """The record of ``finding`` as a campaign found it. ``versions``: every target's
         (the record keeps those of the finding's targets); ``shrink``: None when not shrunk;
         ``confirmed``: (runs that showed it, runs) of its confirmation, None when not confirmed."""
         targets = tuple(t for t in finding.targets if t != "-")
-        return cls(signature=finding.signature, kind=finding.kind, aspect=finding.aspect, status=status,
-                   baseline=baseline, targets=targets, op=finding.op_label, method=finding.method,
-                   sides=tuple(finding.sides), values=None if finding.values is None else tuple(finding.values),
-                   at=finding.at, sentence=finding.sentence(), detail=finding.detail,
-                   ops_before=ops_before, ops_after=ops_after, seconds_to_find=round(seconds_to_find, 3),
-                   shrink_seconds=round(shrink.seconds, 3) if shrink else None,
-                   shrink_complete=shrink.complete if shrink else None,
-                   shrink_runs=shrink.runs if shrink else None,
-                   shrink_hypothesis_runs=shrink.hypothesis_runs if shrink else None,
-                   versions={t: dict(versions.get(t, {})) for t in targets},
-                   baseline_case=baseline_case if baseline is not None else None,
-                   outside_baseline=outside_baseline if baseline is None else None,
-                   confirmed=confirmed[0] if confirmed else None, confirm_runs=confirmed[1] if confirmed else None)
+        return cls(
+            signature=finding.signature,
+            kind=finding.kind,
+            aspect=finding.aspect,
+            status=status,
+            baseline=baseline,
+            targets=targets,
+            op=finding.op_label,
+            method=finding.method,
+            sides=tuple(finding.sides),
+            values=None if finding.values is None else tuple(finding.values),
+            at=finding.at,
+            sentence=finding.sentence(),
+            detail=finding.detail,
+            ops_before=ops_before,
+            ops_after=ops_after,
+            seconds_to_find=round(seconds_to_find, 3),
+            shrink_seconds=round(shrink.seconds, 3) if shrink else None,
+            shrink_complete=shrink.complete if shrink else None,
+            shrink_runs=shrink.runs if shrink else None,
+            shrink_hypothesis_runs=shrink.hypothesis_runs if shrink else None,
+            versions={t: dict(versions.get(t, {})) for t in targets},
+            baseline_case=baseline_case if baseline is not None else None,
+            outside_baseline=outside_baseline if baseline is None else None,
+            confirmed=confirmed[0] if confirmed else None,
+            confirm_runs=confirmed[1] if confirmed else None,
+        )
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "baseline_case" and self.baseline is None or f.name in ("outside_baseline", "against") and value is None:
+            if (
+                f.name == "baseline_case"
+                and self.baseline is None
+                or f.name in ("outside_baseline", "against")
+                and value is None
+            ):
                 continue
             doc[f.name] = list(value) if isinstance(value, tuple) else value
         return doc
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "FindingRecord":
+    def from_json(cls, doc: Mapping[str, Any]) -> FindingRecord:
         kw: dict[str, Any] = {}
         for f in fields(cls):
             value = doc.get(f.name)
@@ -245,7 +330,9 @@ class FindingRecord:
                 value = tuple(value)
             kw[f.name] = value
         targets = doc.get("targets")
-        kw["targets"] = tuple(str(t) for t in targets) if isinstance(targets, list) else (str(targets),) if targets else ()
+        kw["targets"] = (
+            tuple(str(t) for t in targets) if isinstance(targets, list) else (str(targets),) if targets else ()
+        )
         kw["signature"], kw["kind"], kw["sentence"] = kw["signature"] or "?", kw["kind"] or "?", kw["sentence"] or ""
         return cls(**kw)
 

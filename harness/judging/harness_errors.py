@@ -20,20 +20,21 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from harness.case.ir import Program
-from harness.paths import ROOT
 from harness.judging.finding import Finding
 from harness.judging.oracle import compare
 from harness.judging.trace import Trace
+from harness.paths import ROOT
 
 HARNESS_ERROR = "harness-error"
 
 #: Directories whose frames count as aliasfuzz's own code when a traceback is located.
 _OWN = tuple(str(ROOT / d) + os.sep for d in ("harness", "generators"))
 _ROOT = ROOT
+
 
 def location(exc: BaseException) -> str:
     """The innermost frame of aliasfuzz's own code in ``exc``'s traceback, as
@@ -66,9 +67,16 @@ def harness_error(exc: BaseException, stage: str) -> Finding:
     """The finding for ``exc`` raised at ``stage`` (oracle, shrink, confirm, record)."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     message = " ".join(str(exc).split())[:300] or type(exc).__name__
-    return Finding(kind=HARNESS_ERROR, aspect="harness", targets=HARNESS_TARGETS, op_label=stage,
-                   method=None, sides=(type(exc).__name__, location(exc)), subject=message,
-                   detail=text)
+    return Finding(
+        kind=HARNESS_ERROR,
+        aspect="harness",
+        targets=HARNESS_TARGETS,
+        op_label=stage,
+        method=None,
+        sides=(type(exc).__name__, location(exc)),
+        subject=message,
+        detail=text,
+    )
 
 
 def is_harness_error(finding: Finding) -> bool:
@@ -100,8 +108,11 @@ def write_bug_report(summary: str, traceback_text: str, cases: Mapping[str, str]
     from harness.files import atomic_write
     from harness.urls import hide_password
 
-    parts = [f"# aliasfuzz harness error\n\n{summary}\n\n", f"Command: `{' '.join(sys.argv)}`\n\n",
-             f"Python {sys.version.split()[0]}\n\n## Traceback\n\n```\n{traceback_text.rstrip()}\n```\n"]
+    parts = [
+        f"# aliasfuzz harness error\n\n{summary}\n\n",
+        f"Command: `{' '.join(sys.argv)}`\n\n",
+        f"Python {sys.version.split()[0]}\n\n## Traceback\n\n```\n{traceback_text.rstrip()}\n```\n",
+    ]
     for name, text in cases.items():
         parts.append(f"\n## Case `{name}`\n\n```toml\n{text.rstrip()}\n```\n")
     path = bug_dir() / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.md"

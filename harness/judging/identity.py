@@ -8,8 +8,9 @@ is an object of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 from harness.case.ir import Program, names_bound, per_program
 from harness.judging.trace import Trace, identity_partition, snapshots
@@ -35,8 +36,10 @@ def first_divergence(program: Program, traces: Sequence[Trace], hidden: set[int]
         if i > 0 and not (_moved(a, i) or _moved(b, i)):
             continue  # no token appeared or changed: the partitions are those of the op before
         sa, sb = a.state_after(i), b.state_after(i)
-        common = sorted((n for n in sa if n in sb and sa[n].identity is not None
-                         and sb[n].identity is not None), key=lambda n: order.get(n, 1 << 30))
+        common = sorted(
+            (n for n in sa if n in sb and sa[n].identity is not None and sb[n].identity is not None),
+            key=lambda n: order.get(n, 1 << 30),
+        )
         la, lb = _token_labels(sa, common), _token_labels(sb, common)
         if la == lb:
             continue  # the same partition on both sides (labels by first appearance; no sets built)
@@ -143,4 +146,3 @@ def _render(p) -> str:
     if not p:
         return "all distinct"
     return " ".join("{" + ",".join(sorted(g)) + "}" for g in sorted(p, key=sorted))
-

@@ -109,7 +109,7 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
             k = next((k for k, hop in enumerate(chain) if k and hop.name == hi), None)
             if k is not None:
                 # every relation on it judged: its verdicts are the findings
-                return _link_name(program, chain, k) if any(h.ended for h in chain[1:k + 1]) else None
+                return _link_name(program, chain, k) if any(h.ended for h in chain[1 : k + 1]) else None
     return None
 
 
@@ -138,7 +138,7 @@ def common_source_link(program: Program, op_index: int, name: str) -> str | None
             m = reached.get(_object(program, hop))
             if k == 0 or m is None:
                 continue
-            if m == 0 or not any(h.ended for h in mine[1:k + 1] + theirs[1:m + 1]):
+            if m == 0 or not any(h.ended for h in mine[1 : k + 1] + theirs[1 : m + 1]):
                 break  # ``name`` is on the write's path (``ended_link``), or every relation is judged
             return _link_name(program, mine, k)
     return None
@@ -214,8 +214,11 @@ def own_relation(program: Program, i: int, name: str) -> str | None:
     old one). None for another op, or a param no replace links."""
     if not ops.spec(program.ops[i]).acts_on_params:
         return None
-    live = [s for s in snapshots(program) if s.op < i and s.method.startswith("replace")
-            and relation_end(program, s, len(program.ops)) > i]
+    live = [
+        s
+        for s in snapshots(program)
+        if s.op < i and s.method.startswith("replace") and relation_end(program, s, len(program.ops)) > i
+    ]
     made = [s.method for s in live if s.name == name] or [s.method for s in live if s.source == name]
     if made:
         return made[-1]

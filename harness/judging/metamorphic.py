@@ -35,7 +35,8 @@ call that panics), so such a pair is not compared.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from harness.case import ops
 from harness.case.inert import Inert, kept_index
@@ -49,16 +50,18 @@ from harness.judging.value_compare import tolerance, values_close
 KIND = "metamorphic"
 
 
-def compare_inert(program: Program, inert: Inert, with_traces: Mapping[str, Trace],
-                  without_traces: Mapping[str, Trace]) -> list[Finding]:
+def compare_inert(
+    program: Program, inert: Inert, with_traces: Mapping[str, Trace], without_traces: Mapping[str, Trace]
+) -> list[Finding]:
     """The findings of ``program`` (which holds ``inert``) against the same program without it,
     per target present in both runs, in target order."""
     out = []
     for t in sorted(with_traces):
         if t in without_traces:
             ref = reference_target(t, list(with_traces))
-            found = compare_runs(program, inert, t, with_traces[t], without_traces[t],
-                                 with_traces.get(ref) if ref is not None else None)
+            found = compare_runs(
+                program, inert, t, with_traces[t], without_traces[t], with_traces.get(ref) if ref is not None else None
+            )
             if found is not None:
                 out.append(found)
     return out
@@ -68,15 +71,22 @@ def _finding(inert: Inert, target: str, **kw) -> Finding:
     return Finding(kind=KIND, targets=(target, target), method=f"+{inert.label}", inert=inert.ops, **kw)
 
 
-def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace,
-                 reference: Trace | None = None) -> Finding | None:
+def compare_runs(
+    program: Program, inert: Inert, target: str, a: Trace, b: Trace, reference: Trace | None = None
+) -> Finding | None:
     """The first divergence of run ``a`` (with the group) from run ``b`` (without), or None;
     ``reference``: the reference target's trace of the program (with the group), if any."""
     if not a.ok or not b.ok:
         if a.status == b.status:
             return None
-        return _finding(inert, target, aspect="status", op_label="program", sides=(a.status, b.status),
-                        detail=(a.message or b.message or ""))
+        return _finding(
+            inert,
+            target,
+            aspect="status",
+            op_label="program",
+            sides=(a.status, b.status),
+            detail=(a.message or b.message or ""),
+        )
     if any(i >= len(a.steps) or a.steps[i].status == "error" for i in inert.ops):
         return None
     # Values a framework's RNG drew (a uniform lazy init, and what derives from it) differ between
@@ -91,9 +101,16 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
         x, y = a.steps[j], b.steps[k]
         op = program.ops[j]
         if x.status != y.status:
-            return _finding(inert, target, aspect="status", op_label=ops.label(op), sides=(x.status, y.status),
-                            op_index=j, detail=x.message or y.message or "",
-                            agrees=_status_agreement(reference, j, x.status, y.status))
+            return _finding(
+                inert,
+                target,
+                aspect="status",
+                op_label=ops.label(op),
+                sides=(x.status, y.status),
+                op_index=j,
+                detail=x.message or y.message or "",
+                agrees=_status_agreement(reference, j, x.status, y.status),
+            )
         sa, sb = a.state_after(j), b.state_after(k)
         for name in sorted((x.changed.keys() | y.changed.keys()) - skip):
             ox, oy = sa.get(name), sb.get(name)
@@ -104,11 +121,18 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
                 if drew is not None:
                     return drew  # the values differ because a lazy param drew others
                 moved = (_moved(a, j, name), _moved(b, k, name))
-                return _finding(inert, target, aspect="value", op_label=ops.label(op),
-                                sides=tuple("changed" if m else "unchanged" for m in moved), op_index=j,
-                                subject=name, values=(_render(ox.value), _render(oy.value)),
-                                role=subject_role(program, name),
-                                agrees=_agreement(program, reference, j, name, ox.value, oy.value))
+                return _finding(
+                    inert,
+                    target,
+                    aspect="value",
+                    op_label=ops.label(op),
+                    sides=tuple("changed" if m else "unchanged" for m in moved),
+                    op_index=j,
+                    subject=name,
+                    values=(_render(ox.value), _render(oy.value)),
+                    role=subject_role(program, name),
+                    agrees=_agreement(program, reference, j, name, ox.value, oy.value),
+                )
         if not any(o.identity is not None for o in (*x.changed.values(), *y.changed.values())):
             continue  # no token appeared or changed: the partitions are those of the op before
         common = {n: o for n, o in sa.items() if n not in skip and n in sb}
@@ -117,8 +141,15 @@ def compare_runs(program: Program, inert: Inert, target: str, a: Trace, b: Trace
         if pa != pb:
             pair = _split_pair(pa, pb)
             same = tuple("same" if p in _pairs(q) else "distinct" for p, q in ((pair, pa), (pair, pb)))
-            return _finding(inert, target, aspect="identity", op_label=ops.signature_class(op), sides=same,
-                            op_index=j, subject=",".join(pair))
+            return _finding(
+                inert,
+                target,
+                aspect="identity",
+                op_label=ops.signature_class(op),
+                sides=same,
+                op_index=j,
+                subject=",".join(pair),
+            )
     return None
 
 
@@ -182,8 +213,14 @@ def _draw_finding(program: Program, inert: Inert, target: str, a: Trace, b: Trac
         if t.kind == "lazy" and t.init == "program_rng":
             fa, fb = _first_values(a, t.name) or never, _first_values(b, t.name)
             drawn[t.name] = (fa, (origin[fb[0]] if fb[0] >= 0 else -1, fb[1]) if fb else never)
-    differs = [n for n, (fa, fb) in drawn.items() if max(fa[0], fb[0]) <= j and _shows_draw(program, fa[0], n)
-               and _shows_draw(program, fb[0], n) and not same_values(fa[1], fb[1])]
+    differs = [
+        n
+        for n, (fa, fb) in drawn.items()
+        if max(fa[0], fb[0]) <= j
+        and _shows_draw(program, fa[0], n)
+        and _shows_draw(program, fb[0], n)
+        and not same_values(fa[1], fb[1])
+    ]
     if not differs:
         return None
     name = differs[0]
@@ -193,8 +230,17 @@ def _draw_finding(program: Program, inert: Inert, target: str, a: Trace, b: Trac
     label = lambda i: "open" if i < 0 else "never" if i >= len(program.ops) else ops.label(program.ops[i])  # noqa: E731
     sides = (label(ia), label(ib) if ia == ib else "later" if ib > ia else "earlier")
     (_, va), (_, vb) = drawn[name]
-    return _finding(inert, target, aspect="draw", op_label="lazy_init", sides=sides, op_index=max(drawn[name][0][0], 0),
-                    subject=name, values=(_render(va), _render(vb)), role="lazy:program_rng")
+    return _finding(
+        inert,
+        target,
+        aspect="draw",
+        op_label="lazy_init",
+        sides=sides,
+        op_index=max(drawn[name][0][0], 0),
+        subject=name,
+        values=(_render(va), _render(vb)),
+        role="lazy:program_rng",
+    )
 
 
 def _shows_draw(program: Program, i: int, name: str) -> bool:
@@ -204,8 +250,9 @@ def _shows_draw(program: Program, i: int, name: str) -> bool:
         return True
     op = program.ops[i]
     s = ops.spec(op)
-    return not (s.acts_on_params or s.replaces_model or name in (ops.written(op), ops.remade(op))
-                or ops.rebinds(op, name))
+    return not (
+        s.acts_on_params or s.replaces_model or name in (ops.written(op), ops.remade(op)) or ops.rebinds(op, name)
+    )
 
 
 def _moved(trace: Trace, i: int, name: str) -> bool:
@@ -231,8 +278,9 @@ def _render(x) -> str:
     return np.array2string(x, precision=6, separator=", ").replace("\n", "")
 
 
-def safe_compare_inert(program: Program, inert: Inert, with_traces: Mapping[str, Trace],
-                       without_traces: Mapping[str, Trace]) -> list[Finding]:
+def safe_compare_inert(
+    program: Program, inert: Inert, with_traces: Mapping[str, Trace], without_traces: Mapping[str, Trace]
+) -> list[Finding]:
     """``compare_inert``, with an exception turned into a harness-error finding (as
     ``harness_errors.safe_compare`` does for the differential oracle)."""
     from harness.judging.harness_errors import harness_error

@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,11 +52,30 @@ from harness.case import ops
 from harness.case.ir import Program, per_program
 from harness.judging import identity, sharing
 from harness.judging.finding import Finding
-from harness.judging.links import (common_source_link, ended_link, frozen_layer, nondeterministic_names,
-                                   own_relation, status_method, write_path)
+from harness.judging.links import (
+    common_source_link,
+    ended_link,
+    frozen_layer,
+    nondeterministic_names,
+    own_relation,
+    status_method,
+    write_path,
+)
 from harness.judging.pairs import pairs
-from harness.judging.trace import (CRASH, TIMEOUT, UNSUPPORTED, SnapshotInfo, Trace, Verdict, alike, same_values,
-                                   snapshots, subject_role, verdicts, writes_into)
+from harness.judging.trace import (
+    CRASH,
+    TIMEOUT,
+    UNSUPPORTED,
+    SnapshotInfo,
+    Trace,
+    Verdict,
+    alike,
+    same_values,
+    snapshots,
+    subject_role,
+    verdicts,
+    writes_into,
+)
 from harness.judging.value_compare import elements_differ, tolerance, values_close
 
 #: A value finding on a tensor with more elements names its first differing element.
@@ -115,8 +135,13 @@ def _compare_status(ctx: PairContext) -> bool:
         return False  # whole-program failures are reported once per target by ``compare``
     for i, (x, y) in enumerate(zip(a.steps, b.steps)):
         statuses = {x.status, y.status}
-        if "ok" in statuses and len(statuses) > 1 and i < len(ctx.program.ops) \
-                and _sets_apart(ctx.program.ops[i]) and "error" not in statuses:
+        if (
+            "ok" in statuses
+            and len(statuses) > 1
+            and i < len(ctx.program.ops)
+            and _sets_apart(ctx.program.ops[i])
+            and "error" not in statuses
+        ):
             break  # unsupported or skipped on one side only: later failures are its consequences
         if "error" in statuses and "ok" not in statuses and len(statuses) > 1:
             # failed on one side, skipped or unsupported on the other: nothing to compare, and the
@@ -124,9 +149,15 @@ def _compare_status(ctx: PairContext) -> bool:
             break
         if "error" in statuses and "ok" in statuses:
             bad = x if x.status == "error" else y
-            ctx.add(kind="error", aspect="status", op_label=ops.label(ctx.program.ops[i]),
-                    method=status_method(ctx.program, i),
-                    sides=(x.status, y.status), op_index=i, detail=bad.message or "")
+            ctx.add(
+                kind="error",
+                aspect="status",
+                op_label=ops.label(ctx.program.ops[i]),
+                method=status_method(ctx.program, i),
+                sides=(x.status, y.status),
+                op_index=i,
+                detail=bad.message or "",
+            )
             break
     return True
 
@@ -154,10 +185,17 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
         for k in sorted(set(ea) | set(eb)):
             sa, sb = ea.get(k, "none"), eb.get(k, "none")
             if sa != sb:
-                f = Finding(kind=ctx.kind, aspect="verdict", targets=ctx.ids,
-                            op_label=ops.signature_class(ctx.program.ops[k]), method=a.snapshot.method,
-                            sides=(sa, sb), op_index=k, subject=a.snapshot.name,
-                            role=subject_role(ctx.program, a.snapshot.name))
+                f = Finding(
+                    kind=ctx.kind,
+                    aspect="verdict",
+                    targets=ctx.ids,
+                    op_label=ops.signature_class(ctx.program.ops[k]),
+                    method=a.snapshot.method,
+                    sides=(sa, sb),
+                    op_index=k,
+                    subject=a.snapshot.name,
+                    role=subject_role(ctx.program, a.snapshot.name),
+                )
                 if "none" in (sa, sb):
                     effect = _one_sided(ctx, a.snapshot, k, hidden)
                     if effect is _DERIVED:
@@ -225,8 +263,9 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     if any(identity.written_on_one_side(ctx.traces, w, name, k) for w in written):
         return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
     drawn = nondeterministic_names(ctx.program)
-    if name in drawn and (any(j < k for j in hidden) or not ops.spec(op).acts_on_params
-                          and any(n in drawn for n in ops.reads(op))):
+    if name in drawn and (
+        any(j < k for j in hidden) or not ops.spec(op).acts_on_params and any(n in drawn for n in ops.reads(op))
+    ):
         # Its values differ by design, so _values_agree cannot tell whether an op one side could
         # not run left it different (a scale by 0 through a detach, unsupported on one side: a
         # later scale then changes it on that side only), and whether an op reading a drawn value
@@ -247,8 +286,11 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     if moved[0] != moved[1] and ended_link(ctx.program, k, name) is not None:
         # moved through what an ended relation still shares on one side: that link is the finding
         return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
-    if (moved[0] != moved[1] and not identity.shared_on_one_side(ctx.traces, name, k - 1)
-            and common_source_link(ctx.program, k, name) is not None):
+    if (
+        moved[0] != moved[1]
+        and not identity.shared_on_one_side(ctx.traces, name, k - 1)
+        and common_source_link(ctx.program, k, name) is not None
+    ):
         # moved on one side with a sibling the op wrote, through their common source's old object
         # (two views of a tensor since grown, in torch; two values, in burn): that link is the
         # finding, not the relations made from ``name``. Not where ``name`` is another name's
@@ -276,12 +318,17 @@ def _value_method(program: Program, i: int, name: str) -> str | None:
     one on the chain between ``name`` and what the op writes, else the ``replace`` that linked a
     param the op acts on, else one that carried the write toward a source ``name`` shares, else
     the ``freeze`` that set the mode a layer's forward ran in."""
-    return (ended_link(program, i, name) or own_relation(program, i, name) or common_source_link(program, i, name)
-            or frozen_layer(program, i, name))
+    return (
+        ended_link(program, i, name)
+        or own_relation(program, i, name)
+        or common_source_link(program, i, name)
+        or frozen_layer(program, i, name)
+    )
 
 
-def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
-                   values: tuple[np.ndarray, np.ndarray]) -> Finding:
+def _value_finding(
+    ctx: PairContext, i: int, name: str, moved: Sequence[bool], values: tuple[np.ndarray, np.ndarray]
+) -> Finding:
     """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
     each side; the values go in the sentence, never in the signature (each new value would be a
     new finding). A tensor of more than ``SHOWN_ELEMENTS`` elements is shown by its first
@@ -289,18 +336,32 @@ def _value_finding(ctx: PairContext, i: int, name: str, moved: Sequence[bool],
     x, y = values
     kind = "value" if ctx.kind == "framework" else ctx.kind
     sides = tuple("changed" if m else "unchanged" for m in moved)
-    common = dict(kind=kind, aspect="value", targets=ctx.ids, op_label=ops.label(ctx.program.ops[i]),
-                  method=_value_method(ctx.program, i, name), sides=sides, op_index=i, subject=name, role=subject_role(ctx.program, name))
+    common = dict(
+        kind=kind,
+        aspect="value",
+        targets=ctx.ids,
+        op_label=ops.label(ctx.program.ops[i]),
+        method=_value_method(ctx.program, i, name),
+        sides=sides,
+        op_index=i,
+        subject=name,
+        role=subject_role(ctx.program, name),
+    )
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     differ = elements_differ(x, y, tolerance(ctx.program))
     if not differ.any():  # the sides differ in effect, not in value: show both whole
         return Finding(**common, values=(_render_value(x), _render_value(y)))
     first = tuple(int(j) for j in np.argwhere(differ)[0])
-    return Finding(**common, values=(_render_value(x[first]), _render_value(y[first])),
-                   at="[" + ", ".join(map(str, first)) + "]",
-                   detail=(f"{int(differ.sum())} of {x.size} elements differ. {ctx.ids[0]}: {_render_value(x)};"
-                           f" {ctx.ids[1]}: {_render_value(y)}"))
+    return Finding(
+        **common,
+        values=(_render_value(x[first]), _render_value(y[first])),
+        at="[" + ", ".join(map(str, first)) + "]",
+        detail=(
+            f"{int(differ.sum())} of {x.size} elements differ. {ctx.ids[0]}: {_render_value(x)};"
+            f" {ctx.ids[1]}: {_render_value(y)}"
+        ),
+    )
 
 
 def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
@@ -310,10 +371,15 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
     if d is None:
         return False
     x, y = d.names
-    ctx.add(aspect="identity", op_label=ops.signature_class(ctx.program.ops[d.op_index]),
-            method=identity.relating_method(ctx.program, x, y, d.op_index),
-            sides=tuple("same" if s else "distinct" for s in d.same), op_index=d.op_index, subject=f"{x},{y}",
-            detail=f"{ctx.ids[0]}: {d.partitions[0]}; {ctx.ids[1]}: {d.partitions[1]}")
+    ctx.add(
+        aspect="identity",
+        op_label=ops.signature_class(ctx.program.ops[d.op_index]),
+        method=identity.relating_method(ctx.program, x, y, d.op_index),
+        sides=tuple("same" if s else "distinct" for s in d.same),
+        op_index=d.op_index,
+        subject=f"{x},{y}",
+        detail=f"{ctx.ids[0]}: {d.partitions[0]}; {ctx.ids[1]}: {d.partitions[1]}",
+    )
     return True
 
 
@@ -495,8 +561,7 @@ def _moved_at(trace: Trace, i: int, name: str) -> bool:
         return False
     before = trace.state_after(i - 1).get(name)
     after = trace.state_after(i)[name]
-    return before is None or before.value is None or after.value is None \
-        or not same_values(before.value, after.value)
+    return before is None or before.value is None or after.value is None or not same_values(before.value, after.value)
 
 
 def _render_value(x: np.ndarray) -> str:
@@ -512,18 +577,27 @@ def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
         if i in hidden:
             return
         sa, sb = a.state_after(i), b.state_after(i)
-        for name in sorted(sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys(),
-                           key=_binding_rank(ctx.program)):
+        for name in sorted(
+            sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys(), key=_binding_rank(ctx.program)
+        ):
             x, y = sa.get(name), sb.get(name)
             if x is not None and y is not None and x.dtype and y.dtype and x.dtype != y.dtype:
                 label = ops.label(ctx.program.ops[i]) if i >= 0 else "program"
-                ctx.add(aspect="dtype", method=None, op_label=label, sides=(x.dtype, y.dtype), op_index=max(i, 0),
-                        subject=name, role=subject_role(ctx.program, name))
+                ctx.add(
+                    aspect="dtype",
+                    method=None,
+                    op_label=label,
+                    sides=(x.dtype, y.dtype),
+                    op_index=max(i, 0),
+                    subject=name,
+                    role=subject_role(ctx.program, name),
+                )
                 return
 
 
-def compare_pair(program: Program, kind: str, ids: tuple[str, str], traces: tuple[Trace, Trace],
-                 verdict_maps=None) -> list[Finding]:
+def compare_pair(
+    program: Program, kind: str, ids: tuple[str, str], traces: tuple[Trace, Trace], verdict_maps=None
+) -> list[Finding]:
     if verdict_maps is None:
         verdict_maps = (verdicts(program, traces[0]), verdicts(program, traces[1]))
     ctx = PairContext(program, kind, ids, traces, verdict_maps)
@@ -569,9 +643,18 @@ def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
         for t, tr in sorted(traces.items()):
             if not tr.ok:
                 kind = tr.status if tr.status in (CRASH, TIMEOUT) else "error"
-                findings.append(Finding(kind=kind, aspect="status", targets=(t, "-"), op_label="program",
-                                        method=None, sides=(tr.status, "ok"), detail=tr.message or ""))
-    for t, tr in sorted(traces.items()):
+                findings.append(
+                    Finding(
+                        kind=kind,
+                        aspect="status",
+                        targets=(t, "-"),
+                        op_label="program",
+                        method=None,
+                        sides=(tr.status, "ok"),
+                        detail=tr.message or "",
+                    )
+                )
+    for _target, tr in sorted(traces.items()):
         findings.extend(sharing.changes(program, tr))
     for kind, (a, b) in pairs(list(traces)):
         if traces[a].ok and traces[b].ok and alike(traces[a], traces[b]):

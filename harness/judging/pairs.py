@@ -4,7 +4,7 @@ Target ids read ``framework:device`` with an optional ``+variant`` (``torch:cpu+
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 #: Porting hazards are measured against the framework code is ported from.
 REFERENCE_FRAMEWORK = "torch"
@@ -42,7 +42,7 @@ def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
     ids = sorted(target_ids)
     primary = primary_targets(ids)
     for i, a in enumerate(ids):
-        for b in ids[i + 1:]:
+        for b in ids[i + 1 :]:
             fa, da, ba = split_target_id(a)
             fb, db, bb = split_target_id(b)
             if fa != fb:
@@ -58,7 +58,7 @@ def pairs(target_ids: Sequence[str]) -> list[tuple[str, tuple[str, str]]]:
     prim = sorted(primary.values())
     reference = primary.get(REFERENCE_FRAMEWORK)
     for i, a in enumerate(prim):
-        for b in prim[i + 1:]:
+        for b in prim[i + 1 :]:
             if reference is None or reference in (a, b):
                 out.append(("framework", (a, b)))
     return out

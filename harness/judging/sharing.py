@@ -19,8 +19,8 @@ wherever both names have identity tokens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import combinations
-from typing import Mapping
 
 from harness.case import ops
 from harness.case.ir import Program, per_program
@@ -76,12 +76,21 @@ def changes(program: Program, trace: Trace) -> list[Finding]:
                 now = _together(after[copies[p]], after[copies[q]], aspect)
                 if was is None or now is None or was == now:
                     continue
-                f = Finding(kind="sharing", aspect=aspect, targets=(trace.target, trace.target), op_label=ops.label(op),
-                            method=None, sides=("shared", "split") if was else ("distinct", "joined"), op_index=k,
-                            subject=f"{p},{q}",
-                            detail=(f"{p} and {q} {'share' if was else 'do not share'} "
-                                    f"{'an object' if aspect == 'identity' else 'a storage'} before op {k};"
-                                    f" {copies[p]} and {copies[q]} {'share one' if now else 'do not'} after it."))
+                f = Finding(
+                    kind="sharing",
+                    aspect=aspect,
+                    targets=(trace.target, trace.target),
+                    op_label=ops.label(op),
+                    method=None,
+                    sides=("shared", "split") if was else ("distinct", "joined"),
+                    op_index=k,
+                    subject=f"{p},{q}",
+                    detail=(
+                        f"{p} and {q} {'share' if was else 'do not share'} "
+                        f"{'an object' if aspect == 'identity' else 'a storage'} before op {k};"
+                        f" {copies[p]} and {copies[q]} {'share one' if now else 'do not'} after it."
+                    ),
+                )
                 found.setdefault(f.signature, f)
                 break
     return list(found.values())

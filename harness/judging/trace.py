@@ -22,9 +22,10 @@ copy that merely happens to hold an equal value is exactly what ``keeps`` means.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -74,7 +75,7 @@ class Observation:
     storage: str | None = None
 
     @classmethod
-    def from_wire(cls, raw: list | Mapping[str, Any]) -> "Observation":
+    def from_wire(cls, raw: list | Mapping[str, Any]) -> Observation:
         """An observation as a probe sends it (a list of ``protocol.OBS_FIELDS``, in order), or
         as ``to_json`` writes it (a table: a finding's stored traces, hand-written ones)."""
         if type(raw) is list:
@@ -82,7 +83,11 @@ class Observation:
             storage = rest[0] if rest else None
         else:
             shape, value, identity = raw["shape"], raw.get("value"), raw.get("identity")
-            device, requires_grad, initialized = raw.get("device", ""), raw.get("requires_grad"), raw.get("initialized", True)
+            device, requires_grad, initialized = (
+                raw.get("device", ""),
+                raw.get("requires_grad"),
+                raw.get("initialized", True),
+            )
             dtype, note, storage = raw.get("dtype"), raw.get("note"), raw.get("storage")
         shape = tuple(shape)
         value = _floats(value)
@@ -95,9 +100,21 @@ class Observation:
         # object.__setattr__, which was half the cost of reading an observation (a trace is
         # dozens of them, and every target sends one per program).
         obs = _new(cls)
-        _setattr(obs, "__dict__", {
-            "shape": shape, "value": value, "device": device, "requires_grad": requires_grad, "identity": identity,
-            "initialized": bool(initialized), "note": note, "dtype": dtype, "storage": storage})
+        _setattr(
+            obs,
+            "__dict__",
+            {
+                "shape": shape,
+                "value": value,
+                "device": device,
+                "requires_grad": requires_grad,
+                "identity": identity,
+                "initialized": bool(initialized),
+                "note": note,
+                "dtype": dtype,
+                "storage": storage,
+            },
+        )
         return obs
 
     def to_json(self) -> dict[str, Any]:
@@ -133,26 +150,30 @@ class Trace:
     steps: list[StepResult] = field(default_factory=list)
     elapsed_us: int = 0
     _states: list[dict[str, Observation]] | None = field(default=None, repr=False)
-    _changes: dict[str, "Changes"] | None = field(default=None, repr=False, compare=False)
+    _changes: dict[str, Changes] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_wire(cls, target: str, raw: Mapping[str, Any]) -> "Trace":
+    def from_wire(cls, target: str, raw: Mapping[str, Any]) -> Trace:
         """A trace reply as the oracle reads it. Raises ``MalformedTrace`` (one line) when the
         reply is a trace in name only: a field missing or of the wrong type."""
         try:
             initial = {k: Observation.from_wire(v) for k, v in raw.get("initial", {}).items()}
             steps = [
-                StepResult(s["status"], s.get("message"),
-                           {k: Observation.from_wire(v) for k, v in s.get("changed", {}).items()})
+                StepResult(
+                    s["status"],
+                    s.get("message"),
+                    {k: Observation.from_wire(v) for k, v in s.get("changed", {}).items()},
+                )
                 for s in raw.get("steps", [])
             ]
-            return cls(target, raw.get("status", "ok"), raw.get("message"), initial, steps,
-                       int(raw.get("elapsed_us", 0)))
+            return cls(
+                target, raw.get("status", "ok"), raw.get("message"), initial, steps, int(raw.get("elapsed_us", 0))
+            )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise MalformedTrace(f"malformed trace: {type(e).__name__}: {e}") from None
 
     @classmethod
-    def failed(cls, target: str, status: str, message: str) -> "Trace":
+    def failed(cls, target: str, status: str, message: str) -> Trace:
         return cls(target, status, message)
 
     @property
@@ -171,7 +192,7 @@ class Trace:
             self._states = out
         return self._states
 
-    def changes(self) -> dict[str, "Changes"]:
+    def changes(self) -> dict[str, Changes]:
         """Every name's observations, each with the op after which it was made (-1: the initial
         state): what ``state_after(i)[name]`` is, read without building every state. The
         verdicts read a few names at a few ops each; a full state per op is quadratic in the
@@ -205,8 +226,11 @@ class Trace:
             "message": self.message,
             "initial": {k: v.to_json() for k, v in self.initial.items()},
             "trace": [
-                {"status": s.status, **({"message": s.message} if s.message else {}),
-                 "changed": {k: v.to_json() for k, v in s.changed.items()}}
+                {
+                    "status": s.status,
+                    **({"message": s.message} if s.message else {}),
+                    "changed": {k: v.to_json() for k, v in s.changed.items()},
+                }
                 for s in self.steps
             ],
             "elapsed_us": self.elapsed_us,
@@ -229,7 +253,7 @@ class Changes:
 
     def between(self, start: int, end: int) -> list[int]:
         """The ops ``k`` with ``start <= k < end`` that changed the name."""
-        return self.ops[bisect.bisect_left(self.ops, start):bisect.bisect_left(self.ops, end)]
+        return self.ops[bisect.bisect_left(self.ops, start) : bisect.bisect_left(self.ops, end)]
 
 
 def alike(a: Trace, b: Trace) -> bool:
@@ -248,18 +272,24 @@ def alike(a: Trace, b: Trace) -> bool:
             return False
         for name in sorted(xa):  # one order on both sides: it numbers the tokens
             oa, ob = xa[name], xb[name]
-            if oa.shape != ob.shape or oa.dtype != ob.dtype or (oa.value is None) != (ob.value is None) \
-                    or (oa.identity is None) != (ob.identity is None):
+            if (
+                oa.shape != ob.shape
+                or oa.dtype != ob.dtype
+                or (oa.value is None) != (ob.value is None)
+                or (oa.identity is None) != (ob.identity is None)
+            ):
                 return False
             if oa.value is not None and oa.value.tobytes() != ob.value.tobytes():
                 return False
-            if oa.identity is not None and \
-                    tokens_a.setdefault(oa.identity, len(tokens_a)) != tokens_b.setdefault(ob.identity, len(tokens_b)):
+            if oa.identity is not None and tokens_a.setdefault(oa.identity, len(tokens_a)) != tokens_b.setdefault(
+                ob.identity, len(tokens_b)
+            ):
                 return False
         return True
 
     return same(a.initial, b.initial) and all(
-        x.status == y.status and same(x.changed, y.changed) for x, y in zip(a.steps, b.steps))
+        x.status == y.status and same(x.changed, y.changed) for x, y in zip(a.steps, b.steps)
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -314,9 +344,12 @@ def snapshots(program: Program) -> tuple[SnapshotInfo, ...]:
     object is made of the old one, so the relations of the old one's snapshots go on
     (``relation_end``), and a relation of a name to itself could never diverge."""
     params = program.model_names
-    return tuple(SnapshotInfo(b.name, i, b.source, b.method)
-                 for i, op in enumerate(program.ops) for b in ops.bindings(op, params) + ops.rebindings(op)
-                 if b.name != b.source)
+    return tuple(
+        SnapshotInfo(b.name, i, b.source, b.method)
+        for i, op in enumerate(program.ops)
+        for b in ops.bindings(op, params) + ops.rebindings(op)
+        if b.name != b.source
+    )
 
 
 def subject_role(program: Program, name: str) -> str | None:
@@ -343,7 +376,7 @@ def same_values(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     if a.shape != b.shape:
         return False
     if a.tobytes() == b.tobytes():  # bitwise equal: the common case, and 40 times cheaper than
-        return True                 # np.array_equal on these tiny arrays
+        return True  # np.array_equal on these tiny arrays
     # -0.0 equals 0.0, NaN equals NaN (any payload): element by element, in Python floats.
     return all(x == y or (x != x and y != y) for x, y in zip(a.ravel().tolist(), b.ravel().tolist()))
 
@@ -457,8 +490,10 @@ def _rebinding_ops(program: Program) -> tuple[Mapping[str, tuple[int, ...]], Map
         if not ops.keeps_object(op):
             for name in names:
                 another.setdefault(name, []).append(k)
-    return (MappingProxyType({n: tuple(ks) for n, ks in rebound.items()}),
-            MappingProxyType({n: tuple(ks) for n, ks in another.items()}))
+    return (
+        MappingProxyType({n: tuple(ks) for n, ks in rebound.items()}),
+        MappingProxyType({n: tuple(ks) for n, ks in another.items()}),
+    )
 
 
 def relation_key(snap: SnapshotInfo, first: bool) -> str:
@@ -483,4 +518,3 @@ def identity_partition(state: Mapping[str, Observation]) -> frozenset[frozenset[
         if obs.identity is not None:
             groups.setdefault(obs.identity, set()).add(name)
     return frozenset(frozenset(g) for g in groups.values() if len(g) > 1)
-

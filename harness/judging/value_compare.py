@@ -15,7 +15,7 @@ ADAM_RTOL, ADAM_ATOL = 1e-4, 1e-6
 #: for f16, each times 4). Two frameworks round an f16 or bf16 step at different points (one
 #: computes ``p - lr * g`` in float32 and rounds once, another rounds the product first), and an
 #: Adam step rounds each of its dozen ops: a few units apart, where aliasing gives another value.
-DTYPE_RTOL = {"bf16": 4 * 2.0 ** -7, "f16": 4 * 2.0 ** -10}
+DTYPE_RTOL = {"bf16": 4 * 2.0**-7, "f16": 4 * 2.0**-10}
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from harness.case.ir import Program, load_case
 from harness.judging.finding import Finding, FindingRecord
-from harness.reporting import reproducers
 from harness.judging.pairs import REFERENCE_FRAMEWORK
+from harness.reporting import reproducers
 from harness.reporting.issue_draft import filed_against, issue_markdown
 from harness.targets.reproducer_base import Check
 
@@ -53,8 +54,11 @@ def check_of(record: FindingRecord | Finding, repro: Mapping[str, Any] | None, f
     index, subject = d.get("op_index"), d.get("subject")
     if not isinstance(index, int) or index < 0:
         return None
-    mine = 0 if record.kind == "metamorphic" else next(
-        (k for k, t in enumerate(targets) if t.split(":", 1)[0] == framework), None)
+    mine = (
+        0
+        if record.kind == "metamorphic"
+        else next((k for k, t in enumerate(targets) if t.split(":", 1)[0] == framework), None)
+    )
     if mine is None or targets[mine].split(":", 1)[0] != framework:
         return None
     sides = list(record.sides or ())
@@ -67,9 +71,12 @@ def check_of(record: FindingRecord | Finding, repro: Mapping[str, Any] | None, f
         return None
     docs = (repro or {}).get("targets") or {}
     if record.kind == "metamorphic":
-        without = ((repro or {}).get("without_inert") or {})
-        numbers = [i for i in range(len(((docs.get(targets[0]) or {}).get("ops") or [])))
-                   if i not in set(without.get("inert") or [])]
+        without = (repro or {}).get("without_inert") or {}
+        numbers = [
+            i
+            for i in range(len((docs.get(targets[0]) or {}).get("ops") or []))
+            if i not in set(without.get("inert") or [])
+        ]
         other = (without.get("targets") or {}).get(targets[0])
         if other is None or index not in numbers:
             return None
@@ -138,8 +145,15 @@ def odd_one_out(record: FindingRecord, repro: Mapping[str, Any] | None) -> str |
     return REFERENCE_FRAMEWORK
 
 
-def write_hand_over(folder: Path, stem: str, record: FindingRecord, *, draft: bool = True,
-                    bisection: str | None = None, shown_in: str = "") -> list[Path]:
+def write_hand_over(
+    folder: Path,
+    stem: str,
+    record: FindingRecord,
+    *,
+    draft: bool = True,
+    bisection: str | None = None,
+    shown_in: str = "",
+) -> list[Path]:
     """Writes the reproducers of ``record`` and, when ``draft``, its ``<stem>.issue.md``, into
     ``folder``, which holds its case ``<stem>.toml`` and the repro JSON ``record.repro`` names
     (if any); returns the paths made (the script, each cargo project's folder, the draft).
@@ -158,9 +172,12 @@ def write_hand_over(folder: Path, stem: str, record: FindingRecord, *, draft: bo
         record = dataclasses.replace(record, against=against)
     framework = filed_against(record)
     check = check_of(record, repro, framework)
-    made = reproducers.write_reproducers(folder, {"targets": list(record.targets), "case": case_path.name,
-                                                  "repro": record.repro if repro is not None else None},
-                                         check, framework)
+    made = reproducers.write_reproducers(
+        folder,
+        {"targets": list(record.targets), "case": case_path.name, "repro": record.repro if repro is not None else None},
+        check,
+        framework,
+    )
     if draft:
         made.append(_write_draft(folder, stem, record, program, repro, bisection, shown_in, check))
     return made
@@ -175,12 +192,22 @@ def _check_lines(check: Check, repro: Mapping[str, Any] | None, target: str | No
     if not isinstance(got, list):
         return []
     want = "[" + ", ".join(f"{v:g}" for v in check.want) + "]"
-    return [f"check: {check.subject} = {_short(got)}; the divergence expects {want} ({check.source}): it differs",
-            "the divergence shows"]
+    return [
+        f"check: {check.subject} = {_short(got)}; the divergence expects {want} ({check.source}): it differs",
+        "the divergence shows",
+    ]
 
 
-def _write_draft(folder: Path, stem: str, record: FindingRecord, program: Program,
-                 repro: Mapping[str, Any] | None, bisection: str | None, shown_in: str, check: Check | None) -> Path:
+def _write_draft(
+    folder: Path,
+    stem: str,
+    record: FindingRecord,
+    program: Program,
+    repro: Mapping[str, Any] | None,
+    bisection: str | None,
+    shown_in: str,
+    check: Check | None,
+) -> Path:
     """``<stem>.issue.md``, with the reproducer of the framework it is addressed to (its cargo
     project's main.rs, or the torch script)."""
     framework = filed_against(record)
@@ -197,8 +224,16 @@ def _write_draft(folder: Path, stem: str, record: FindingRecord, program: Progra
         target = output.splitlines()[0].strip("()")
         output += "".join("\n" + line for line in _check_lines(check, repro, target))
     draft = folder / f"{stem}.issue.md"
-    text = issue_markdown(record, f"{shown_in}{stem}.toml", (folder / f"{stem}.toml").read_text(encoding="utf-8"), reproducer,
-                          program=program, divergence=divergence_of(repro, record.signature),
-                          output=output, bisection=bisection, checked=checked)
+    text = issue_markdown(
+        record,
+        f"{shown_in}{stem}.toml",
+        (folder / f"{stem}.toml").read_text(encoding="utf-8"),
+        reproducer,
+        program=program,
+        divergence=divergence_of(repro, record.signature),
+        output=output,
+        bisection=bisection,
+        checked=checked,
+    )
     draft.write_text(text, encoding="utf-8")
     return draft

@@ -22,7 +22,8 @@ difference for ``harness/baseline.toml``, not a bug report, and the draft says s
 from __future__ import annotations
 
 import shlex
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from harness.case.ir import Program
 from harness.escaping import md_code, md_fence, md_text
@@ -111,7 +112,7 @@ def _call(rec: FindingRecord) -> str:
 
 
 def _made_by(program: Program | None, divergence: Mapping[str, Any] | None) -> str:
-    """", on a tensor made by `expand`" when the divergent op reads a snapshot: what the input
+    """ ", on a tensor made by `expand`" when the divergent op reads a snapshot: what the input
     is matters to a maintainer (a strided view, a copy); empty when it is a declared tensor."""
     if program is None or not divergence:
         return ""
@@ -146,8 +147,12 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
     call = _call(rec)
     if rec.kind == "metamorphic":
         group = "`, `".join(g for g in (rec.method or "+?").lstrip("+").split("+"))
-        what = {"value": "the values", "status": "whether it runs", "identity": "object identity",
-                "draw": "a lazy parameter's draw"}.get(rec.aspect or "", "the result")
+        what = {
+            "value": "the values",
+            "status": "whether it runs",
+            "identity": "object identity",
+            "draw": "a lazy parameter's draw",
+        }.get(rec.aspect or "", "the result")
         text = f"an inert `{group}` changes {what} of {call}"
     elif rec.kind == "sharing":
         what = "one object" if rec.aspect == "identity" else "one storage"
@@ -155,8 +160,13 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         text = f"{call} {verb} parameters that were {what}"
     elif rec.kind in ("device", "variant"):
         a, b = (t.split(":", 1)[-1] for t in rec.targets[:2])
-        what = {"value": "values", "status": "outcomes", "verdict": "copy semantics", "identity": "object identity",
-                "dtype": "dtypes"}.get(rec.aspect or "", "results")
+        what = {
+            "value": "values",
+            "status": "outcomes",
+            "verdict": "copy semantics",
+            "identity": "object identity",
+            "dtype": "dtypes",
+        }.get(rec.aspect or "", "results")
         keywords = [_IMPL_KEYWORDS.get(t.split("+", 1)[1] if "+" in t else "plain") for t in (a, b)]
         optimizer = _OPTIMIZER_CLASSES.get((rec.op or "").removeprefix("step:"))
         if rec.kind == "variant" and fw == "torch" and optimizer and all(keywords):
@@ -204,15 +214,21 @@ def summary(rec: FindingRecord, divergence: Mapping[str, Any] | None = None) -> 
     if rec.aspect != "status" or index is None or len(rec.targets) != 2 or len(rec.sides or ()) != 2:
         return md_text(rec.sentence)
     (a, b), (sa, sb) = rec.targets, rec.sides
-    said = (f"Op {index} ({_call(rec)}) {_STATUS_VERBS.get(sa, md_text(sa))} on {md_code(a)} and "
-            f"{_STATUS_VERBS.get(sb, md_text(sb))} on {md_code(b)}")
+    said = (
+        f"Op {index} ({_call(rec)}) {_STATUS_VERBS.get(sa, md_text(sa))} on {md_code(a)} and "
+        f"{_STATUS_VERBS.get(sb, md_text(sb))} on {md_code(b)}"
+    )
     detail = (rec.detail or "").strip().splitlines()
     return f"{said}: {md_text(detail[0])}" if detail else f"{said}."
 
 
 #: What a status says of the op's call, in a draft's words.
-_STATUS_WORDS = {"error": "the call fails", "ok": "the call runs", "unsupported": "the framework has no such call",
-                 "skipped": "the op is skipped (what it uses was never made)"}
+_STATUS_WORDS = {
+    "error": "the call fails",
+    "ok": "the call runs",
+    "unsupported": "the framework has no such call",
+    "skipped": "the op is skipped (what it uses was never made)",
+}
 
 
 def _said(rec: FindingRecord, side: str, value: str | None, divergence: Mapping[str, Any] | None) -> str:
@@ -237,39 +253,62 @@ def expectation(rec: FindingRecord, divergence: Mapping[str, Any] | None = None)
     values = list(rec.values) if rec.values and len(rec.values) == 2 else [None, None]
     if rec.kind == "metamorphic" and targets:
         group = (rec.method or "+?").lstrip("+")
-        agrees = {"with": f"{REFERENCE_FRAMEWORK} agrees with the run with them.",
-                  "without": f"{REFERENCE_FRAMEWORK} agrees with the run without them.",
-                  "both": f"{REFERENCE_FRAMEWORK} agrees with both.",
-                  "neither": f"{REFERENCE_FRAMEWORK} agrees with neither."}.get(_agrees(rec), "")
-        return (f"{md_code(targets[0])} with the inert `{md_text(group)}`", _what(sides[0], values[0], rec.aspect),
-                f"{md_code(targets[0])} without it", _what(sides[1], values[1], rec.aspect),
-                "the same target without the inert ops: they change nothing the program reads, so the two runs "
-                f"should agree. {agrees}".strip())
+        agrees = {
+            "with": f"{REFERENCE_FRAMEWORK} agrees with the run with them.",
+            "without": f"{REFERENCE_FRAMEWORK} agrees with the run without them.",
+            "both": f"{REFERENCE_FRAMEWORK} agrees with both.",
+            "neither": f"{REFERENCE_FRAMEWORK} agrees with neither.",
+        }.get(_agrees(rec), "")
+        return (
+            f"{md_code(targets[0])} with the inert `{md_text(group)}`",
+            _what(sides[0], values[0], rec.aspect),
+            f"{md_code(targets[0])} without it",
+            _what(sides[1], values[1], rec.aspect),
+            "the same target without the inert ops: they change nothing the program reads, so the two runs "
+            f"should agree. {agrees}".strip(),
+        )
     if rec.kind == "sharing" and targets:
-        return (f"{md_code(targets[0])} after the op", _what(sides[1], values[1], rec.aspect),
-                f"{md_code(targets[0])} before it", _what(sides[0], values[0], rec.aspect),
-                "the model before the op: a copy, a save or a load of a model keeps which of its parameters are "
-                "one object or one storage (`copy.deepcopy` keeps shared objects shared through its memo).")
+        return (
+            f"{md_code(targets[0])} after the op",
+            _what(sides[1], values[1], rec.aspect),
+            f"{md_code(targets[0])} before it",
+            _what(sides[0], values[0], rec.aspect),
+            "the model before the op: a copy, a save or a load of a model keeps which of its parameters are "
+            "one object or one storage (`copy.deepcopy` keeps shared objects shared through its memo).",
+        )
     i = _side_index(rec, fw) if len(targets) == 2 else 0
     j = 1 - i
     if len(targets) < 2:
         return (md_code(targets[0] if targets else "?"), _what(sides[0], values[0], rec.aspect), "-", "-", "-")
     if rec.kind == "device":
-        source = (f"the same framework on another device ({md_code(targets[j])}): one program computes the same "
-                  "on every device, up to rounding.")
+        source = (
+            f"the same framework on another device ({md_code(targets[j])}): one program computes the same "
+            "on every device, up to rounding."
+        )
     elif rec.kind == "variant":
-        source = (f"another implementation of the same call in the same framework ({md_code(targets[j])}), which "
-                  "should compute the same: implementations of one call differ in speed, not in result, up to rounding.")
+        source = (
+            f"another implementation of the same call in the same framework ({md_code(targets[j])}), which "
+            "should compute the same: implementations of one call differ in speed, not in result, up to rounding."
+        )
     elif fw == REFERENCE_FRAMEWORK:
-        source = (f"the other frameworks: {md_code(targets[j])}, and every other framework the case ran on, which "
-                  "agree with each other where PyTorch alone differs. Check PyTorch's documentation of the call "
-                  "before filing; a documented difference belongs in the aliasfuzz baseline instead.")
+        source = (
+            f"the other frameworks: {md_code(targets[j])}, and every other framework the case ran on, which "
+            "agree with each other where PyTorch alone differs. Check PyTorch's documentation of the call "
+            "before filing; a documented difference belongs in the aliasfuzz baseline instead."
+        )
     else:
-        source = (f"the reference framework, PyTorch ({md_code(targets[j])}). This is what PyTorch does, not a "
-                  f"statement of {md_text(fw)}'s documentation: check {md_text(fw)}'s documentation of the call "
-                  "before filing; a documented difference belongs in the aliasfuzz baseline instead.")
-    return (md_code(targets[i]), _said(rec, sides[i], values[i], divergence), md_code(targets[j]),
-            _said(rec, sides[j], values[j], divergence), source)
+        source = (
+            f"the reference framework, PyTorch ({md_code(targets[j])}). This is what PyTorch does, not a "
+            f"statement of {md_text(fw)}'s documentation: check {md_text(fw)}'s documentation of the call "
+            "before filing; a documented difference belongs in the aliasfuzz baseline instead."
+        )
+    return (
+        md_code(targets[i]),
+        _said(rec, sides[i], values[i], divergence),
+        md_code(targets[j]),
+        _said(rec, sides[j], values[j], divergence),
+        source,
+    )
 
 
 def _agrees(rec: FindingRecord) -> str:
@@ -281,21 +320,30 @@ def _agrees(rec: FindingRecord) -> str:
 def _versions(rec: FindingRecord) -> list[str]:
     if not rec.versions:
         return ["- (the run recorded no versions)"]
-    return [f"- {md_code(target)}: " + md_text(", ".join(f"{k} {v}" for k, v in sorted(vs.items())))
-            for target, vs in sorted(rec.versions.items())]
+    return [
+        f"- {md_code(target)}: " + md_text(", ".join(f"{k} {v}" for k, v in sorted(vs.items())))
+        for target, vs in sorted(rec.versions.items())
+    ]
 
 
-def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
-                   reproducer: tuple[str, str, str] | None, *, program: Program | None = None,
-                   divergence: Mapping[str, Any] | None = None, output: str | None = None,
-                   bisection: str | None = None, checked: bool = False) -> str:
+def issue_markdown(
+    rec: FindingRecord,
+    case_path: str,
+    case_text: str,
+    reproducer: tuple[str, str, str] | None,
+    *,
+    program: Program | None = None,
+    divergence: Mapping[str, Any] | None = None,
+    output: str | None = None,
+    bisection: str | None = None,
+    checked: bool = False,
+) -> str:
     """The draft of ``rec``, whose minimized case is ``case_text`` at ``case_path`` (relative to
     the draft). ``reproducer``: (its path, its code's language, its code) in the framework the
     draft is addressed to, or None when there is none; ``output``: what it prints, as the probe
     observed it; ``divergence``: the finding's entry in the case's repro JSON (its op index);
     ``bisection``: the ``aliasfuzz bisect`` table, when one was run; ``checked``: the reproducer
     checks the divergence and exits 1 while it shows."""
-    framework = filed_against(rec)
     seen, seen_words, wanted, wanted_words, source = expectation(rec, divergence)
     lines = [
         f"# {md_text(title(rec, program, divergence))}",
@@ -309,11 +357,17 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
         path, language, code = reproducer
         lines += ["", f"## Reproducer ({md_code(path)})", "", *md_fence(code, language)]
         if output:
-            lines += ["", "What it prints, in short (the values aliasfuzz's probe observed; after each op, the names that changed):",
-                      "", *md_fence(output)]
+            lines += [
+                "",
+                "What it prints, in short (the values aliasfuzz's probe observed; after each op, the names that changed):",
+                "",
+                *md_fence(output),
+            ]
         if checked:
-            lines += ["", "It exits 1 while the divergence shows and 0 once it is gone, so it can serve as a "
-                      "regression test."]
+            lines += [
+                "",
+                "It exits 1 while the divergence shows and 0 once it is gone, so it can serve as a regression test.",
+            ]
     if rec.detail:
         lines += ["", "The error or detail, as reported:", "", *md_fence(rec.detail.strip())]
     lines += [
@@ -333,13 +387,20 @@ def issue_markdown(rec: FindingRecord, case_path: str, case_text: str,
     ]
     if bisection:
         lines += ["", "## Bisection", "", *md_fence(bisection.strip())]
-    lines += ["", f"## The minimized case ({rec.ops_after if rec.ops_after is not None else '?'} ops, aliasfuzz)", "",
-              *md_fence(case_text, "toml")]
+    lines += [
+        "",
+        f"## The minimized case ({rec.ops_after if rec.ops_after is not None else '?'} ops, aliasfuzz)",
+        "",
+        *md_fence(case_text, "toml"),
+    ]
     # Shell words quoted: a path from the run folder is never a second command.
     commands = [f"aliasfuzz repro {shlex.quote(case_path)}"]
     if reproducer is not None:
         path = reproducer[0]
-        commands.append(f"python {shlex.quote(path)}" if path.endswith(".py")
-                        else f"cd {shlex.quote(path.rsplit('/src/', 1)[0])} && cargo run")
+        commands.append(
+            f"python {shlex.quote(path)}"
+            if path.endswith(".py")
+            else f"cd {shlex.quote(path.rsplit('/src/', 1)[0])} && cargo run"
+        )
     lines += ["", "## To reproduce", "", *md_fence("\n".join(commands), "sh"), ""]
     return "\n".join(lines)

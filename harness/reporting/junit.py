@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.files import atomic_write
 from harness.judging.harness_errors import HARNESS_ERROR
@@ -33,8 +34,9 @@ def junit_xml(findings: Iterable[dict[str, Any]], suite: str = "aliasfuzz") -> s
     failures = len(errors) + sum(1 for f in by_sig.values() if f.get("status") == "new")
     root = ET.Element("testsuites", name=suite, tests=str(tests), failures=str(failures), errors="0")
     skipped = sum(1 for f in by_sig.values() if f.get("status") == "flaky")
-    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(tests), failures=str(failures),
-                       errors="0", skipped=str(skipped))
+    ts = ET.SubElement(
+        root, "testsuite", name=suite, tests=str(tests), failures=str(failures), errors="0", skipped=str(skipped)
+    )
     names: set[str] = set()
     for f in errors:  # first: the harness itself failed
         name = base = _x(f.get("signature", HARNESS_ERROR))
@@ -51,30 +53,42 @@ def junit_xml(findings: Iterable[dict[str, Any]], suite: str = "aliasfuzz") -> s
             lines.append(f"case: {_x(f.get('case'))}")
         fail.text = "\n".join([*lines, "", _x(f.get("detail") or "(no traceback recorded)")])
     for sig, f in by_sig.items():
-        case = ET.SubElement(ts, "testcase", classname=_x(f"aliasfuzz.{f.get('kind', 'finding')}"), name=sig,
-                             time=_x(f.get("seconds_to_find") or 0))
+        case = ET.SubElement(
+            ts,
+            "testcase",
+            classname=_x(f"aliasfuzz.{f.get('kind', 'finding')}"),
+            name=sig,
+            time=_x(f.get("seconds_to_find") or 0),
+        )
         sentence = _x(f.get("sentence", ""))
         where = f"case: {_x(f.get('case'))}" if f.get("case") else ""
         if f.get("status") == "new":
             fail = ET.SubElement(case, "failure", message=sentence, type="divergence")
-            fail.text = "\n".join(x for x in (sentence, f"signature: {sig}", where,
-                                              f"reproduce: aliasfuzz repro {_x(f.get('case'))}" if f.get("case") else "")
-                                  if x)
+            fail.text = "\n".join(
+                x
+                for x in (
+                    sentence,
+                    f"signature: {sig}",
+                    where,
+                    f"reproduce: aliasfuzz repro {_x(f.get('case'))}" if f.get("case") else "",
+                )
+                if x
+            )
         elif f.get("status") == "flaky":  # not a failure: it did not show on every fresh run
             shown = f"shown in {_x(f.get('confirmed'))} of {_x(f.get('confirm_runs'))} runs on fresh probe processes"
             ET.SubElement(case, "skipped", message=f"flaky ({shown}): {sentence}")
         else:
             out = ET.SubElement(case, "system-out")
-            out.text = "\n".join(x for x in (f"known divergence (baseline {_x(f.get('baseline'))}): {sentence}", where)
-                                 if x)
+            out.text = "\n".join(
+                x for x in (f"known divergence (baseline {_x(f.get('baseline'))}): {sentence}", where) if x
+            )
     if not tests:
         ET.SubElement(ts, "testcase", classname="aliasfuzz", name="no divergence found")
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(findings: Iterable[dict[str, Any]], path: str | Path,
-                journal: str | Path = "findings.jsonl") -> Path:
+def write_junit(findings: Iterable[dict[str, Any]], path: str | Path, journal: str | Path = "findings.jsonl") -> Path:
     """Writes the JUnit XML atomically. Raises ``ReportError`` (one line naming the file and
     saying the journal is intact) when it cannot be written: full disk, read-only, a directory."""
     text = junit_xml(findings)

@@ -15,9 +15,10 @@ writing it meanwhile. A run folder is input like any other, and may be damaged o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.errors import InputError
 from harness.fuzzing.run_folder import RunFolder, inside
@@ -33,8 +34,7 @@ class ReportError(InputError):
 
 
 def cannot_write(path: Path | str, e: OSError, journal: Path | str = "findings.jsonl") -> ReportError:
-    return ReportError(f"{path}: cannot write ({e.strerror or e}); nothing was lost: the journal {journal} "
-                       f"is intact")
+    return ReportError(f"{path}: cannot write ({e.strerror or e}); nothing was lost: the journal {journal} is intact")
 
 
 @dataclass(frozen=True)
@@ -181,9 +181,16 @@ def load_run(run_dir: str | Path) -> Run:
         group = HARNESS_ERROR if f.harness else "finding"
         numbers[group] += 1
         if f.refused:
-            what = ("its case, table and reproducers are" if "case" in f.refused else
-                    "its table and reproducers are" if "repro" in f.refused else "its original's link is")
-            run.problems.append(f"{path}: {group} {numbers[group]} ({one_line(f.record.signature)}): " + "; ".join(
-                f"{why} ({one_line(getattr(f.record, key))})" for key, why in f.refused.items())
-                + f": not read, {what} left out")
+            what = (
+                "its case, table and reproducers are"
+                if "case" in f.refused
+                else "its table and reproducers are"
+                if "repro" in f.refused
+                else "its original's link is"
+            )
+            run.problems.append(
+                f"{path}: {group} {numbers[group]} ({one_line(f.record.signature)}): "
+                + "; ".join(f"{why} ({one_line(getattr(f.record, key))})" for key, why in f.refused.items())
+                + f": not read, {what} left out"
+            )
     return run

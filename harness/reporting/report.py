@@ -41,8 +41,19 @@ REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
 HISTORY_HTML = "history.html"
 
-__all__ = ["HISTORY_HTML", "REPORT_HTML", "REPORT_MD", "ReportError", "Run", "Warn", "cannot_write", "load_run",
-           "summary_line", "write_reports", "write_run_reports"]
+__all__ = [
+    "HISTORY_HTML",
+    "REPORT_HTML",
+    "REPORT_MD",
+    "ReportError",
+    "Run",
+    "Warn",
+    "cannot_write",
+    "load_run",
+    "summary_line",
+    "write_reports",
+    "write_run_reports",
+]
 
 
 def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
@@ -74,7 +85,7 @@ def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
         prefix = "" if rel.parent == PurePosixPath(".") else f"{rel.parent.as_posix()}/"
         made = write_hand_over(stage, rel.name[: -len(".toml")], staged, draft=rec.status == "new", shown_in=prefix)
         for p in made:
-            for src in ([p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file())):
+            for src in [p] if p.is_file() else sorted(x for x in p.rglob("*") if x.is_file()):
                 dest_rel = (rel.parent / src.relative_to(stage).as_posix()).as_posix()
                 dest = inside(run.root, dest_rel)
                 if dest is None or inside(run.root, str(PurePosixPath(dest_rel).parent), root_too=True) is None:

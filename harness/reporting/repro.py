@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-from harness.fuzzing.baseline import Baseline, KnownDivergence
 from harness.case.inert import check_inert, without
 from harness.case.ir import Program
-from harness.judging.metamorphic import safe_compare_inert
-from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
+from harness.fuzzing.baseline import Baseline, KnownDivergence
 from harness.judging.finding import Finding
-from harness.reporting.table import Cell, Note, Row, Table, build_table
-from harness.targets.runner import Runner
-from harness.targets.base import TargetInfo
+from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
+from harness.judging.metamorphic import safe_compare_inert
 from harness.judging.pairs import pairs
 from harness.judging.trace import UNSUPPORTED, Trace, Verdict, verdicts
+from harness.reporting.table import Cell, Note, Row, Table, build_table
+from harness.targets.base import TargetInfo
+from harness.targets.runner import Runner
 
 
 @dataclass
@@ -68,8 +69,10 @@ class ReproResult:
             return "no target ran the case, so nothing was compared"
         if len(self.ran_on) == 1:
             return f"only {self.ran_on[0]} ran the case: one target is no comparison, so nothing was compared"
-        return (f"no two of the targets that ran the case ({', '.join(self.ran_on)}) are compared with each other, "
-                "so nothing was compared")
+        return (
+            f"no two of the targets that ran the case ({', '.join(self.ran_on)}) are compared with each other, "
+            "so nothing was compared"
+        )
 
     def to_json(self) -> dict[str, Any]:
         targets = {}
@@ -89,25 +92,38 @@ class ReproResult:
         divergences = []
         for f in self.findings:
             entry = self.known.get(f.signature)
-            divergences.append({**f.to_json(), "status": "known" if entry else "new",
-                                "baseline": entry.id if entry else None,
-                                "outside_baseline": self.outside.get(f.signature)})
-        doc = {"title": self.program.title, "targets": targets, "divergences": divergences,
-               "compared": self.compared}
+            divergences.append(
+                {
+                    **f.to_json(),
+                    "status": "known" if entry else "new",
+                    "baseline": entry.id if entry else None,
+                    "outside_baseline": self.outside.get(f.signature),
+                }
+            )
+        doc = {"title": self.program.title, "targets": targets, "divergences": divergences, "compared": self.compared}
         if self.without is not None:
             doc["without_inert"] = {
                 "inert": list(self.program.inert),
-                "targets": {tid: {"status": tr.status, "message": tr.message,
-                                  "final": {n: (None if o.value is None else o.value.tolist()) for n, o in tr.final.items()},
-                                  "ops": [{"status": st.status, **({"message": st.message} if st.message else {})}
-                                          for st in tr.steps],
-                                  "initial": tr.to_json()["initial"], "trace": tr.to_json()["trace"]}
-                            for tid, tr in self.without.items()}}
+                "targets": {
+                    tid: {
+                        "status": tr.status,
+                        "message": tr.message,
+                        "final": {n: (None if o.value is None else o.value.tolist()) for n, o in tr.final.items()},
+                        "ops": [
+                            {"status": st.status, **({"message": st.message} if st.message else {})} for st in tr.steps
+                        ],
+                        "initial": tr.to_json()["initial"],
+                        "trace": tr.to_json()["trace"],
+                    }
+                    for tid, tr in self.without.items()
+                },
+            }
         return doc
 
 
-def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
-             baseline: Baseline | None = None) -> ReproResult:
+def run_case(
+    program: Program, runner: Runner, infos: Mapping[str, TargetInfo], baseline: Baseline | None = None
+) -> ReproResult:
     """Runs ``program`` on every target and judges it. A bug of the oracle or of the verdicts is
     a harness-error finding in the result, never an exception."""
     traces = runner.run_one(program, every_target=True)
@@ -126,8 +142,9 @@ def run_case(program: Program, runner: Runner, infos: Mapping[str, TargetInfo],
             findings.append(error)
     if baseline is not None:
         result.known = {f.signature: None if is_harness_error(f) else baseline.match(f) for f in findings}
-        result.outside = {f.signature: why for f in findings
-                          if not is_harness_error(f) and (why := baseline.outside(f)) is not None}
+        result.outside = {
+            f.signature: why for f in findings if not is_harness_error(f) and (why := baseline.outside(f)) is not None
+        }
     return result
 
 
@@ -200,9 +217,13 @@ def render(result: ReproResult, console=None) -> None:
     for f in result.findings:
         entry = result.known.get(f.signature)
         outside = result.outside.get(f.signature)
-        tag = (f"[yellow]known ({entry.id})[/]" if entry else
-               f"[bold red]new[/] (baseline {escape(outside)}: recheck, then widen its versions)" if outside else
-               "[bold red]new[/]")
+        tag = (
+            f"[yellow]known ({entry.id})[/]"
+            if entry
+            else f"[bold red]new[/] (baseline {escape(outside)}: recheck, then widen its versions)"
+            if outside
+            else "[bold red]new[/]"
+        )
         console.print(f"  {tag} {escape(f'[{f.kind}]')} ", end="")
         console.print(f.sentence(), markup=False, highlight=False)
         console.print(f"      signature: {f.signature}", markup=False, highlight=False, style="dim")

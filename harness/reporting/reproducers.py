@@ -38,8 +38,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from harness.case.ir import Program, load_case
 from harness.paths import PROBES_WORKSPACE
@@ -52,10 +53,21 @@ from harness.targets.rust_reproducer import transcribe as rust_transcribe
 from harness.targets.torch.reproducer import torch_script, variant_of
 from harness.targets.torch.reproducer import transcribe as torch_transcribe
 
-__all__ = ["Check", "burn_main", "candle_main", "parse_output", "prepare_cargo_build", "torch_script", "trace_states",
-           "transcribe", "write_project", "write_reproducers"]
+__all__ = [
+    "Check",
+    "burn_main",
+    "candle_main",
+    "parse_output",
+    "prepare_cargo_build",
+    "torch_script",
+    "trace_states",
+    "transcribe",
+    "write_project",
+    "write_reproducers",
+]
 
 LINE_RE = re.compile(r"^(initial|after op (\d+)): (\S+) = (.*)$")
+
 
 def transcribe(framework: str, program: Program) -> dict | None:
     """``framework``'s trace of ``program`` on its CPU with the transcript of its calls (PROTOCOL.md),
@@ -76,8 +88,9 @@ def _frameworks(finding: dict) -> set[str]:
     return {t.split(":", 1)[0] for t in finding.get("targets", [])}
 
 
-def write_reproducers(run_dir: str | Path, finding: dict, check: Check | None = None,
-                      checked: str | None = None) -> list[Path]:
+def write_reproducers(
+    run_dir: str | Path, finding: dict, check: Check | None = None, checked: str | None = None
+) -> list[Path]:
     """Writes the reproducers of one finding (a findings.json record) next to its case; returns
     their paths (the script, and each cargo project's folder). ``check`` goes into the reproducer
     of the framework ``checked``, which then exits 1 when the divergence shows. A finding between
@@ -97,8 +110,12 @@ def write_reproducers(run_dir: str | Path, finding: dict, check: Check | None = 
     script = case_path.with_name(f"{stem}.torch.py")
     targets = list(finding.get("targets") or [])
     variants = None
-    if len(targets) == 2 and all(t.startswith("torch:") for t in targets) and targets[0] != targets[1] \
-            and {t.split("+", 1)[0] for t in targets} == {targets[0].split("+", 1)[0]}:
+    if (
+        len(targets) == 2
+        and all(t.startswith("torch:") for t in targets)
+        and targets[0] != targets[1]
+        and {t.split("+", 1)[0] for t in targets} == {targets[0].split("+", 1)[0]}
+    ):
         variants = (variant_of(targets[0]), variant_of(targets[1]))
     script.write_text(torch_script(program, check if checked == "torch" else None, variants), encoding="utf-8")
     out.append(script)
@@ -111,13 +128,20 @@ def write_reproducers(run_dir: str | Path, finding: dict, check: Check | None = 
     return out
 
 
-def write_project(program: Program, framework: str, dest: Path, repro: dict | None = None,
-                  unify_with_probes: bool = False, check: Check | None = None) -> Path:
+def write_project(
+    program: Program,
+    framework: str,
+    dest: Path,
+    repro: dict | None = None,
+    unify_with_probes: bool = False,
+    check: Check | None = None,
+) -> Path:
     """One cargo project for ``framework`` (candle or burn) at ``dest`` (used by the tests).
     ``unify_with_probes``: depend on the whole probe workspace's dependency set, so that a build
     sharing the probes' CARGO_TARGET_DIR compiles only this crate (see the module docstring)."""
-    return write_cargo_project(dest, f"repro_{framework}", framework, RUST_WRITERS[framework](program, repro, check),
-                               unify_with_probes)
+    return write_cargo_project(
+        dest, f"repro_{framework}", framework, RUST_WRITERS[framework](program, repro, check), unify_with_probes
+    )
 
 
 def prepare_cargo_build(project: Path) -> None:
@@ -137,7 +161,7 @@ def parse_output(text: str, prefix: str = "") -> dict[int | None, dict[str, list
         if prefix:
             if not line.startswith(prefix):
                 continue
-            line = line[len(prefix):]
+            line = line[len(prefix) :]
         m = LINE_RE.match(line)
         if not m:
             continue
@@ -154,6 +178,7 @@ def parse_output(text: str, prefix: str = "") -> dict[int | None, dict[str, list
 def trace_states(target_json: dict) -> dict[int | None, dict[str, list[float] | str]]:
     """A target's repro JSON (``initial`` + per-op ``changed``) -> the full state after each op,
     in ``parse_output``'s form."""
+
     def val(o: dict) -> Any:
         if not o.get("initialized", True):
             return "uninitialized"

@@ -20,8 +20,9 @@ program's order).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,8 +73,12 @@ class Table:
     notes: tuple[Note, ...] = field(default=())
 
 
-def build_table(program: Program, traces: Mapping[str, Trace], verdict_maps: Mapping[str, Mapping[str, Verdict]],
-                subjects: frozenset[str] | set[str] = frozenset()) -> Table:
+def build_table(
+    program: Program,
+    traces: Mapping[str, Trace],
+    verdict_maps: Mapping[str, Mapping[str, Verdict]],
+    subjects: frozenset[str] | set[str] = frozenset(),
+) -> Table:
     """The table of ``program`` run as ``traces`` (target -> trace, in column order), with the
     verdicts of each target (``trace.verdicts``; a target missing from ``verdict_maps`` shows no
     verdicts). ``subjects``: the names to mark as a finding's subject."""
@@ -94,8 +99,9 @@ def build_table(program: Program, traces: Mapping[str, Trace], verdict_maps: Map
     for name, v in sorted(snaps.items(), key=lambda item: item[1].snapshot.op):
         cells = tuple(_cell(traces[tid], vms[tid], name) for tid in ids)
         ok = {vms[tid][name].summary for tid in ids if name in vms[tid] and vms[tid][name].status == "ok"}
-        rows.append(Row(name, f"{name} ({v.snapshot.method})", cells, len(ok) > 1, snapshot=True,
-                        subject=name in subjects))
+        rows.append(
+            Row(name, f"{name} ({v.snapshot.method})", cells, len(ok) > 1, snapshot=True, subject=name in subjects)
+        )
     return Table(ids, tuple(rows), _notes(traces))
 
 
@@ -110,9 +116,13 @@ def _tensor_names(program: Program, traces: Mapping[str, Trace], snaps: Mapping[
 def _cell(trace: Trace, vm: Mapping[str, Verdict], name: str) -> Cell:
     v = vm.get(name)
     obs = trace.final.get(name) if trace.ok else None
-    return Cell(failed=None if trace.ok else trace.status, verdict=v.summary if v else None,
-                bound=obs is not None, initialized=obs is not None and obs.initialized,
-                value=None if obs is None else obs.value)
+    return Cell(
+        failed=None if trace.ok else trace.status,
+        verdict=v.summary if v else None,
+        bound=obs is not None,
+        initialized=obs is not None and obs.initialized,
+        value=None if obs is None else obs.value,
+    )
 
 
 def _notes(traces: Mapping[str, Trace]) -> tuple[Note, ...]:
@@ -129,11 +139,23 @@ def table_of_repro(doc: Mapping[str, Any], program: Program, signature: str | No
     folder) of ``program``; the subjects are those of its divergences with ``signature`` (all
     of them when None). Raises (ValueError, TypeError, KeyError, AttributeError, ...) on a
     document that is not a repro JSON of ``program``."""
-    traces = {tid: Trace.from_wire(tid, {"status": t.get("status") or "ok", "message": t.get("message"),
-                                         "initial": t.get("initial") or {}, "steps": t.get("trace") or []})
-              for tid, t in doc["targets"].items()}
-    subjects = {d.get("subject") for d in doc.get("divergences") or []
-                if isinstance(d, dict) and (signature is None or d.get("signature") == signature)}
+    traces = {
+        tid: Trace.from_wire(
+            tid,
+            {
+                "status": t.get("status") or "ok",
+                "message": t.get("message"),
+                "initial": t.get("initial") or {},
+                "steps": t.get("trace") or [],
+            },
+        )
+        for tid, t in doc["targets"].items()
+    }
+    subjects = {
+        d.get("subject")
+        for d in doc.get("divergences") or []
+        if isinstance(d, dict) and (signature is None or d.get("signature") == signature)
+    }
     return build_table(program, traces, {t: verdicts(program, tr) for t, tr in traces.items()}, subjects)
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -19,8 +19,10 @@ from harness.reporting.table import Table, table_of_repro
 from harness.urls import hide_password
 
 HARNESS_TITLE = "Harness errors: aliasfuzz bugs, not framework findings"
-HARNESS_INTRO = ("aliasfuzz itself raised while handling these programs: the run's findings may be "
-                 "incomplete. Report them against aliasfuzz, not a framework.")
+HARNESS_INTRO = (
+    "aliasfuzz itself raised while handling these programs: the run's findings may be "
+    "incomplete. Report them against aliasfuzz, not a framework."
+)
 
 
 @dataclass
@@ -72,9 +74,11 @@ def shrink_text(f: ShownFinding) -> str:
             return f"not shrunk, {r.ops_before} ops" + _confirm_text(r)
         case = f" (the baseline's case `{r.baseline_case}` is its minimal form)" if r.baseline_case else ""
         return f"not shrunk, {r.ops_before} ops: known{case}"
-    return (f"shrunk {r.ops_before} → {r.ops_after} ops"
-            f" ({'complete' if r.shrink_complete else 'stopped early'}, {r.shrink_runs} runs,"
-            f" {r.shrink_seconds}s)") + _confirm_text(r)
+    return (
+        f"shrunk {r.ops_before} → {r.ops_after} ops"
+        f" ({'complete' if r.shrink_complete else 'stopped early'}, {r.shrink_runs} runs,"
+        f" {r.shrink_seconds}s)"
+    ) + _confirm_text(r)
 
 
 def outside_text(r) -> str | None:
@@ -82,8 +86,10 @@ def outside_text(r) -> str | None:
     and what to do."""
     if not r.outside_baseline:
         return None
-    return (f"baseline entry {r.outside_baseline} (the versions it was observed with): "
-            "`aliasfuzz recheck`, then widen the entry's `versions` if it still shows")
+    return (
+        f"baseline entry {r.outside_baseline} (the versions it was observed with): "
+        "`aliasfuzz recheck`, then widen the entry's `versions` if it still shows"
+    )
 
 
 def _confirm_text(r) -> str:
@@ -133,7 +139,7 @@ def first_seen_in_store(run: Run) -> dict[str, str]:
     return {c.id: shown(c.first_seen) for c in causes if c.first_seen}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _warn_once(line: str) -> None:
     """``line`` on stderr, once per process: the Markdown and HTML reports draw the same views."""
     print(line, file=sys.stderr)
@@ -155,11 +161,22 @@ def known_causes(run: Run) -> list[KnownCause]:
         rec = f.record
         key = rec.baseline or "?"
         e = entries.get(key)
-        cause = out.setdefault(key, KnownCause(key, e.reason if e else "(not in the baseline any more)",
-                                               e.upstream if e else "", e.case if e else (rec.baseline_case or ""), [], None,
-                                               seen.get(key)))
+        cause = out.setdefault(
+            key,
+            KnownCause(
+                key,
+                e.reason if e else "(not in the baseline any more)",
+                e.upstream if e else "",
+                e.case if e else (rec.baseline_case or ""),
+                [],
+                None,
+                seen.get(key),
+            ),
+        )
         cause.signatures.append(rec.signature)
-        if rec.seconds_to_find is not None and (cause.first_found_s is None or rec.seconds_to_find < cause.first_found_s):
+        if rec.seconds_to_find is not None and (
+            cause.first_found_s is None or rec.seconds_to_find < cause.first_found_s
+        ):
             cause.first_found_s = rec.seconds_to_find
     return sorted(out.values(), key=lambda c: (c.first_found_s is None, c.first_found_s or 0.0))
 
@@ -181,18 +198,23 @@ def findings_text(run: Run) -> str:
 
 
 #: The intro of the reports' section of flaky findings.
-FLAKY_INTRO = ("Each of these showed in a campaign and again on the minimized case, but not in every one "
-               "of the runs on freshly started probe processes that confirm a finding: what it shows "
-               "depends on more than the program (what a process ran before, timing). They are not "
-               "counted as new findings; replay one with `aliasfuzz repro` to see it.")
+FLAKY_INTRO = (
+    "Each of these showed in a campaign and again on the minimized case, but not in every one "
+    "of the runs on freshly started probe processes that confirm a finding: what it shows "
+    "depends on more than the program (what a process ran before, timing). They are not "
+    "counted as new findings; replay one with `aliasfuzz repro` to see it."
+)
 
 
 def summary_facts(run: Run) -> list[tuple[str, str]]:
     c = run.config
     m = run.state.get("machine") or {}
     budget = c.get("budget_s")
-    facts = [("harness errors", f"{len(run.harness_errors)} (aliasfuzz bugs, not framework findings)")] \
-        if run.harness_errors else []
+    facts = (
+        [("harness errors", f"{len(run.harness_errors)} (aliasfuzz bugs, not framework findings)")]
+        if run.harness_errors
+        else []
+    )
     facts += [
         ("started", when(run.state.get("started"))),
         ("seed", str(c.get("seed", "?"))),
@@ -200,11 +222,27 @@ def summary_facts(run: Run) -> list[tuple[str, str]]:
         ("budget", f"{budget:g}s" if isinstance(budget, (int, float)) else "none"),
         ("max programs", str(c.get("max_programs")) if c.get("max_programs") is not None else "none"),
         ("workers", str(c.get("workers", 1))),
-        ("programs run", str(run.programs) + (f" ({run.state['repeats_skipped']} of them repeats of a program"
-                                               " already run, not run again)" if run.state.get("repeats_skipped") else "")),
+        (
+            "programs run",
+            str(run.programs)
+            + (
+                f" ({run.state['repeats_skipped']} of them repeats of a program already run, not run again)"
+                if run.state.get("repeats_skipped")
+                else ""
+            ),
+        ),
         ("replayed from the corpus", str(run.state.get("replayed", 0))),
-        *([("programs no target ran", f"{run.state['ran_nowhere']} (every target failed them: they were not "
-            "compared, so they are no agreement)")] if run.state.get("ran_nowhere") else []),
+        *(
+            [
+                (
+                    "programs no target ran",
+                    f"{run.state['ran_nowhere']} (every target failed them: they were not "
+                    "compared, so they are no agreement)",
+                )
+            ]
+            if run.state.get("ran_nowhere")
+            else []
+        ),
         ("elapsed", f"{run.elapsed:.1f}s"),
         ("throughput", f"{run.throughput:.1f} programs/s"),
         ("findings", findings_text(run)),
@@ -249,15 +287,18 @@ def since_last_run(run: Run) -> str | None:
 def summary_line(run: Run) -> str:
     """The terminal summary: harness errors first, apart from the findings."""
     errors = len(run.harness_errors)
-    head = f"{errors} harness error(s): aliasfuzz bugs, not framework findings (the report's first section); " \
-        if errors else ""
+    head = (
+        f"{errors} harness error(s): aliasfuzz bugs, not framework findings (the report's first section); "
+        if errors
+        else ""
+    )
     return f"{head}findings: {findings_text(run)}"
 
 
 def when(ts: Any) -> str:
     """A timestamp (seconds since the epoch) in UTC; "?" for one that is none."""
     try:
-        return datetime.fromtimestamp(float(ts), tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        return datetime.fromtimestamp(float(ts), tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (TypeError, ValueError, OverflowError, OSError):
         return "?"
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from harness.case import ops
 from harness.case.ir import CaseError, Program, TensorDecl, check_program
@@ -43,8 +44,12 @@ class MinimizeResult:
     hypothesis_runs: int = 0  # runs spent in Hypothesis's shrinker before the domain pass
 
 
-def _valid(tensors: Sequence[TensorDecl], ops: Iterable[Mapping[str, Any]], layers: Sequence[LayerDecl] = (),
-           dtype: str = "f32") -> Program | None:
+def _valid(
+    tensors: Sequence[TensorDecl],
+    ops: Iterable[Mapping[str, Any]],
+    layers: Sequence[LayerDecl] = (),
+    dtype: str = "f32",
+) -> Program | None:
     try:
         canonical = check_program(tuple(tensors), list(ops), layers=tuple(layers), dtype=dtype)
     except CaseError:
@@ -123,8 +128,7 @@ def with_shape(program: Program, name: str, shape: tuple[int, ...]) -> Program |
     n = math.prod(shape)
     value = None if decl.value is None else tuple((list(decl.value) * n)[:n])
     grad = None if decl.grad is None else tuple((list(decl.grad) * n)[:n])
-    tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t
-                    for t in program.tensors)
+    tensors = tuple(replace(t, shape=shape, value=value, grad=grad) if t.name == name else t for t in program.tensors)
     out = _reshaped_ops(tensors, program.ops, program.layers)
     p = _valid(tensors, out, program.layers, program.dtype) if out is not None else None
     return replace(p, title=program.title, meta=program.meta) if p else None
@@ -170,9 +174,9 @@ def _smaller_shapes(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
         out.append(shape[:-1])
     for i, d in enumerate(shape):
         if d > 1:
-            out.append(shape[:i] + (1,) + shape[i + 1:])
+            out.append(shape[:i] + (1,) + shape[i + 1 :])
             if d > 2:
-                out.append(shape[:i] + (d - 1,) + shape[i + 1:])
+                out.append(shape[:i] + (d - 1,) + shape[i + 1 :])
     return out
 
 
@@ -185,7 +189,7 @@ def _simpler_values(xs: tuple[float, ...]) -> list[tuple[float, ...]]:
     for i, x in enumerate(xs):
         for v in (0.0, 1.0):
             if x != v and abs(x) > v:
-                out.append(xs[:i] + (v,) + xs[i + 1:])
+                out.append(xs[:i] + (v,) + xs[i + 1 :])
                 break
     return out
 
@@ -206,22 +210,29 @@ def simplifications(program: Program) -> Iterator[Program]:
             for vals in _simpler_values(t.value):
                 yield replace(program, tensors=tuple(replace(u, value=vals) if u is t else u for u in program.tensors))
         if t.kind == "lazy" and t.init in ops.DRAWN_INITS:
-            yield replace(program, tensors=tuple(replace(u, init="const", fill=0.0, seed=None) if u is t else u
-                                                 for u in program.tensors))
+            yield replace(
+                program,
+                tensors=tuple(replace(u, init="const", fill=0.0, seed=None) if u is t else u for u in program.tensors),
+            )
     # Re-point a use of a snapshot at the snapshot's own source: chains like
     # ``s1 = detach(s0); s2 = clone(s1)`` collapse, and the op removals can then drop the links.
     source = _snapshot_sources(program)
     for i, op in enumerate(program.ops):
         for key in (f.name for f in ops.spec(op).of_kind("name")):
             if op[key] in source:
-                p = _valid(program.tensors, program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1:],
-                           program.layers, program.dtype)
+                p = _valid(
+                    program.tensors,
+                    program.ops[:i] + ({**op, key: source[op[key]]},) + program.ops[i + 1 :],
+                    program.layers,
+                    program.dtype,
+                )
                 if p is not None:
                     yield replace(p, title=program.title, meta=program.meta)
     for i, op in enumerate(program.ops):
         for simpler in _simpler_op(op):
-            p = _valid(program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1:], program.layers,
-                       program.dtype)
+            p = _valid(
+                program.tensors, program.ops[:i] + (simpler,) + program.ops[i + 1 :], program.layers, program.dtype
+            )
             if p is not None:
                 yield replace(p, title=program.title, meta=program.meta)
 
@@ -232,7 +243,7 @@ def _simpler_op(op: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     for f in ops.spec(op).fields:
         value = op[f.name]
         if f.kind == "choice" and f.ordered:
-            candidates = f.choices[:f.choices.index(value)]
+            candidates = f.choices[: f.choices.index(value)]
         elif f.kind == "number":
             candidates = f.shrink(value)
         elif f.kind == "values":
@@ -285,8 +296,14 @@ def canonical_names(program: Program) -> Program:
                 mapping[f"{old}.{p}"] = f"{op[f.name]}.{mapping[p]}"
         renamed.append(op)
     tensors = tuple(replace(t, name=mapping[t.name]) for t in program.tensors)
-    return Program(tensors, check_program(tensors, renamed, layers=tuple(layers), dtype=program.dtype), program.title,
-                   program.meta, tuple(layers), dtype=program.dtype)
+    return Program(
+        tensors,
+        check_program(tensors, renamed, layers=tuple(layers), dtype=program.dtype),
+        program.title,
+        program.meta,
+        tuple(layers),
+        dtype=program.dtype,
+    )
 
 
 def _snapshot_sources(program: Program) -> dict[str, str]:
@@ -314,8 +331,12 @@ def cost(program: Program) -> tuple:
         len(program.ops),
         len(program.tensors) + len(program.layers),
         sum(t.numel for t in program.tensors),
-        sum(ops.value_cost(t.value or ()) + (0 if t.grad is None else 1 + ops.value_cost(t.grad))
-            + (t.kind == "lazy" and t.init in ops.DRAWN_INITS) for t in program.tensors),
+        sum(
+            ops.value_cost(t.value or ())
+            + (0 if t.grad is None else 1 + ops.value_cost(t.grad))
+            + (t.kind == "lazy" and t.init in ops.DRAWN_INITS)
+            for t in program.tensors
+        ),
         sum(ops.op_cost(op) for op in program.ops) + _reference_depth(program),
     )
 
@@ -335,8 +356,7 @@ def _op_removals(program: Program) -> Iterator[Program]:
             yield p
 
 
-def minimize(program: Program, shows: Predicate, *, time_limit_s: float = 60.0,
-             batch_size: int = 16) -> MinimizeResult:
+def minimize(program: Program, shows: Predicate, *, time_limit_s: float = 60.0, batch_size: int = 16) -> MinimizeResult:
     """Shrinks ``program`` while ``shows`` holds. ``shows([program])`` must be true."""
     start = time.monotonic()
     runs = 0
@@ -386,8 +406,7 @@ def minimize(program: Program, shows: Predicate, *, time_limit_s: float = 60.0,
                 current = renamed
     except _OutOfTime:
         complete = False
-    return MinimizeResult(current, len(program.ops), len(current.ops), runs,
-                          time.monotonic() - start, complete)
+    return MinimizeResult(current, len(program.ops), len(current.ops), runs, time.monotonic() - start, complete)
 
 
 def _tensor_removals(program: Program) -> Iterator[Program]:

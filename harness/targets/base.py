@@ -24,11 +24,12 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from harness.errors import InputError
 from harness.case.ir import Program
+from harness.errors import InputError
 from harness.judging.trace import CRASH, TIMEOUT, MalformedTrace, Trace
 from harness.targets.protocol import PROTOCOL_VERSION
 
@@ -88,10 +89,17 @@ class TargetInfo:
         return f"{self.framework}:{self.device.split('+', 1)[0]}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "framework": self.framework, "device": self.device, "alt": self.alt,
-                "kind": self.kind, "versions": dict(self.versions), "ops": list(self.ops),
-                "methods": list(self.methods),
-                **({"differs_on": list(self.differs_on)} if self.differs_on is not None else {})}
+        return {
+            "id": self.id,
+            "framework": self.framework,
+            "device": self.device,
+            "alt": self.alt,
+            "kind": self.kind,
+            "versions": dict(self.versions),
+            "ops": list(self.ops),
+            "methods": list(self.methods),
+            **({"differs_on": list(self.differs_on)} if self.differs_on is not None else {}),
+        }
 
 
 @dataclass
@@ -111,9 +119,16 @@ class ProcessStats:
 class ProbeProcess:
     """A persistent protocol speaker. Thread-compatible, not thread-safe: one batch at a time."""
 
-    def __init__(self, name: str, argv: Sequence[str], *, cwd: str | None = None,
-                 env: dict[str, str] | None = None, timeout_s: float = 20.0,
-                 start_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_s: float = 20.0,
+        start_timeout_s: float = 120.0,
+    ):
         self.name = name
         self.argv = list(argv)
         self.cwd = cwd
@@ -143,11 +158,19 @@ class ProbeProcess:
         self.stop()
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=self.cwd, env=self.env, bufsize=0, start_new_session=True)
+                self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=self.env,
+                bufsize=0,
+                start_new_session=True,
+            )
         except OSError as e:
-            raise SetupError(f"{self.name}: cannot start {self.argv[0]}: {e.strerror or e}"
-                             f" (build the probes with `make probes`)") from None
+            raise SetupError(
+                f"{self.name}: cannot start {self.argv[0]}: {e.strerror or e} (build the probes with `make probes`)"
+            ) from None
         self.stats.starts += 1
         self._buf = b""
         self._stderr_tail.clear()
@@ -164,19 +187,24 @@ class ProbeProcess:
         except _TimedOut:
             self.stop()
             if wait < self.start_timeout_s:
-                raise SetupError(f"{self.name}: no handshake within {wait:.1f}s, when the campaign's time was up "
-                                 f"(its budget, shrink grace and drain)") from None
+                raise SetupError(
+                    f"{self.name}: no handshake within {wait:.1f}s, when the campaign's time was up "
+                    f"(its budget, shrink grace and drain)"
+                ) from None
             raise SetupError(f"{self.name}: no handshake within {wait:.0f}s") from None
         if reply.get("protocol") != PROTOCOL_VERSION:
             self.stop()
             raise SetupError(
                 f"{self.name}: speaks probe protocol {reply.get('protocol')}, the harness speaks "
-                f"{PROTOCOL_VERSION}: the binary is stale, rebuild it with `make probes`")
+                f"{PROTOCOL_VERSION}: the binary is stale, rebuild it with `make probes`"
+            )
         problem = _hello_problem(reply)
         if problem is not None:
             self.stop()
-            raise SetupError(f"{self.name}: malformed handshake ({problem}): the binary is not an "
-                             f"aliasfuzz probe or is broken, rebuild it with `make probes`")
+            raise SetupError(
+                f"{self.name}: malformed handshake ({problem}): the binary is not an "
+                f"aliasfuzz probe or is broken, rebuild it with `make probes`"
+            )
         self.hello = reply
         return reply
 
@@ -237,7 +265,7 @@ class ProbeProcess:
             pass
 
     def _tail(self) -> str:
-        lines = [l for l in self._stderr_tail if l.strip()]
+        lines = [text for text in self._stderr_tail if text.strip()]
         return f"; stderr: {' | '.join(lines[-3:])}" if lines else ""
 
     def _send(self, requests: list[dict[str, Any]]) -> None:
@@ -281,8 +309,9 @@ class ProbeProcess:
         line, _, self._buf = self._buf.partition(b"\n")
         return line
 
-    def _read_reply(self, accept: Callable[[dict[str, Any]], bool], timeout: float,
-                    cancel: Cancellation | None = None) -> dict[str, Any]:
+    def _read_reply(
+        self, accept: Callable[[dict[str, Any]], bool], timeout: float, cancel: Cancellation | None = None
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while True:
             line = self._read_line(deadline, cancel)
@@ -300,8 +329,9 @@ class ProbeProcess:
 
     # -- running --------------------------------------------------------------------------------
 
-    def run_batch(self, device: str, programs: Sequence[dict[str, Any]], target_id: str,
-                  cancel: Cancellation | None = None) -> list[Trace]:
+    def run_batch(
+        self, device: str, programs: Sequence[dict[str, Any]], target_id: str, cancel: Cancellation | None = None
+    ) -> list[Trace]:
         """Runs wire-form programs on ``device``; one trace per program, in order, always. When
         ``cancel`` triggers, returns within about ``POLL_S``: the process is killed and every
         program without a trace gets a ``CANCELLED`` one. Once the process is ``given_up`` on,
@@ -310,8 +340,10 @@ class ProbeProcess:
         pending = list(programs)
         while pending:
             if cancel is not None and cancel.cancelled:
-                traces.extend(Trace.failed(target_id, CANCELLED, f"{self.name}: cancelled before it gave a trace")
-                              for _ in pending)
+                traces.extend(
+                    Trace.failed(target_id, CANCELLED, f"{self.name}: cancelled before it gave a trace")
+                    for _ in pending
+                )
                 break
             if self.given_up is not None:
                 traces.extend(Trace.failed(target_id, TIMEOUT, self.given_up) for _ in pending)
@@ -330,7 +362,8 @@ class ProbeProcess:
                 for i, program in zip(ids, pending):
                     budget = self.timeout_s * (1 + len(program.get("ops", ())) / 64)
                     reply = self._read_reply(
-                        lambda r, i=i: r.get("type") == "trace" and r.get("id") == i, budget, cancel)
+                        lambda r, i=i: r.get("type") == "trace" and r.get("id") == i, budget, cancel
+                    )
                     self._timeouts_in_a_row = 0
                     try:
                         traces.append(Trace.from_wire(target_id, reply))
@@ -403,8 +436,10 @@ class ProbeProcess:
             why = f"nor one for an empty program within {wait:g}s"
             self._kill(self.proc)
             self.proc = None
-        self.given_up = (f"{self.name}: given up after {n} timeouts in a row (no trace for {n} programs, "
-                         f"{why}); its programs are not run for the rest of the session")
+        self.given_up = (
+            f"{self.name}: given up after {n} timeouts in a row (no trace for {n} programs, "
+            f"{why}); its programs are not run for the rest of the session"
+        )
         self.stats.note(self.given_up)
 
 
@@ -412,8 +447,9 @@ def _hello_problem(hello: dict[str, Any]) -> str | None:
     """What makes a handshake of the right protocol unusable, if anything: the fields target
     discovery reads (PROTOCOL.md, ``hello``)."""
     devices = hello.get("devices")
-    if not isinstance(devices, list) or not all(isinstance(d, dict) and isinstance(d.get("name"), str)
-                                                for d in devices):
+    if not isinstance(devices, list) or not all(
+        isinstance(d, dict) and isinstance(d.get("name"), str) for d in devices
+    ):
         return "`devices` is not a list of objects with a string `name`"
     for d in devices:
         if d.get("differs_on") is not None and not isinstance(d["differs_on"], list):
@@ -491,8 +527,7 @@ class Target:
     def run_batch(self, programs: Sequence[Program]) -> list[Trace]:
         return self.run_wire([p.to_wire() for p in programs])
 
-    def run_wire(self, programs: Sequence[dict[str, Any]],
-                 cancel: Cancellation | None = None) -> list[Trace]:
+    def run_wire(self, programs: Sequence[dict[str, Any]], cancel: Cancellation | None = None) -> list[Trace]:
         return self.process.run_batch(self.info.device, programs, self.id, cancel)
 
     def restart(self) -> None:

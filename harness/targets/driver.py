@@ -59,9 +59,21 @@ import sys
 import time
 from typing import Any, BinaryIO, Protocol, TextIO
 
-from harness.targets.protocol import (PROTOCOL_VERSION, Exit, Hello, Malformed, Program, Run,
-                                      encode_floats, is_op_kind, parse_op, parse_request,
-                                      same_obs, unreadable, uses)
+from harness.targets.protocol import (
+    PROTOCOL_VERSION,
+    Exit,
+    Hello,
+    Malformed,
+    Program,
+    Run,
+    encode_floats,
+    is_op_kind,
+    parse_op,
+    parse_request,
+    same_obs,
+    unreadable,
+    uses,
+)
 
 #: The op that triggers a fault, and the faults it can trigger.
 FAULT_OP = "_fault"
@@ -166,8 +178,9 @@ def _elapsed_us(start: float) -> int:
     return int((time.perf_counter() - start) * 1e6)
 
 
-def run_program(probe: Probe, id: int, device: str, program: Program,
-                fault: str | None = None, transcript: bool = False) -> dict:
+def run_program(
+    probe: Probe, id: int, device: str, program: Program, fault: str | None = None, transcript: bool = False
+) -> dict:
     """Interprets one program: the part of the protocol that is the same for every framework.
     Returns the trace reply, floats not yet encoded; with ``transcript``, and a session that
     keeps one, the calls it made (PROTOCOL.md)."""
@@ -178,8 +191,13 @@ def run_program(probe: Probe, id: int, device: str, program: Program,
     except Exception as e:  # noqa: BLE001 - a device or tensor that cannot be made
         # ``Unsupported``: the framework cannot run this program on the device at all (Rust
         # ``Refusal::Unsupported``); anything else: its tensors could not be made.
-        trace.update(status=UNSUPPORTED if isinstance(e, Unsupported) else ERROR, message=_message(e),
-                     initial={}, steps=[], elapsed_us=_elapsed_us(start))
+        trace.update(
+            status=UNSUPPORTED if isinstance(e, Unsupported) else ERROR,
+            message=_message(e),
+            initial={},
+            steps=[],
+            elapsed_us=_elapsed_us(start),
+        )
         return trace
     initial = observe_all(session)
     previous = initial
@@ -212,16 +230,18 @@ def handle(probe: Probe, line: bytes, fault: str | None = None) -> dict | None:
         return None
     if isinstance(request, Hello):
         # Always our own protocol number, so the harness can name both.
-        return {"type": "hello", "protocol": PROTOCOL_VERSION,
-                **{k: v for k, v in probe.hello().items() if k not in ("type", "protocol")}}
+        return {
+            "type": "hello",
+            "protocol": PROTOCOL_VERSION,
+            **{k: v for k, v in probe.hello().items() if k not in ("type", "protocol")},
+        }
     assert isinstance(request, Run)
     reply = run_program(probe, request.id, request.device, request.program, fault, request.transcript)
     encode_floats(reply)
     return reply
 
 
-def serve(probe: Probe, fault: str | None = None, stdin: BinaryIO | None = None,
-          stdout: TextIO | None = None) -> int:
+def serve(probe: Probe, fault: str | None = None, stdin: BinaryIO | None = None, stdout: TextIO | None = None) -> int:
     """Serves the protocol on stdin/stdout until ``exit`` or end of input; returns the exit
     status, 0. Never raises on bad input: a bad line gets an ``error`` reply."""
     stdin = stdin or sys.stdin.buffer
@@ -238,8 +258,7 @@ def serve(probe: Probe, fault: str | None = None, stdin: BinaryIO | None = None,
                 break
             text = json.dumps(reply, separators=(",", ":"), allow_nan=False)
         except Exception as e:  # noqa: BLE001 - a driver bug must not kill the target
-            text = json.dumps({"type": "error", "id": None,
-                               "message": f"internal error: {type(e).__name__}: {e}"})
+            text = json.dumps({"type": "error", "id": None, "message": f"internal error: {type(e).__name__}: {e}"})
         try:
             stdout.write(text + "\n")
             stdout.flush()

@@ -29,8 +29,9 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -182,8 +183,7 @@ def parse_tensor(t) -> dict:
     spec["shape"] = [_u64(s, "shape") for s in shape]
     init = t.get("init")
     if init is not None and init not in op_table.LAZY_INITS:
-        raise Malformed(f"unknown variant {json.dumps(init)} for `init`, expected "
-                        f"{' or '.join(op_table.LAZY_INITS)}")
+        raise Malformed(f"unknown variant {json.dumps(init)} for `init`, expected {' or '.join(op_table.LAZY_INITS)}")
     spec["init"] = init
     fill = t.get("fill")
     if fill is not None and not _is_num(fill):
@@ -252,8 +252,12 @@ def parse_request(line: bytes) -> Hello | Run | Exit:
         transcript = req.get("transcript", False)
         if not isinstance(transcript, bool):
             raise Malformed("invalid type for `transcript`: expected a boolean")
-        return Run(rid, device, Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype),
-                   transcript)
+        return Run(
+            rid,
+            device,
+            Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype),
+            transcript,
+        )
     raise Malformed(f"unknown variant {json.dumps(kind)} for `type`, expected hello, run or exit")
 
 
@@ -309,8 +313,7 @@ def parse_op(raw: dict) -> dict:
     fields = [f.name for f in spec.fields]
     for key in raw:
         if key != "op" and key not in fields:
-            raise Malformed(f"unknown field `{key}`, expected one of "
-                            f"{', '.join('`%s`' % f for f in fields) or 'none'}")
+            raise Malformed(f"unknown field `{key}`, expected one of {', '.join(f'`{f}`' for f in fields) or 'none'}")
     op = {"op": spec.kind}
     for f in spec.fields:
         op[f.name] = _FIELD_PARSERS[f.kind](raw, f)
@@ -337,9 +340,17 @@ OBS_REQUIRED = len(OBS_FIELDS) - 1
 VALUE = OBS_FIELDS.index("value")
 
 
-def observation(shape: list[int], value: list[float] | None, identity: str | None, device: str,
-                requires_grad: bool | None, initialized: bool = True, dtype: str | None = None,
-                note: str | None = None, storage: str | None = None) -> list:
+def observation(
+    shape: list[int],
+    value: list[float] | None,
+    identity: str | None,
+    device: str,
+    requires_grad: bool | None,
+    initialized: bool = True,
+    dtype: str | None = None,
+    note: str | None = None,
+    storage: str | None = None,
+) -> list:
     """A wire observation (``OBS_FIELDS``; ``storage`` only where known)."""
     obs = [shape, value, identity, device, requires_grad, initialized, dtype, note]
     if storage is not None:

@@ -8,11 +8,11 @@ framework means adding one module here and one line to ``PLUGINS``.
 from __future__ import annotations
 
 import os
-import time
 import re
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Iterable
 
 from harness.targets import burn, candle, torch
 from harness.targets.base import ProbeProcess, SetupError, Target, TargetInfo
@@ -50,10 +50,11 @@ class Discovery:
         named = [f"{fw} ({_why(fw, msg)})" for fw, msg in self.unavailable.items()]
         one = len(named) == 1
         narrow = f", or pass --targets {','.join(have)} to run without {'it' if one else 'them'}" if have else ""
-        return SetupError(f"{_and(named)} {'is' if one else 'are'} not available: "
-                          f"{_and(fixes) or 'rebuild it'}{narrow}")
+        return SetupError(
+            f"{_and(named)} {'is' if one else 'are'} not available: {_and(fixes) or 'rebuild it'}{narrow}"
+        )
 
-    def require_all(self) -> "Discovery":
+    def require_all(self) -> Discovery:
         """Closes the targets and raises ``missing_error`` if there is one; else returns self."""
         error = self.missing_error()
         if error is not None:
@@ -61,7 +62,7 @@ class Discovery:
             raise error
         return self
 
-    def __enter__(self) -> "Discovery":
+    def __enter__(self) -> Discovery:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -75,7 +76,7 @@ def _and(items: list[str]) -> str:
 def _why(fw: str, message: str) -> str:
     """A process's one-line error less its leading ``framework:`` and a closing hint in
     parentheses (the sentence names the framework and the fix)."""
-    message = message[len(fw) + 2:] if message.startswith(f"{fw}: ") else message
+    message = message[len(fw) + 2 :] if message.startswith(f"{fw}: ") else message
     return re.sub(r" \([^()]*`[^`]+`[^()]*\)$", "", message)
 
 
@@ -114,8 +115,13 @@ def _wanted(target_id: str, wanted: list[str] | None) -> bool:
     return target_id in wanted or framework in wanted
 
 
-def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
-             env: dict[str, str] | None = None, start_by: float | None = None) -> Discovery:
+def discover(
+    wanted: Iterable[str] | None = None,
+    *,
+    timeout_s: float = 20.0,
+    env: dict[str, str] | None = None,
+    start_by: float | None = None,
+) -> Discovery:
     """Starts each framework's process once, reads its handshake and returns one ``Target`` per
     device (variants included). With ``wanted``, only those ids or frameworks; a wanted target
     that does not exist is a ``SetupError``. With ``start_by`` (``time.monotonic()``, when a
@@ -142,13 +148,21 @@ def discover(wanted: Iterable[str] | None = None, *, timeout_s: float = 20.0,
             tid = f"{fw}:{dev['name']}"
             if not _wanted(tid, wanted):
                 continue
-            info = TargetInfo(tid, fw, dev["name"], dev.get("alt"), dev.get("kind", "cpu"),
-                              dict(hello.get("versions", {})), tuple(hello.get("ops", ())),
-                              tuple(hello.get("methods", ())),
-                              tuple(dev["differs_on"]) if dev.get("differs_on") is not None else None)
+            info = TargetInfo(
+                tid,
+                fw,
+                dev["name"],
+                dev.get("alt"),
+                dev.get("kind", "cpu"),
+                dict(hello.get("versions", {})),
+                tuple(hello.get("ops", ())),
+                tuple(hello.get("methods", ())),
+                tuple(dev["differs_on"]) if dev.get("differs_on") is not None else None,
+            )
             if used_first:
-                proc = ProbeProcess(f"{fw}:{dev['name']}", plugin.command(), cwd=plugin.CWD,
-                                    env=proc_env, timeout_s=timeout_s)
+                proc = ProbeProcess(
+                    f"{fw}:{dev['name']}", plugin.command(), cwd=plugin.CWD, env=proc_env, timeout_s=timeout_s
+                )
                 proc.hello = hello  # started on first use
             else:
                 proc, used_first = first, True

@@ -41,27 +41,41 @@ def comment_lines(prefix: str, i: int, op: dict, status: str, message: str | Non
     a comment line is escaped (``escaping.comment_text``)."""
     first, *rest = comment_text(message or "")
     msg = f": {first}" if first else ""
-    return [f"{prefix} op {i}: {op_text(op)}", f"{prefix}   not run: the framework reported `{visible(status)}`{msg}",
-            *(f"{prefix}     {line.strip()}" for line in rest if line.strip())]
+    return [
+        f"{prefix} op {i}: {op_text(op)}",
+        f"{prefix}   not run: the framework reported `{visible(status)}`{msg}",
+        *(f"{prefix}     {line.strip()}" for line in rest if line.strip()),
+    ]
 
 
 def step_fields(op: dict) -> dict:
     """The hyper-parameters of a ``step`` or ``set_lr`` (optimizer, lr, momentum, dampening,
     betas, eps, weight_decay), defaults filled in."""
     betas = op.get("betas") or [0.9, 0.999]
-    return {"optimizer": op["optimizer"], "lr": float(op.get("lr", 0.1)),
-            "momentum": float(op.get("momentum") or 0.0), "dampening": float(op.get("dampening") or 0.0),
-            "betas": [float(b) for b in betas],
-            "eps": float(op.get("eps") if op.get("eps") is not None else 1e-8),
-            "weight_decay": float(op.get("weight_decay") or 0.0)}
+    return {
+        "optimizer": op["optimizer"],
+        "lr": float(op.get("lr", 0.1)),
+        "momentum": float(op.get("momentum") or 0.0),
+        "dampening": float(op.get("dampening") or 0.0),
+        "betas": [float(b) for b in betas],
+        "eps": float(op.get("eps") if op.get("eps") is not None else 1e-8),
+        "weight_decay": float(op.get("weight_decay") or 0.0),
+    }
 
 
 def optimizer_key(op: dict, lr: float | None = None) -> tuple:
     """The live optimizer a ``step`` or ``set_lr`` names (with learning rate ``lr`` instead of the
     op's, given one), as the probes key theirs."""
     f = step_fields(op)
-    return (f["optimizer"], float(f["lr"] if lr is None else lr), f["momentum"], f["dampening"],
-            tuple(f["betas"]), f["eps"], f["weight_decay"])
+    return (
+        f["optimizer"],
+        float(f["lr"] if lr is None else lr),
+        f["momentum"],
+        f["dampening"],
+        tuple(f["betas"]),
+        f["eps"],
+        f["weight_decay"],
+    )
 
 
 @dataclass(frozen=True)

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Callable, Sequence
 
 from harness.case.ir import Program
-from harness.targets.base import CANCELLED, Cancellation, EncodedProgram, Target
 from harness.judging.trace import Trace
+from harness.targets.base import CANCELLED, Cancellation, EncodedProgram, Target
 
 #: How long ``close`` waits for the batches in flight to see its cancellation.
 CLOSE_WAIT_S = 5.0
 
 # Every owning runner's cancellation, cancelled before the interpreter joins the runners' threads
 # at exit (a runner never closed, e.g. left behind by an exception, must not keep it waiting).
-_LIVE: "weakref.WeakSet[Cancellation]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Cancellation] = weakref.WeakSet()
 
 
 def _cancel_all_at_exit() -> None:
@@ -146,8 +146,9 @@ class Runner:
         """One ``{target id: trace}`` per program, in program order."""
         return self.submit(programs, every_target=every_target)()
 
-    def submit(self, programs: Sequence[Program], *,
-               every_target: bool = False) -> Callable[[], list[dict[str, Trace]]]:
+    def submit(
+        self, programs: Sequence[Program], *, every_target: bool = False
+    ) -> Callable[[], list[dict[str, Trace]]]:
         """Starts ``programs`` on every target and returns at once; calling the result waits for
         the traces (as ``run`` returns them; calling it again returns the same lists). On each
         target they run after the batches submitted before (from this runner or a subset), so a
@@ -187,7 +188,7 @@ class Runner:
         self._flight.collect = batch
         return batch
 
-    def subset(self, ids: Sequence[str]) -> "Runner":
+    def subset(self, ids: Sequence[str]) -> Runner:
         """A runner over some of these targets (sharing their processes, their batch in flight
         and their cancellation; closing it closes nothing)."""
         sub = Runner.__new__(Runner)

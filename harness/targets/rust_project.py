@@ -21,15 +21,24 @@ import copy
 import re
 import shutil
 import tomllib
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable
+from typing import Any, ClassVar
 
 from harness.case import ops
 from harness.case.ir import Program
 from harness.escaping import rust_comment, rust_str, toml_str, visible
 from harness.paths import PROBES_WORKSPACE
-from harness.targets.reproducer_base import (Check, Run, comment_lines, op_text, optimizer_key, statuses, step_fields,
-                                             without_run)
+from harness.targets.reproducer_base import (
+    Check,
+    Run,
+    comment_lines,
+    op_text,
+    optimizer_key,
+    statuses,
+    step_fields,
+    without_run,
+)
 
 # The crates a reproducer of each framework depends on (their version and features are read from
 # the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
@@ -41,8 +50,9 @@ def support_source(framework: str) -> Path:
     return PROBES_WORKSPACE / f"{framework}_probe" / "src" / "support.rs"
 
 
-def write_cargo_project(dest: Path, package: str, framework: str, main_rs: str,
-                        unify_with_probes: bool = False, version: str | None = None) -> Path:
+def write_cargo_project(
+    dest: Path, package: str, framework: str, main_rs: str, unify_with_probes: bool = False, version: str | None = None
+) -> Path:
     """Writes the project at ``dest`` (created if missing) and returns ``dest``. ``version``: the
     framework's crates at exactly that release instead of the probe's (a bisection)."""
     (dest / "src").mkdir(parents=True, exist_ok=True)
@@ -117,10 +127,15 @@ class MainWriter:
         if key not in self._optimizers:
             self._optimizers[key] = var = f"opt{len(self._optimizers)}"
             f = step_fields(op)
-            fields = {"kind": rust_str(f["optimizer"]), "lr": rust_float(f["lr"]),
-                      "momentum": rust_float(f["momentum"]), "dampening": rust_float(f["dampening"]),
-                      "betas": f"[{rust_float(f['betas'][0])}, {rust_float(f['betas'][1])}]",
-                      "eps": rust_float(f["eps"]), "weight_decay": rust_float(f["weight_decay"])}
+            fields = {
+                "kind": rust_str(f["optimizer"]),
+                "lr": rust_float(f["lr"]),
+                "momentum": rust_float(f["momentum"]),
+                "dampening": rust_float(f["dampening"]),
+                "betas": f"[{rust_float(f['betas'][0])}, {rust_float(f['betas'][1])}]",
+                "eps": rust_float(f["eps"]),
+                "weight_decay": rust_float(f["weight_decay"]),
+            }
             self.body.append(f"    let mut {var} = {ctor}({', '.join(fields.get(a, a) for a in args)}){suffix};")
         return self._optimizers[key]
 
@@ -149,20 +164,35 @@ class MainWriter:
         del self.body[start:]
         vars(self).update(state)
         self.not_run(op)
-        self.body += [f"    // op {i}: {op_text(op)}",
-                      *("    " + x for x in rust_comment(f"{self.framework} reported an error here: " + (message or "")))]
+        self.body += [
+            f"    // op {i}: {op_text(op)}",
+            *("    " + x for x in rust_comment(f"{self.framework} reported an error here: " + (message or ""))),
+        ]
         # The finding's divergence is this op failing: it shows when the call fails here too.
-        shows = (" divergence = true;" if self.check is not None and self.check.want is None and self.check.op == i
-                 and label == self.check.label() else "")
+        shows = (
+            " divergence = true;"
+            if self.check is not None and self.check.want is None and self.check.op == i and label == self.check.label()
+            else ""
+        )
         if self.ERRORS == "panic":
-            self.body += ["    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {", *inner, "    }));",
-                          "    if let Err(payload) = failed {",
-                          "        let message = payload.downcast_ref::<String>().cloned()",
-                          '            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();',
-                          f'        println!("{label}: error: {{message}}");{shows}', "    }"]
+            self.body += [
+                "    let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {",
+                *inner,
+                "    }));",
+                "    if let Err(payload) = failed {",
+                "        let message = payload.downcast_ref::<String>().cloned()",
+                "            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();",
+                f'        println!("{label}: error: {{message}}");{shows}',
+                "    }",
+            ]
         else:
-            self.body += [f"    let failed = (|| -> {self.RESULT} {{", *inner, "        Ok(())", "    })();",
-                          f'    if let Err(e) = failed {{ println!("{label}: error: {{e}}");{shows} }}']
+            self.body += [
+                f"    let failed = (|| -> {self.RESULT} {{",
+                *inner,
+                "        Ok(())",
+                "    })();",
+                f'    if let Err(e) = failed {{ println!("{label}: error: {{e}}");{shows} }}',
+            ]
 
     def values_of(self, name: str) -> str:
         """A Rust expression of ``name``'s values as a ``Vec<f32>`` (for the check)."""
@@ -174,8 +204,10 @@ class MainWriter:
         if c is None or c.want is None or label != c.label() or not c.subject or not self.bound(c.subject):
             return
         want = rust_f32_list(c.want)
-        self.body.append(f"    divergence |= check_values({rust_str(c.subject)}, &{self.values_of(c.subject)}, "
-                         f"&{want}, {rust_str(c.source)});")
+        self.body.append(
+            f"    divergence |= check_values({rust_str(c.subject)}, &{self.values_of(c.subject)}, "
+            f"&{want}, {rust_str(c.source)});"
+        )
 
     def op(self, i: int, op: dict, status: str, message: str | None, label: str | None = None) -> None:
         if status == "ok":
@@ -215,8 +247,13 @@ class MainWriter:
         return self.body
 
 
-def main_body(program: Program, repro: dict | None, writer: Callable[[], MainWriter], prelude: list[str],
-              check: Check | None = None) -> list[str]:
+def main_body(
+    program: Program,
+    repro: dict | None,
+    writer: Callable[[], MainWriter],
+    prelude: list[str],
+    check: Check | None = None,
+) -> list[str]:
     """The lines of ``main`` after its header: ``prelude`` then the program's run; for a
     metamorphic case, both runs, each in a block of its own (the second prints ``without: ...``).
     With a ``check``, the first run compares what the divergence expects and ``main`` ends by
@@ -228,18 +265,32 @@ def main_body(program: Program, repro: dict | None, writer: Callable[[], MainWri
     if second is None:
         return [*head, *prelude, *first.lines(program, repro)]
     group = list(program.inert)
-    return [*head, "    // A metamorphic case: the program with its inert ops " + f"{group}, then without them.", "    {",
-            *prelude, *first.lines(program, repro), "    }",
-            f'    println!("== without the inert ops {group} ==");', "    {",
-            *prelude, *writer().lines(second.program, second.repro, second), "    }"]
+    return [
+        *head,
+        "    // A metamorphic case: the program with its inert ops " + f"{group}, then without them.",
+        "    {",
+        *prelude,
+        *first.lines(program, repro),
+        "    }",
+        f'    println!("== without the inert ops {group} ==");',
+        "    {",
+        *prelude,
+        *writer().lines(second.program, second.repro, second),
+        "    }",
+    ]
 
 
 def check_tail(check: Check | None) -> list[str]:
     """The last lines of a checked ``main``: whether the divergence shows, and exit 1 when it does."""
     if check is None:
         return []
-    return ["    if divergence {", '        println!("the divergence shows");', "        std::process::exit(1);", "    }",
-            '    println!("the divergence does not show");']
+    return [
+        "    if divergence {",
+        '        println!("the divergence shows");',
+        "        std::process::exit(1);",
+        "    }",
+        '    println!("the divergence does not show");',
+    ]
 
 
 #: ``check_values``, written after ``main`` of a checked reproducer.
@@ -379,8 +430,11 @@ def _toml_value(v: Any) -> str:
 def _toml_tables(prefix: str, table: dict) -> list[str]:
     """``table`` as TOML tables under ``prefix`` (nested tables as ``[prefix.key]``)."""
     scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    lines = [f"[{prefix}]", *(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()), ""] \
-        if scalars or not table else []
+    lines = (
+        [f"[{prefix}]", *(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in scalars.items()), ""]
+        if scalars or not table
+        else []
+    )
     for k, v in table.items():
         if isinstance(v, dict):
             lines += _toml_tables(f"{prefix}.{_toml_key(k)}", v)
@@ -388,8 +442,9 @@ def _toml_tables(prefix: str, table: dict) -> list[str]:
 
 
 def _dep_lines(deps: dict[str, dict]) -> list[str]:
-    return [f"{name} = {_toml_value(spec['version'] if list(spec) == ['version'] else spec)}"
-            for name, spec in deps.items()]
+    return [
+        f"{name} = {_toml_value(spec['version'] if list(spec) == ['version'] else spec)}" for name, spec in deps.items()
+    ]
 
 
 _UNIFIED_NOTE = [
@@ -422,21 +477,43 @@ def cargo_toml(package: str, framework: str, unify_with_probes: bool = False, ve
     deps, build_deps = _dependencies(framework, unify_with_probes)
     if version is not None:
         # The framework's own crates share its release number (`half`, say, does not).
-        deps = {k: ({**spec, "version": f"={version}"} if k in FRAMEWORK_CRATES[framework] and k.startswith(framework)
-                    else spec) for k, spec in deps.items()}
+        deps = {
+            k: (
+                {**spec, "version": f"={version}"}
+                if k in FRAMEWORK_CRATES[framework] and k.startswith(framework)
+                else spec
+            )
+            for k, spec in deps.items()
+        }
     feats = _load_toml(PROBES_WORKSPACE / f"{framework}_probe" / "Cargo.toml").get("features", {})
-    feature_lines = [f"{k} = {_toml_value(v)}" for k, v in feats.items()
-                     if all(str(f).split("/", 1)[0].rstrip("?") in deps for f in v)]
+    feature_lines = [
+        f"{k} = {_toml_value(v)}"
+        for k, v in feats.items()
+        if all(str(f).split("/", 1)[0].rstrip("?") in deps for f in v)
+    ]
     profiles = _workspace().get("profile", {})
-    return "\n".join([
-        "# Generated by aliasfuzz (harness/targets/rust_project.py): a stand-alone reproducer.",
-        f"# Crate versions and features are pinned as in rust_probes/{framework}_probe/Cargo.toml.",
-        *(_UNIFIED_NOTE if unify_with_probes else []),
-        "[package]", f"name = {toml_str(package)}", 'version = "0.1.0"', 'edition = "2021"', "publish = false", "",
-        "[dependencies]", *_dep_lines(deps), "",
-        *(["[build-dependencies]", *_dep_lines(build_deps), ""] if build_deps else []),
-        "[features]", *feature_lines, "",
-        "# The probes' profiles (rust_probes/Cargo.toml): their kernels are built optimised.",
-        *(_toml_tables("profile", profiles) if profiles else []),
-        "# Not part of any enclosing workspace.", "[workspace]", "",
-    ])
+    return "\n".join(
+        [
+            "# Generated by aliasfuzz (harness/targets/rust_project.py): a stand-alone reproducer.",
+            f"# Crate versions and features are pinned as in rust_probes/{framework}_probe/Cargo.toml.",
+            *(_UNIFIED_NOTE if unify_with_probes else []),
+            "[package]",
+            f"name = {toml_str(package)}",
+            'version = "0.1.0"',
+            'edition = "2021"',
+            "publish = false",
+            "",
+            "[dependencies]",
+            *_dep_lines(deps),
+            "",
+            *(["[build-dependencies]", *_dep_lines(build_deps), ""] if build_deps else []),
+            "[features]",
+            *feature_lines,
+            "",
+            "# The probes' profiles (rust_probes/Cargo.toml): their kernels are built optimised.",
+            *(_toml_tables("profile", profiles) if profiles else []),
+            "# Not part of any enclosing workspace.",
+            "[workspace]",
+            "",
+        ]
+    )

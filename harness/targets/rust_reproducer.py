@@ -70,11 +70,18 @@ def transcribe(scaffold: Scaffold, program: Program, device: str = "cpu") -> dic
     binary = probe_binary(scaffold.probe)
     if not binary.exists():
         raise SetupError(f"{binary}: the {scaffold.framework} probe is not built (run `make probes`)")
-    requests = [{"type": "hello", "protocol": PROTOCOL_VERSION},
-                {"type": "run", "id": 0, "device": device, "program": program.to_wire(), "transcript": True},
-                {"type": "exit"}]
-    done = subprocess.run([str(binary)], input="".join(json.dumps(r) + "\n" for r in requests),
-                          capture_output=True, text=True, timeout=600)
+    requests = [
+        {"type": "hello", "protocol": PROTOCOL_VERSION},
+        {"type": "run", "id": 0, "device": device, "program": program.to_wire(), "transcript": True},
+        {"type": "exit"},
+    ]
+    done = subprocess.run(
+        [str(binary)],
+        input="".join(json.dumps(r) + "\n" for r in requests),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     for line in done.stdout.splitlines():
         reply = json.loads(line)
         if reply.get("type") == "trace":
@@ -92,8 +99,15 @@ class _Run:
     """One run of a transcript as ``main``'s lines: ``prefix`` labels its printed lines,
     ``numbers`` are the case's numbers of its ops."""
 
-    def __init__(self, scaffold: Scaffold, trace: dict, program: Program, prefix: str = "", numbers=None,
-                 check: Check | None = None):
+    def __init__(
+        self,
+        scaffold: Scaffold,
+        trace: dict,
+        program: Program,
+        prefix: str = "",
+        numbers=None,
+        check: Check | None = None,
+    ):
         self.scaffold, self.trace, self.program, self.prefix, self.check = scaffold, trace, program, prefix, check
         self.numbers = list(numbers) if numbers is not None else list(range(len(program.ops)))
         self.transcript = trace.get("transcript") or {"prologue": [], "ops": [], "names": {}}
@@ -101,8 +115,11 @@ class _Run:
         self.bound = list(trace.get("initial") or {})
 
     def show(self, label: str) -> list[str]:
-        return [f"show({rust_str(self.prefix + label)}, {rust_str(n)}, &{self.variables[n]});"
-                for n in self.bound if n in self.variables]
+        return [
+            f"show({rust_str(self.prefix + label)}, {rust_str(n)}, &{self.variables[n]});"
+            for n in self.bound
+            if n in self.variables
+        ]
 
     def failed(self, label: str, lines: list[str]) -> list[str]:
         """The op's lines, its last (the call that failed) caught and its error printed."""
@@ -110,18 +127,32 @@ class _Run:
         shows = " divergence = true;" if c is not None and c.want is None and label == c.label() else ""
         *before, last = lines
         if self.scaffold.errors == "panic":
-            return [*before, "let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {", last, "}));",
-                    "if let Err(payload) = failed {",
-                    "let message = payload.downcast_ref::<String>().cloned()"
-                    ".or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();",
-                    f'println!("{self.prefix}{label}: error: {{message}}");{shows}', "}"]
-        return [*before, f"let failed = (|| -> {self.scaffold.result} {{", last, "Ok(())", "})();",
-                f'if let Err(e) = failed {{ println!("{self.prefix}{label}: error: {{e}}");{shows} }}']
+            return [
+                *before,
+                "let failed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {",
+                last,
+                "}));",
+                "if let Err(payload) = failed {",
+                "let message = payload.downcast_ref::<String>().cloned()"
+                ".or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();",
+                f'println!("{self.prefix}{label}: error: {{message}}");{shows}',
+                "}",
+            ]
+        return [
+            *before,
+            f"let failed = (|| -> {self.scaffold.result} {{",
+            last,
+            "Ok(())",
+            "})();",
+            f'if let Err(e) = failed {{ println!("{self.prefix}{label}: error: {{e}}");{shows} }}',
+        ]
 
     def lines(self) -> list[str]:
         if self.trace.get("status") != "ok":
-            return _comments(f"{self.scaffold.framework} did not run the case: {self.trace.get('status')}: "
-                             f"{self.trace.get('message') or ''}")
+            return _comments(
+                f"{self.scaffold.framework} did not run the case: {self.trace.get('status')}: "
+                f"{self.trace.get('message') or ''}"
+            )
         out = [*self.transcript["prologue"], *self.show("initial")]
         for k, step in enumerate(self.trace.get("steps") or []):
             i = self.numbers[k]
@@ -139,8 +170,9 @@ class _Run:
                 out += self.failed(f"op {i}", lines)
                 continue
             else:
-                out += _comments(f"not run: {self.scaffold.framework} reported `{visible(status)}`: "
-                                 f"{step.get('message') or ''}")
+                out += _comments(
+                    f"not run: {self.scaffold.framework} reported `{visible(status)}`: {step.get('message') or ''}"
+                )
                 continue
             out += self.show(f"after op {i}")
             c = self.check
@@ -169,8 +201,11 @@ def _without_unread_set_up(scaffold: Scaffold, body: list[str]) -> list[str]:
             body = [line for line in body if line not in own]
     if scaffold.unread_lets:
         lets = {line: m.group("var") for line in body if (m := re.match(scaffold.unread_lets, line))}
-        body = [line for line in body if line not in lets
-                or any(re.search(rf"\b{lets[line]}\b", other) for other in body if other != line)]
+        body = [
+            line
+            for line in body
+            if line not in lets or any(re.search(rf"\b{lets[line]}\b", other) for other in body if other != line)
+        ]
     return body
 
 
@@ -204,28 +239,50 @@ def rust_main(scaffold: Scaffold, program: Program, check: Check | None = None) 
     """``src/main.rs`` of ``program``'s reproducer: its transcript on the probe's CPU, wrapped.
     ``check``: what says whether the finding's divergence shows; ``main`` then ends by saying
     so, and exits 1 when it does."""
-    first = _cleaned_up(_without_unread_set_up(scaffold, _Run(scaffold, transcribe(scaffold, program), program,
-                                                              check=check).lines()))
+    first = _cleaned_up(
+        _without_unread_set_up(scaffold, _Run(scaffold, transcribe(scaffold, program), program, check=check).lines())
+    )
     second = without_run(program, None)
     if second is None:
         body = first
     else:
         group = list(program.inert)
-        rest = _Run(scaffold, transcribe(scaffold, second.program), second.program, second.prefix,
-                    second.numbers).lines()
-        body = [f"// A metamorphic case: the program with its inert ops {group}, then without them.", "{", *first,
-                "}", f'println!("== without the inert ops {group} ==");', "{",
-                *_cleaned_up(_without_unread_set_up(scaffold, rest)), "}"]
+        rest = _Run(
+            scaffold, transcribe(scaffold, second.program), second.program, second.prefix, second.numbers
+        ).lines()
+        body = [
+            f"// A metamorphic case: the program with its inert ops {group}, then without them.",
+            "{",
+            *first,
+            "}",
+            f'println!("== without the inert ops {group} ==");',
+            "{",
+            *_cleaned_up(_without_unread_set_up(scaffold, rest)),
+            "}",
+        ]
     if check is not None:
-        body = ["let mut divergence = false;  // set where the finding's divergence shows", *body, "",
-                "if divergence {", 'println!("the divergence shows");', "std::process::exit(1);", "}",
-                'println!("the divergence does not show");']
+        body = [
+            "let mut divergence = false;  // set where the finding's divergence shows",
+            *body,
+            "",
+            "if divergence {",
+            'println!("the divergence shows");',
+            "std::process::exit(1);",
+            "}",
+            'println!("the divergence does not show");',
+        ]
     title = program.title or "case"
-    head = [*rust_comment(f"aliasfuzz reproducer ({scaffold.framework}, CPU): {title}", "//!"),
-            f"//! The {scaffold.framework} probe's transcript of the case: the calls it made, in order, with the",
-            "//! case's names as variables. Prints every bound name after every op.",
-            "#![allow(unused_variables, unused_mut, unused_imports, dead_code, non_snake_case, clippy::all)]", "",
-            *scaffold.uses, "", *scaffold.helpers, ""]
+    head = [
+        *rust_comment(f"aliasfuzz reproducer ({scaffold.framework}, CPU): {title}", "//!"),
+        f"//! The {scaffold.framework} probe's transcript of the case: the calls it made, in order, with the",
+        "//! case's names as variables. Prints every bound name after every op.",
+        "#![allow(unused_variables, unused_mut, unused_imports, dead_code, non_snake_case, clippy::all)]",
+        "",
+        *scaffold.uses,
+        "",
+        *scaffold.helpers,
+        "",
+    ]
     main = [f"fn main() -> {scaffold.result} {{", *_indent([*body, "Ok(())"], 1), "}"]
     checks = CHECK_VALUES if check is not None and check.want is not None else []
     return _formatted("\n".join([*head, *main, *checks, ""]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.files import atomic_write
@@ -31,8 +31,13 @@ def record_folder(run_folder: str | Path, store: str | Path | None = None, optio
 
     if shared.is_shared(store):
         with tempfile.TemporaryDirectory(prefix="aliasfuzz-triage-") as tmp:
-            return shared.change(str(store), Path(tmp) / STORE_NAME, option, lambda work: _record(run_folder, work),
-                                 seed=default_store(run_folder))
+            return shared.change(
+                str(store),
+                Path(tmp) / STORE_NAME,
+                option,
+                lambda work: _record(run_folder, work),
+                seed=default_store(run_folder),
+            )
     return _record(run_folder, store or default_store(run_folder))
 
 
@@ -62,25 +67,39 @@ def read_delta(run_folder: str | Path) -> RunDelta | None:
 
     previous = doc.get("previous_run")
     if previous is not None and not isinstance(previous, str):
-        raise TriageError(f"{path}: previous_run: must be a run folder (a string) or null, found {json.dumps(previous)[:60]}")
+        raise TriageError(
+            f"{path}: previous_run: must be a run folder (a string) or null, found {json.dumps(previous)[:60]}"
+        )
     first_seen_at = doc.get("first_seen_at", {})
     if not isinstance(first_seen_at, dict) or not all(isinstance(v, str) for v in first_seen_at.values()):
-        raise TriageError(f"{path}: first_seen_at: must be an object of root cause -> time, "
-                          f"found {json.dumps(first_seen_at)[:60]}")
-    return RunDelta(ids("first_seen"), ids("disappeared"), ids("regressed"), previous,
-                    ids("first_seen_known", required=False), dict(first_seen_at))
+        raise TriageError(
+            f"{path}: first_seen_at: must be an object of root cause -> time, found {json.dumps(first_seen_at)[:60]}"
+        )
+    return RunDelta(
+        ids("first_seen"),
+        ids("disappeared"),
+        ids("regressed"),
+        previous,
+        ids("first_seen_known", required=False),
+        dict(first_seen_at),
+    )
 
 
 def _record(run_folder: str | Path, store: str | Path) -> RunDelta:
     from harness.reporting.loading import load_run
 
     run = load_run(run_folder)
-    started = datetime.fromtimestamp(float(run.state.get("started") or 0), timezone.utc)
+    started = datetime.fromtimestamp(float(run.state.get("started") or 0), UTC)
     shown = [f for f in run.findings if not f.harness]
     cases = {f.record.signature: str(f.paths["case"]) for f in shown if "case" in f.paths}
     with TriageStore(store) as db:
-        delta = db.record_run(str(run.root), started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), run.programs,
-                              [f.record for f in shown], cases,
-                              kind=run_kind(run.config.get("profile"), run.state.get("targets") or {}))
+        delta = db.record_run(
+            str(run.root),
+            started.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            run.programs,
+            [f.record for f in shown],
+            cases,
+            kind=run_kind(run.config.get("profile"), run.state.get("targets") or {}),
+        )
     atomic_write(run.root / DELTA_NAME, json.dumps(delta.to_json(), indent=1) + "\n")
     return delta

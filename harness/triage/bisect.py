@@ -22,9 +22,9 @@ import re
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -94,24 +94,31 @@ class Bisection:
         if not changes:
             state = "shows" if self.diverges(observed[0]) else "does not show"
             return f"the divergence {state} in every release observed ({observed[0].version} to {observed[-1].version})"
-        return "; ".join(f"appears in {v} (absent in {before})" if d else f"disappears in {v} (shown in {before})"
-                         for before, v, d in changes)
+        return "; ".join(
+            f"appears in {v} (absent in {before})" if d else f"disappears in {v} (shown in {before})"
+            for before, v, d in changes
+        )
 
     def table(self) -> str:
         if any(r.shows is not None for r in self.rows):
             return self._checked_table()
         names = list(self.reference)
-        lines = [f"| {self.framework} | build | " + " | ".join(f"`{n}`" for n in names) + " | divergence |",
-                 "|---|---|" + "---|" * len(names) + "---|",
-                 "| reference | — | " + " | ".join(self.reference[n] for n in names) + " | — |"]
+        lines = [
+            f"| {self.framework} | build | " + " | ".join(f"`{n}`" for n in names) + " | divergence |",
+            "|---|---|" + "---|" * len(names) + "---|",
+            "| reference | — | " + " | ".join(self.reference[n] for n in names) + " | — |",
+        ]
         for r in self.rows:
             if r.status != "ok":
                 lines.append(f"| {r.version} | {r.build_s:.0f}s | {r.status}: {r.message} |" + " |" * len(names))
                 continue
             d = "yes" if self.diverges(r) else "no"
             said = f" ({r.message})" if r.message else ""
-            lines.append(f"| {r.version} | {r.build_s:.0f}s | " + " | ".join(r.verdicts.get(n, "—") for n in names)
-                         + f" | {d}{said} |")
+            lines.append(
+                f"| {r.version} | {r.build_s:.0f}s | "
+                + " | ".join(r.verdicts.get(n, "—") for n in names)
+                + f" | {d}{said} |"
+            )
         return "\n".join(lines)
 
     def _checked_table(self) -> str:
@@ -125,8 +132,13 @@ class Bisection:
         return "\n".join(lines)
 
 
-def bisect(framework: str, versions: Sequence[str], reference: Mapping[str, str],
-           observe: Callable[[str], Observed], log: Callable[[str], None] = lambda s: None) -> Bisection:
+def bisect(
+    framework: str,
+    versions: Sequence[str],
+    reference: Mapping[str, str],
+    observe: Callable[[str], Observed],
+    log: Callable[[str], None] = lambda s: None,
+) -> Bisection:
     rows = []
     for v in versions:
         row = observe(v)
@@ -179,7 +191,9 @@ def parse_versions(spec: str, releases: Callable[[], Sequence[str]]) -> list[str
         known, out = list(releases()), named
     for v in named:
         if v not in known:
-            raise BisectError(f"--versions {spec}: {v} is not a published release (known: {', '.join(known[-8:])}, ...)")
+            raise BisectError(
+                f"--versions {spec}: {v} is not a published release (known: {', '.join(known[-8:])}, ...)"
+            )
     return out
 
 
@@ -203,6 +217,7 @@ def trace_of_output(program: Program, printed: Mapping, target: str, error: str 
     """A reproducer's printed states (``reproducers.parse_output``) as a trace of ``program``:
     an op with no printed state failed (the first one with ``error``, the reproducer's own
     message, when given), a printed word (``uninitialized``) is no value."""
+
     def obs(name: str, raw, shape_map) -> Observation:
         shape = tuple(shape_map.get(name, ()))
         value = None if isinstance(raw, str) else np.array(raw, dtype=np.float32)
@@ -230,7 +245,7 @@ def error_line(stderr: str, status: int) -> str:
     an error returned from ``main`` (a backtrace follows it under RUST_BACKTRACE), else its first
     line, else the status."""
     lines = [x.strip() for x in stderr.splitlines() if x.strip()]
-    said = next((x[len("Error:"):].strip() for x in lines if x.startswith("Error:")), None)
+    said = next((x[len("Error:") :].strip() for x in lines if x.startswith("Error:")), None)
     return said or (lines[0] if lines else f"exit status {status}")
 
 
@@ -243,8 +258,9 @@ def cache_dir() -> Path:
     return Path(base) / "aliasfuzz" / "bisect"
 
 
-def cargo_observer(program: Program, framework: str, cache: Path, timeout_s: float = 3600,
-                   repro: dict | None = None, check=None) -> Callable[[str], Observed]:
+def cargo_observer(
+    program: Program, framework: str, cache: Path, timeout_s: float = 3600, repro: dict | None = None, check=None
+) -> Callable[[str], Observed]:
     """Builds and runs ``program``'s reproducer against one release, in ``cache/<fw>-<release>``.
     With a ``check`` (and the ``repro`` JSON of the installed run, so that an op that failed there
     is made inside the call that catches its error), the reproducer says whether the finding's
@@ -258,12 +274,18 @@ def cargo_observer(program: Program, framework: str, cache: Path, timeout_s: flo
         write_cargo_project(dest, pkg, framework, RUST_WRITERS[framework](program, repro, check), version=version)
         env = {**os.environ, "CARGO_TARGET_DIR": str(dest / "target")}
         start = time.monotonic()
-        b = subprocess.run(["cargo", "build", "-q"], cwd=dest, env=env, capture_output=True, text=True, timeout=timeout_s)
+        b = subprocess.run(
+            ["cargo", "build", "-q"], cwd=dest, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
         build_s = time.monotonic() - start
         if b.returncode != 0:
             first = next((line for line in b.stderr.splitlines() if line.startswith("error")), b.stderr.strip()[:200])
-            return Observed(version, "does not build", build_s=build_s,
-                            message=f"this reproducer does not build against {framework} {version}: {first}")
+            return Observed(
+                version,
+                "does not build",
+                build_s=build_s,
+                message=f"this reproducer does not build against {framework} {version}: {first}",
+            )
         r = subprocess.run([str(dest / "target" / "debug" / pkg)], capture_output=True, text=True, timeout=600)
         said = r.stdout.splitlines()
         if check is not None and ("the divergence shows" in said or "the divergence does not show" in said):

@@ -21,7 +21,7 @@ change by itself: it says why, and the case is looked at, not the framework.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.case.ir import load_case
@@ -67,8 +67,14 @@ def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
         if case is None or not Path(case).is_file():
             out.append(Recheck(cause, case, "cannot run", note="no minimized case kept"))
         elif absent:
-            out.append(Recheck(cause, case, "cannot run", note=f"needs {absent}, absent from the targets here "
-                                                                f"({', '.join(present) or 'none'})"))
+            out.append(
+                Recheck(
+                    cause,
+                    case,
+                    "cannot run",
+                    note=f"needs {absent}, absent from the targets here ({', '.join(present) or 'none'})",
+                )
+            )
         else:
             try:
                 result = run_case(load_case(case), runner, runner.infos, baseline)
@@ -78,8 +84,9 @@ def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
                 out.append(_outside(_judge(cause, case, entry, result, needs), entries.get(entry), result, installed))
         last = store.last_recheck(cause)
         out[-1] = replace(out[-1], previous=last[1] if last else None)
-        store.record_recheck(cause, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                             out[-1].result, versions, out[-1].signatures)
+        store.record_recheck(
+            cause, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"), out[-1].result, versions, out[-1].signatures
+        )
     return out
 
 
@@ -117,8 +124,12 @@ def _judge(cause: str, case: str, entry: str | None, result, needs: tuple[str, .
         return Recheck(cause, case, "cannot run", note="no target ran the case")
     refused = _absent(needs, result.ran_on)
     if refused:
-        return Recheck(cause, case, "cannot run", note=f"needs {refused}, which did not take the case "
-                                                        f"(it ran on {', '.join(result.ran_on)})")
+        return Recheck(
+            cause,
+            case,
+            "cannot run",
+            note=f"needs {refused}, which did not take the case (it ran on {', '.join(result.ran_on)})",
+        )
     if not result.compared:
         return Recheck(cause, case, "cannot run", note=result.not_compared())
     signatures = tuple(sorted({f.signature for f in findings}))

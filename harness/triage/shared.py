@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from harness.files import atomic_write
 from harness.triage.store import TriageError, TriageStore

@@ -29,16 +29,16 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness.errors import InputError
 
 #: Triage states; those in ``STATE_ARGS`` take one argument (what it names).
 STATES = ("new", "known", "flaky", "reported", "duplicate-of", "wontfix", "fixed-in", "regressed-in")
-STATE_ARGS = {"reported": "url", "duplicate-of": "root cause id", "fixed-in": "version",
-              "regressed-in": "version"}
+STATE_ARGS = {"reported": "url", "duplicate-of": "root cause id", "fixed-in": "version", "regressed-in": "version"}
 #: States a campaign sets from what a run shows; the others are a person's, and kept.
 AUTOMATIC = ("new", "known", "flaky")
 
@@ -138,9 +138,14 @@ class RunDelta:
         return tuple(c for c in self.first_seen if c not in self.first_seen_known)
 
     def to_json(self) -> dict[str, Any]:
-        return {"first_seen": list(self.first_seen), "first_seen_known": list(self.first_seen_known),
-                "disappeared": list(self.disappeared), "regressed": list(self.regressed),
-                "previous_run": self.previous_run, "first_seen_at": dict(sorted(self.first_seen_at.items()))}
+        return {
+            "first_seen": list(self.first_seen),
+            "first_seen_known": list(self.first_seen_known),
+            "disappeared": list(self.disappeared),
+            "regressed": list(self.regressed),
+            "previous_run": self.previous_run,
+            "first_seen_at": dict(sorted(self.first_seen_at.items())),
+        }
 
 
 def run_kind(profile: str | None, targets: Iterable[str]) -> str:
@@ -202,13 +207,16 @@ class TriageStore:
                 return set()
             raise TriageError(f"{self.path}: not a triage store (an empty database: no runs recorded in it)")
         if "runs" not in tables:
-            raise TriageError(f"{self.path}: not a triage store (its tables are {', '.join(sorted(tables))}; "
-                              f"a triage store has {', '.join(_FIRST_COLUMNS)})")
+            raise TriageError(
+                f"{self.path}: not a triage store (its tables are {', '.join(sorted(tables))}; "
+                f"a triage store has {', '.join(_FIRST_COLUMNS)})"
+            )
         for table, columns in _FIRST_COLUMNS.items():
             missing = columns - self._columns(table) if table in tables else set()
             if missing:
-                raise TriageError(f"{self.path}: not a triage store (its table {table} has no column "
-                                  f"{', '.join(sorted(missing))})")
+                raise TriageError(
+                    f"{self.path}: not a triage store (its table {table} has no column {', '.join(sorted(missing))})"
+                )
         return tables & set(_FIRST_COLUMNS)
 
     def _error(self, e: sqlite3.Error, doing: str) -> TriageError:
@@ -216,8 +224,10 @@ class TriageStore:
         no database is not a store, a store that cannot be written says so."""
         name = getattr(e, "sqlite_errorname", "")
         if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "database is locked" in str(e):
-            return TriageError(f"{self.path}: the store is busy: another process holds it locked "
-                               f"(waited {BUSY_TIMEOUT_S:g}s to {doing}); try again when it is done")
+            return TriageError(
+                f"{self.path}: the store is busy: another process holds it locked "
+                f"(waited {BUSY_TIMEOUT_S:g}s to {doing}); try again when it is done"
+            )
         if name.startswith("SQLITE_NOTADB") or "file is not a database" in str(e):
             return TriageError(f"{self.path}: not a triage store ({e})")
         if name.startswith("SQLITE_READONLY") or "readonly" in str(e):
@@ -229,7 +239,7 @@ class TriageStore:
     def close(self) -> None:
         self.db.close()
 
-    def __enter__(self) -> "TriageStore":
+    def __enter__(self) -> TriageStore:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -237,8 +247,15 @@ class TriageStore:
 
     # ---- recording runs -------------------------------------------------------------------------
 
-    def record_run(self, run: str, started: str, programs: int, records: Iterable[Any],
-                   cases: dict[str, str] | None = None, kind: str | None = None) -> RunDelta:
+    def record_run(
+        self,
+        run: str,
+        started: str,
+        programs: int,
+        records: Iterable[Any],
+        cases: dict[str, str] | None = None,
+        kind: str | None = None,
+    ) -> RunDelta:
         """Records one run's finding records (``FindingRecord``; harness errors are not causes) and
         returns what changed against the run of the same ``kind`` (``run_kind``) recorded before
         it; ``cases`` maps a record's signature to its minimized case file. Recording a run again
@@ -246,24 +263,41 @@ class TriageStore:
         by_cause: dict[str, list[Any]] = {}
         for r in records:
             by_cause.setdefault(cause_of(r), []).append(r)
-        case_of = {cause: next((cases[r.signature] for r in rs if r.signature in (cases or {})), None)
-                       for cause, rs in by_cause.items()}
+        case_of = {
+            cause: next((cases[r.signature] for r in rs if r.signature in (cases or {})), None)
+            for cause, rs in by_cause.items()
+        }
         try:
             with self.db:
                 return self._record(run, started, programs, kind, by_cause, case_of)
         except sqlite3.Error as e:
             raise self._error(e, f"record {run}") from None
 
-    def _record(self, run: str, started: str, programs: int, kind: str | None, by_cause: dict[str, list[Any]],
-                case_of: dict[str, str | None]) -> RunDelta:
+    def _record(
+        self,
+        run: str,
+        started: str,
+        programs: int,
+        kind: str | None,
+        by_cause: dict[str, list[Any]],
+        case_of: dict[str, str | None],
+    ) -> RunDelta:
         db = self.db
         db.execute("INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?)", (run, started, programs, kind))
         started, kind = db.execute("SELECT started, kind FROM runs WHERE run = ?", (run,)).fetchone()
-        previous = db.execute("SELECT run FROM runs WHERE kind IS ? AND (started < ? OR (started = ? AND run < ?)) "
-                              "ORDER BY started DESC, run DESC LIMIT 1", (kind, started, started, run)).fetchone()
-        seen_before = {c for (c,) in db.execute(
-            "SELECT DISTINCT s.cause FROM sightings s JOIN runs r ON r.run = s.run WHERE r.started < ? OR "
-            "(r.started = ? AND r.run < ?)", (started, started, run))}
+        previous = db.execute(
+            "SELECT run FROM runs WHERE kind IS ? AND (started < ? OR (started = ? AND run < ?)) "
+            "ORDER BY started DESC, run DESC LIMIT 1",
+            (kind, started, started, run),
+        ).fetchone()
+        seen_before = {
+            c
+            for (c,) in db.execute(
+                "SELECT DISTINCT s.cause FROM sightings s JOIN runs r ON r.run = s.run WHERE r.started < ? OR "
+                "(r.started = ? AND r.run < ?)",
+                (started, started, run),
+            )
+        }
         regressed = []
         for cause, records in by_cause.items():
             versions = _merged_versions(r.versions for r in records)
@@ -271,27 +305,45 @@ class TriageStore:
             automatic = "new" if "new" in statuses else "flaky" if statuses == {"flaky"} else "known"
             row = db.execute("SELECT state FROM causes WHERE id = ?", (cause,)).fetchone()
             if row is None:
-                db.execute("INSERT INTO causes VALUES (?, ?, ?, NULL, ?)",
-                           (cause, int(records[0].baseline is not None), automatic, records[0].sentence))
+                db.execute(
+                    "INSERT INTO causes VALUES (?, ?, ?, NULL, ?)",
+                    (cause, int(records[0].baseline is not None), automatic, records[0].sentence),
+                )
             elif row[0] in AUTOMATIC:
                 db.execute("UPDATE causes SET state = ? WHERE id = ?", (automatic, cause))
             elif row[0] == "fixed-in":
-                db.execute("UPDATE causes SET state = 'regressed-in', state_arg = ? WHERE id = ?",
-                           (_versions_text(versions), cause))
+                db.execute(
+                    "UPDATE causes SET state = 'regressed-in', state_arg = ? WHERE id = ?",
+                    (_versions_text(versions), cause),
+                )
                 regressed.append(cause)
-            db.execute("INSERT OR IGNORE INTO sightings VALUES (?, ?, ?, ?, ?)",
-                       (cause, run, len(records), json.dumps(versions, sort_keys=True), case_of[cause]))
+            db.execute(
+                "INSERT OR IGNORE INTO sightings VALUES (?, ?, ?, ?, ?)",
+                (cause, run, len(records), json.dumps(versions, sort_keys=True), case_of[cause]),
+            )
         disappeared: list[str] = []
         if previous is not None:
             shown = {c for (c,) in db.execute("SELECT cause FROM sightings WHERE run = ?", (previous[0],))}
             disappeared = sorted(shown - set(by_cause))
         first = sorted(set(by_cause) - seen_before)
         marks = ",".join("?" * len(by_cause))
-        first_seen_at = {c: at for c, at in db.execute(
-            f"SELECT s.cause, MIN(r.started) FROM sightings s JOIN runs r ON r.run = s.run WHERE s.cause IN ({marks}) "
-            "GROUP BY s.cause", list(by_cause)) if isinstance(at, str)}
-        return RunDelta(tuple(first), tuple(disappeared), tuple(sorted(regressed)), previous[0] if previous else None,
-                        tuple(c for c in first if by_cause[c][0].baseline is not None), first_seen_at)
+        first_seen_at = {
+            c: at
+            for c, at in db.execute(
+                f"SELECT s.cause, MIN(r.started) FROM sightings s JOIN runs r ON r.run = s.run WHERE s.cause IN ({marks}) "
+                "GROUP BY s.cause",
+                list(by_cause),
+            )
+            if isinstance(at, str)
+        }
+        return RunDelta(
+            tuple(first),
+            tuple(disappeared),
+            tuple(sorted(regressed)),
+            previous[0] if previous else None,
+            tuple(c for c in first if by_cause[c][0].baseline is not None),
+            first_seen_at,
+        )
 
     # ---- reading and setting states -------------------------------------------------------------
 
@@ -307,20 +359,36 @@ class TriageStore:
                 "SELECT c.id, c.baseline, c.state, c.state_arg, c.sentence, MIN(r.started), MAX(r.started), "
                 "COUNT(s.run), SUM(s.findings), GROUP_CONCAT(s.versions, '\x1f') FROM causes c "
                 "JOIN sightings s ON s.cause = c.id JOIN runs r ON r.run = s.run GROUP BY c.id "
-                "ORDER BY MAX(r.started) DESC, c.id").fetchall()
+                "ORDER BY MAX(r.started) DESC, c.id"
+            ).fetchall()
         except sqlite3.Error as e:
             raise self._error(e, "read the store") from None
         if undated is not None:
-            raise TriageError(f"{self.path}: the store is damaged: table runs, run {undated[0]!r}: started: "
-                              "must be a time (ISO 8601 text)")
+            raise TriageError(
+                f"{self.path}: the store is damaged: table runs, run {undated[0]!r}: started: "
+                "must be a time (ISO 8601 text)"
+            )
         out = []
         for i, b, st, arg, sentence, first, last, runs, findings, versions in rows:
             where = f"{self.path}: the store is damaged: root cause {i!r}"
             if not isinstance(st, str) or not isinstance(sentence, str) or not isinstance(findings, int):
                 raise TriageError(f"{where}: state, sentence or findings of the wrong type")
-            out.append(Cause(i, bool(b), st, arg, sentence, first, last, runs, findings,
-                             _merged_versions(_versions_of(v, f"{where}: table sightings: versions")
-                                              for v in (versions or "").split("\x1f"))))
+            out.append(
+                Cause(
+                    i,
+                    bool(b),
+                    st,
+                    arg,
+                    sentence,
+                    first,
+                    last,
+                    runs,
+                    findings,
+                    _merged_versions(
+                        _versions_of(v, f"{where}: table sightings: versions") for v in (versions or "").split("\x1f")
+                    ),
+                )
+            )
         return out
 
     def latest_case(self, cause: str) -> str | None:
@@ -328,9 +396,11 @@ class TriageStore:
         if not {"sightings", "runs"} <= self.tables or "case_path" not in self._columns("sightings"):
             return None
         try:
-            row = self.db.execute("SELECT s.case_path FROM sightings s JOIN runs r ON r.run = s.run "
-                                  "WHERE s.cause = ? AND s.case_path IS NOT NULL ORDER BY r.started DESC LIMIT 1",
-                                  (cause,)).fetchone()
+            row = self.db.execute(
+                "SELECT s.case_path FROM sightings s JOIN runs r ON r.run = s.run "
+                "WHERE s.cause = ? AND s.case_path IS NOT NULL ORDER BY r.started DESC LIMIT 1",
+                (cause,),
+            ).fetchone()
         except sqlite3.Error as e:
             raise self._error(e, "read the store") from None
         return row[0] if row and isinstance(row[0], str) else None
@@ -341,8 +411,10 @@ class TriageStore:
         try:
             with self.db:
                 self.db.execute("INSERT OR IGNORE INTO causes VALUES (?, 1, 'known', NULL, '')", (cause,))
-                self.db.execute("INSERT INTO rechecks VALUES (?, ?, ?, ?, ?)",
-                                (cause, at, result, json.dumps(versions, sort_keys=True), json.dumps(sorted(signatures))))
+                self.db.execute(
+                    "INSERT INTO rechecks VALUES (?, ?, ?, ?, ?)",
+                    (cause, at, result, json.dumps(versions, sort_keys=True), json.dumps(sorted(signatures))),
+                )
         except sqlite3.Error as e:
             raise self._error(e, f"record the recheck of {cause}") from None
 
@@ -351,8 +423,9 @@ class TriageStore:
         if "rechecks" not in self.tables:
             return None
         try:
-            return self.db.execute("SELECT at, result FROM rechecks WHERE cause = ? ORDER BY at DESC LIMIT 1",
-                                   (cause,)).fetchone()
+            return self.db.execute(
+                "SELECT at, result FROM rechecks WHERE cause = ? ORDER BY at DESC LIMIT 1", (cause,)
+            ).fetchone()
         except sqlite3.Error as e:
             raise self._error(e, "read the store") from None
 
@@ -367,11 +440,16 @@ class TriageStore:
             raise TriageError(f"{self.path}: {cause} cannot be a duplicate of itself")
         try:
             with self.db:
-                if state == "duplicate-of" and self.db.execute("SELECT 1 FROM causes WHERE id = ?", (arg,)).fetchone() is None:
-                    raise TriageError(f"{self.path}: duplicate-of {arg!r}: no root cause {arg!r} "
-                                      "(`aliasfuzz triage` lists them)")
-                changed = self.db.execute("UPDATE causes SET state = ?, state_arg = ? WHERE id = ?",
-                                          (state, arg, cause)).rowcount
+                if (
+                    state == "duplicate-of"
+                    and self.db.execute("SELECT 1 FROM causes WHERE id = ?", (arg,)).fetchone() is None
+                ):
+                    raise TriageError(
+                        f"{self.path}: duplicate-of {arg!r}: no root cause {arg!r} (`aliasfuzz triage` lists them)"
+                    )
+                changed = self.db.execute(
+                    "UPDATE causes SET state = ?, state_arg = ? WHERE id = ?", (state, arg, cause)
+                ).rowcount
         except sqlite3.Error as e:
             raise self._error(e, f"set the state of {cause}") from None
         if not changed:
@@ -386,7 +464,8 @@ def _versions_of(text: str, where: str) -> dict[str, dict[str, str]]:
     except ValueError:
         raise TriageError(f"{where}: not JSON ({text[:40]!r})") from None
     if not isinstance(versions, dict) or not all(
-            isinstance(fws, dict) and all(isinstance(v, str) for v in fws.values()) for fws in versions.values()):
+        isinstance(fws, dict) and all(isinstance(v, str) for v in fws.values()) for fws in versions.values()
+    ):
         raise TriageError(f"{where}: must be an object of target -> framework -> version, found {text[:40]!r}")
     return versions
 

@@ -42,15 +42,19 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from harness.targets.protocol import PROTOCOL_VERSION  # noqa: E402
 
-
 # Devices with the planted bug. ``ref+planted`` is not in the handshake: a test declares it as a
 # variant of ``ref`` to test how the harness treats variants.
 PLANTED = ("planted", "ref+planted")
 # The snapshot methods whose shape differs from the source's (harness/case/ops.py METHOD_TABLE).
 SHAPED = {
-    "expand": lambda a: np.broadcast_to(a[None], (2,) + a.shape), "permute": lambda a: np.moveaxis(a, 0, -1),
-    "flip": lambda a: a[::-1], "narrow": lambda a: a[1:], "unsqueeze": lambda a: a[None], "squeeze": lambda a: a[0],
-    "chunk": lambda a: a[:(a.shape[0] + 1) // 2], "select": lambda a: a[0],
+    "expand": lambda a: np.broadcast_to(a[None], (2,) + a.shape),
+    "permute": lambda a: np.moveaxis(a, 0, -1),
+    "flip": lambda a: a[::-1],
+    "narrow": lambda a: a[1:],
+    "unsqueeze": lambda a: a[None],
+    "squeeze": lambda a: a[0],
+    "chunk": lambda a: a[: (a.shape[0] + 1) // 2],
+    "select": lambda a: a[0],
 }
 
 
@@ -121,14 +125,20 @@ def run(program, device, flags):
                 arr = names[p][0]
                 arr -= np.float32(op["lr"]) * grads[p]
         elif kind == "read":
-            if flags.planted_inert_read and (flags.planted_inert_read_until is None
-                                             or flags.served <= flags.planted_inert_read_until):
+            if flags.planted_inert_read and (
+                flags.planted_inert_read_until is None or flags.served <= flags.planted_inert_read_until
+            ):
                 forgotten.add(op["target"])
         else:
             status, message = "unsupported", f"fake probe has no {kind}"
         now = {n: obs(v, device) for n, v in names.items()}
-        steps.append({"status": status, **({"message": message} if message else {}),
-                      "changed": {n: o for n, o in now.items() if previous.get(n) != o}})
+        steps.append(
+            {
+                "status": status,
+                **({"message": message} if message else {}),
+                "changed": {n: o for n, o in now.items() if previous.get(n) != o},
+            }
+        )
         previous = now
     return {"initial": initial, "steps": steps}
 
@@ -178,12 +188,18 @@ def main() -> None:
         if req.get("type") == "hello":
             if flags.hang_at_hello:
                 hang_until_orphaned()
-            reply = {"type": "hello", "protocol": flags.protocol, "framework": "fake",
-                     "versions": {"fake": "0", **dict(v.split("=", 1) for v in flags.version)},
-                     "devices": [{"name": "ref", "alt": None, "kind": "cpu"},
-                                 {"name": "planted", "alt": None, "kind": "cpu"}],
-                     "ops": ["snapshot", "write", "fill", "scale", "step", "read"],
-                     "methods": ["alias", "clone", "detach", "reshape", "view_row", "transpose"]}
+            reply = {
+                "type": "hello",
+                "protocol": flags.protocol,
+                "framework": "fake",
+                "versions": {"fake": "0", **dict(v.split("=", 1) for v in flags.version)},
+                "devices": [
+                    {"name": "ref", "alt": None, "kind": "cpu"},
+                    {"name": "planted", "alt": None, "kind": "cpu"},
+                ],
+                "ops": ["snapshot", "write", "fill", "scale", "step", "read"],
+                "methods": ["alias", "clone", "detach", "reshape", "view_row", "transpose"],
+            }
             if flags.bad_hello:
                 reply["devices"] = "ref"
         elif req.get("type") == "run":
@@ -195,11 +211,24 @@ def main() -> None:
                     log.write(json.dumps(req["program"], sort_keys=True) + "\n")
             if flags.slow_ms:
                 time.sleep(flags.slow_ms / 1000)
-            reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "ok",
-                     **run(req["program"], req["device"], flags), "elapsed_us": 1}
+            reply = {
+                "type": "trace",
+                "id": req["id"],
+                "device": req["device"],
+                "status": "ok",
+                **run(req["program"], req["device"], flags),
+                "elapsed_us": 1,
+            }
             if flags.fail_always:
-                reply = {"type": "trace", "id": req["id"], "device": req["device"], "status": "error",
-                         "message": "fails every program (--fail-always)", "initial": {}, "steps": []}
+                reply = {
+                    "type": "trace",
+                    "id": req["id"],
+                    "device": req["device"],
+                    "status": "error",
+                    "message": "fails every program (--fail-always)",
+                    "initial": {},
+                    "steps": [],
+                }
             if flags.bad_trace and any(op.get("op") == "fill" for op in req["program"]["ops"]):
                 reply["initial"] = {n: [7, [None], *o[2:]] for n, o in reply["initial"].items()}
         elif req.get("type") == "exit":

@@ -12,7 +12,10 @@ from harness.targets.rust_reproducer import Scaffold, rust_main
 SCAFFOLD = Scaffold(
     framework="candle",
     probe="candle_probe",
-    uses=("use candle_core::{DType, Device, IndexOp, Tensor, Var};", "use candle_nn::{Init, ModuleT, Optimizer, VarMap};"),
+    uses=(
+        "use candle_core::{DType, Device, IndexOp, Tensor, Var};",
+        "use candle_nn::{Init, ModuleT, Optimizer, VarMap};",
+    ),
     helpers=(
         "/// The tensor's values, row-major, widened to f32 (exact for f16 and bf16).",
         "fn values(t: &Tensor) -> candle_core::Result<Vec<f32>> {",
@@ -31,8 +34,10 @@ SCAFFOLD = Scaffold(
     errors="result",
     # The model's VarMap and the params' gradients are read only by the ops that step, save,
     # load, replace or clone the model; the dtype only by conversions.
-    set_up=(("varmap", r"(let mut varmap = |varmap\.data\(\)\.lock\(\)\.unwrap\(\)\.insert\()"),
-            ("dt", r"let dt = "),),
+    set_up=(
+        ("varmap", r"(let mut varmap = |varmap\.data\(\)\.lock\(\)\.unwrap\(\)\.insert\()"),
+        ("dt", r"let dt = "),
+    ),
     unread_lets=r"let (?P<var>\w+_grad\d*) = ",
     values_of="values(&{var})?",
 )

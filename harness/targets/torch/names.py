@@ -51,7 +51,7 @@ def case_name(key: str) -> str:
     """The case name whose model key is ``key`` (the inverse of ``model_key``)."""
     first, dot, rest = key.partition(".")
     if first.startswith(KEY_PREFIX):
-        return first[len(KEY_PREFIX):] + dot + rest
+        return first[len(KEY_PREFIX) :] + dot + rest
     if not _own_key(first):
         raise ValueError(f"{key!r} is not a key the torch session gave a case name")
     return key

@@ -59,8 +59,15 @@ def observation(t) -> list:
         values = [values]
     for _ in range(d.dim() - 1):
         values = [x for row in values for x in row]
-    return wire_observation(list(t.shape), shortest_f32(values), str(id(t)), str(t.device), bool(t.requires_grad),
-                            dtype=dtype_name(t.dtype), storage=storage_token(t))
+    return wire_observation(
+        list(t.shape),
+        shortest_f32(values),
+        str(id(t)),
+        str(t.device),
+        bool(t.requires_grad),
+        dtype=dtype_name(t.dtype),
+        storage=storage_token(t),
+    )
 
 
 def storage_token(t) -> str | None:

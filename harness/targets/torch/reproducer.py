@@ -34,16 +34,20 @@ from harness.targets.torch.transcript import MODULES, literal
 #: The torch device of each optimizer implementation (``session.DEVICES``).
 VARIANT_DEVICES = {"plain": "cpu", "foreach": "cpu+foreach", "fused": "cuda+fused"}
 
-_SHOW = ["def show(label, names):",
-         '    for name, t in names.items(): print(f"{label}: {name} = {t.detach().cpu().reshape(-1).tolist()}")']
-_CHECK = ["def check_values(name, got, want, source):",
-          '    """Prints the values the divergence expects beside those observed; True when they differ."""',
-          "    got = got.detach().cpu().reshape(-1).tolist()",
-          "    differ = len(got) != len(want) or not all((a != a and b != b) or abs(a - b) <= 1e-4 * max(abs(b), 1.0) "
-          "for a, b in zip(got, want))",
-          "    print(f\"check: {name} = {got}; the divergence expects {want} ({source}): "
-          "{'it differs' if differ else 'it agrees'}\")",
-          "    return differ"]
+_SHOW = [
+    "def show(label, names):",
+    '    for name, t in names.items(): print(f"{label}: {name} = {t.detach().cpu().reshape(-1).tolist()}")',
+]
+_CHECK = [
+    "def check_values(name, got, want, source):",
+    '    """Prints the values the divergence expects beside those observed; True when they differ."""',
+    "    got = got.detach().cpu().reshape(-1).tolist()",
+    "    differ = len(got) != len(want) or not all((a != a and b != b) or abs(a - b) <= 1e-4 * max(abs(b), 1.0) "
+    "for a, b in zip(got, want))",
+    '    print(f"check: {name} = {got}; the divergence expects {want} ({source}): '
+    "{'it differs' if differ else 'it agrees'}\")",
+    "    return differ",
+]
 # The optimizer implementation keyword at the end of a line (``TrainingOps._new_optimizer``).
 _IMPL_RE = re.compile(r", (foreach=(?:True|False)|fused=True)\)$")
 
@@ -66,8 +70,15 @@ class _Script:
     function's ``label`` argument does), ``numbers`` are the case's numbers of its ops, ``indent``
     nests it in a function."""
 
-    def __init__(self, trace: dict, ops: list, prefix: str | None = "", numbers=None, indent: str = "",
-                 check: Check | None = None):
+    def __init__(
+        self,
+        trace: dict,
+        ops: list,
+        prefix: str | None = "",
+        numbers=None,
+        indent: str = "",
+        check: Check | None = None,
+    ):
         self.trace, self.ops, self.prefix, self.indent, self.check = trace, ops, prefix, indent, check
         self.numbers = list(numbers) if numbers is not None else list(range(len(trace.get("steps") or [])))
         self.transcript = trace.get("transcript") or {"prologue": [], "ops": [], "names": {}}
@@ -84,8 +95,12 @@ class _Script:
 
     def lines(self) -> list[str]:
         if self.trace.get("status") != "ok":
-            return [f"{self.indent}{line}" for line in _comments(
-                f"torch did not run the case: {self.trace.get('status')}: {self.trace.get('message') or ''}")]
+            return [
+                f"{self.indent}{line}"
+                for line in _comments(
+                    f"torch did not run the case: {self.trace.get('status')}: {self.trace.get('message') or ''}"
+                )
+            ]
         out = [self.indent + line for line in self.transcript["prologue"]] + [self.show("initial")]
         for k, step in enumerate(self.trace["steps"]):
             i, lines = self.numbers[k], self.transcript["ops"][k] if k < len(self.transcript["ops"]) else []
@@ -99,21 +114,30 @@ class _Script:
                 # The call is made and its error printed, as torch raised it for the target.
                 label = f"{self.prefix or ''}op {i}"
                 shows = self.check is not None and self.check.want is None and label == self.check.label()
-                out += [f"{self.indent}try:", *(f"{self.indent}    {line}" for line in lines),
-                        f"{self.indent}except Exception as e:",
-                        f'{self.indent}    print(f"{label}: error: {{type(e).__name__}}: {{e}}")',
-                        *([f"{self.indent}    divergence = True"] if shows else [])]
+                out += [
+                    f"{self.indent}try:",
+                    *(f"{self.indent}    {line}" for line in lines),
+                    f"{self.indent}except Exception as e:",
+                    f'{self.indent}    print(f"{label}: error: {{type(e).__name__}}: {{e}}")',
+                    *([f"{self.indent}    divergence = True"] if shows else []),
+                ]
                 continue
             else:
-                out += [self.indent + line for line in _comments(
-                    f"op {i} ({visible(self.ops[k].get('op'))}): not run: torch reported `{visible(status)}`: "
-                    f"{step.get('message') or ''}")]
+                out += [
+                    self.indent + line
+                    for line in _comments(
+                        f"op {i} ({visible(self.ops[k].get('op'))}): not run: torch reported `{visible(status)}`: "
+                        f"{step.get('message') or ''}"
+                    )
+                ]
                 continue
             out.append(self.show(f"after op {i}"))
             c = self.check
             if c is not None and c.want is not None and c.subject in self.variables and f"after op {i}" == c.label():
-                out.append(f"divergence |= check_values({python_str(c.subject)}, {self.variables[c.subject]}, "
-                           f"{literal(list(c.want))}, {python_str(c.source)})")
+                out.append(
+                    f"divergence |= check_values({python_str(c.subject)}, {self.variables[c.subject]}, "
+                    f"{literal(list(c.want))}, {python_str(c.source)})"
+                )
         return out
 
 
@@ -124,13 +148,26 @@ def _comments(text: str) -> list[str]:
 def _header(title: str, body: list[str], check: bool) -> list[str]:
     used = "\n".join(body)
     imports = [src for name, (_, src) in MODULES.items() if name in ("torch", "nn") or f"{name}." in used]
-    return [f'"""aliasfuzz reproducer (PyTorch): {python_docstring(title)}"""', *imports, "", "", *_SHOW,
-            *(["", "", *_CHECK] if check else []), "", ""]
+    return [
+        f'"""aliasfuzz reproducer (PyTorch): {python_docstring(title)}"""',
+        *imports,
+        "",
+        "",
+        *_SHOW,
+        *(["", "", *_CHECK] if check else []),
+        "",
+        "",
+    ]
 
 
 def _end() -> list[str]:
-    return ["", "if divergence:", '    print("the divergence shows")', "    raise SystemExit(1)",
-            'print("the divergence does not show")']
+    return [
+        "",
+        "if divergence:",
+        '    print("the divergence shows")',
+        "    raise SystemExit(1)",
+        'print("the divergence does not show")',
+    ]
 
 
 def torch_script(program: Program, check: Check | None = None, variants: tuple[str, str] | None = None) -> str:
@@ -144,8 +181,11 @@ def torch_script(program: Program, check: Check | None = None, variants: tuple[s
     body = _Script(transcribe(program), program.ops, check=check).lines()
     second = without_run(program, None)
     if second is not None:
-        body += ["", f"# The case without its inert ops {list(program.inert)}, from a fresh model.",
-                 *_Script(transcribe(second.program), second.program.ops, second.prefix, second.numbers).lines()]
+        body += [
+            "",
+            f"# The case without its inert ops {list(program.inert)}, from a fresh model.",
+            *_Script(transcribe(second.program), second.program.ops, second.prefix, second.numbers).lines(),
+        ]
     if check is not None:
         body = ["divergence = False  # set where the finding's divergence shows", *body, *_end()]
     return "\n".join(_header(title, body, check is not None and check.want is not None) + body) + "\n"
@@ -160,18 +200,28 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
     texts = [script.lines() for script in scripts]  # after lines(), a script's names are all bound
     keywords = []
     for tr in runs:
-        found = [m.group(1) for lines in (tr.get("transcript") or {}).get("ops", []) for line in lines
-                 if (m := _IMPL_RE.search(line))]
+        found = [
+            m.group(1)
+            for lines in (tr.get("transcript") or {}).get("ops", [])
+            for line in lines
+            if (m := _IMPL_RE.search(line))
+        ]
         keywords.append(found[0] if found else None)
     merged = [_IMPL_RE.sub(", **impl)", line) for line in texts[0]]
     if merged != [_IMPL_RE.sub(", **impl)", line) for line in texts[1]] or None in keywords:
-        raise ValueError(f"the {variants[0]} and {variants[1]} transcripts differ in more than the optimizers' "
-                         "implementation")
+        raise ValueError(
+            f"the {variants[0]} and {variants[1]} transcripts differ in more than the optimizers' implementation"
+        )
     labels = ["", f"{variants[1]}: "]
-    body = ["def run(label, **impl):", *merged, f"    return {scripts[0].names()}", "",
-            *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(("first", "second"), labels, keywords)),
-            "differ = [name for name in first if not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-4, "
-            "equal_nan=True)]",
-            'print(f"the divergence shows: {differ} differ" if differ else "the divergence does not show")',
-            "raise SystemExit(1 if differ else 0)"]
+    body = [
+        "def run(label, **impl):",
+        *merged,
+        f"    return {scripts[0].names()}",
+        "",
+        *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(("first", "second"), labels, keywords)),
+        "differ = [name for name in first if not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-4, "
+        "equal_nan=True)]",
+        'print(f"the divergence shows: {differ} differ" if differ else "the divergence does not show")',
+        "raise SystemExit(1 if differ else 0)",
+    ]
     return "\n".join(_header(title, body, False) + body) + "\n"

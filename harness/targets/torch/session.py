@@ -104,8 +104,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = (), dtype: str = "f32"):
         if device_name not in DEVICES:
-            raise OpError(f"unknown device {json.dumps(device_name)} "
-                              f"(this probe has {', '.join(DEVICES)})")
+            raise OpError(f"unknown device {json.dumps(device_name)} (this probe has {', '.join(DEVICES)})")
         self.home, self.variant, _, self.alt = DEVICES[device_name]
         self.dtype = TORCH_DTYPES[dtype]  # every tensor's, grads and layer stats included
         self.tx = Transcript()
@@ -247,8 +246,9 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             # Module.state_dict() holds param.detach() / the buffer (keep_vars=False): no copy.
             key = model_key(of)
             if key not in self.model._parameters and key not in self.model._buffers and of not in self.layer_stats:
-                raise Unsupported(f"state_dict: {of!r} is not a parameter or buffer of the model "
-                                  "(a snapshot has no state_dict entry)")
+                raise Unsupported(
+                    f"state_dict: {of!r} is not a parameter or buffer of the model (a snapshot has no state_dict entry)"
+                )
             return f"model.state_dict()[{key!r}]"
         if method == "deepcopy":
             return f"copy.deepcopy({v})"
@@ -441,16 +441,28 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         keys: dict[str, tuple | None] = {}
         for name, t in self.bound.items():
             try:
-                keys[name] = (id(t), t._version, _bytes(t), t.storage_offset(), t.shape, t.stride(),
-                              t.requires_grad, t.device)
+                keys[name] = (
+                    id(t),
+                    t._version,
+                    _bytes(t),
+                    t.storage_offset(),
+                    t.shape,
+                    t.stride(),
+                    t.requires_grad,
+                    t.device,
+                )
             except Exception:  # noqa: BLE001 - no key: always read
                 keys[name] = None
         dirty = [k[2] for n, k in keys.items() if k is not None and self._seen.get(n, (None,))[0] != k]
         # A step writes what the optimizers hold, which no name may bind any more: a param the
         # model's slot replaced (load with assign, a replace) stays over the storage of the name
         # it was made over (``w.data = c.w``), and its writes bump its own version counter only.
-        held = {id(t): (t._version, _bytes(t))
-                for opt in self.optimizers.values() for group in opt.param_groups for t in group["params"]}
+        held = {
+            id(t): (t._version, _bytes(t))
+            for opt in self.optimizers.values()
+            for group in opt.param_groups
+            for t in group["params"]
+        }
         dirty += [k[1] for i, k in held.items() if self._held.get(i) != k]
         self._held = held
         return keys, dirty
@@ -484,11 +496,16 @@ class TorchProbe:
     def hello(self) -> dict:
         return {
             "framework": "torch",
-            "versions": {"torch": torch.__version__, "python": platform.python_version(),
-                         "numpy": np.__version__},
-            "devices": [{"name": n, "alt": d[3], "kind": d[2],
-                         **({"differs_on": list(VARIANT_DIFFERS_ON)} if d[1] != "plain" else {})}
-                        for n, d in DEVICES.items()],
+            "versions": {"torch": torch.__version__, "python": platform.python_version(), "numpy": np.__version__},
+            "devices": [
+                {
+                    "name": n,
+                    "alt": d[3],
+                    "kind": d[2],
+                    **({"differs_on": list(VARIANT_DIFFERS_ON)} if d[1] != "plain" else {}),
+                }
+                for n, d in DEVICES.items()
+            ],
             # An op whose torch call does not exist for some fields (``move`` with ``fork``) is
             # listed, and answered ``unsupported`` for those fields by the session.
             "ops": list(OPS),

@@ -23,8 +23,7 @@ SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameter
 
 def optimizer_key(op: dict, lr: float) -> tuple:
     """The hyper-parameters a live optimizer is filed under, with learning rate ``lr``."""
-    return (op["optimizer"], lr, op["momentum"], op["dampening"], op["betas"], op["eps"],
-            op["weight_decay"])
+    return (op["optimizer"], lr, op["momentum"], op["dampening"], op["betas"], op["eps"], op["weight_decay"])
 
 
 class TrainingOps:
@@ -72,11 +71,15 @@ class TrainingOps:
         if kind == "sgd_momentum":
             # torch skips dampening on the first momentum step (pytorch#152833: the buffer starts
             # as the gradient itself).
-            return (f"torch.optim.SGD(model.parameters(), {lr}, momentum={op['momentum']!r}, "
-                    f"dampening={op['dampening']!r}, {impl})")
+            return (
+                f"torch.optim.SGD(model.parameters(), {lr}, momentum={op['momentum']!r}, "
+                f"dampening={op['dampening']!r}, {impl})"
+            )
         cls = "Adam" if kind == "adam" else "AdamW"
-        return (f"torch.optim.{cls}(model.parameters(), {lr}, betas={tuple(op['betas'])!r}, eps={op['eps']!r}, "
-                f"weight_decay={op['weight_decay']!r}, {impl})")
+        return (
+            f"torch.optim.{cls}(model.parameters(), {lr}, betas={tuple(op['betas'])!r}, eps={op['eps']!r}, "
+            f"weight_decay={op['weight_decay']!r}, {impl})"
+        )
 
     def _op_step(self, op: dict) -> None:
         opt = self._optimizer(op)
@@ -107,8 +110,11 @@ class TrainingOps:
         terms = []
         for key, p in self.model.named_parameters(remove_duplicate=False):
             g = self.grads.get(case_name(key))
-            terms.append(f"model.{key}.sum()" if g is None
-                         else f"(model.{key} * {self._tensor_source(g, list(p.shape), p)}).sum()")
+            terms.append(
+                f"model.{key}.sum()"
+                if g is None
+                else f"(model.{key} * {self._tensor_source(g, list(p.shape), p)}).sum()"
+            )
         if not terms:
             raise ValueError("the model has no parameters")
         return f"({' + '.join(terms)})" if len(terms) > 1 else terms[0]
@@ -117,7 +123,7 @@ class TrainingOps:
         opt = self._optimizer(op)
         # What the torch docs and LR schedulers do: every param group's "lr" entry, in place.
         group = self.tx.helper("group")
-        self.tx.run(f"for {group} in {opt}.param_groups: {group}[\"lr\"] = {op['to']!r}")
+        self.tx.run(f'for {group} in {opt}.param_groups: {group}["lr"] = {op["to"]!r}')
         live = self.optimizers.pop(optimizer_key(op, op["lr"]))
         self.optimizers[optimizer_key(op, op["to"])] = live
 

@@ -26,14 +26,19 @@ import torch
 from torch import nn
 
 #: What every line may use, and the source lines that import it (in the reproducer's header).
-MODULES = {"torch": (torch, "import torch"), "nn": (nn, "from torch import nn"),
-           "copy": (copy, "import copy"), "io": (io, "import io")}
+MODULES = {
+    "torch": (torch, "import torch"),
+    "nn": (nn, "from torch import nn"),
+    "copy": (copy, "import copy"),
+    "io": (io, "import io"),
+}
 
 _BUILTINS = frozenset(dir(builtins))
 #: Names the reproducer's own lines use around the transcript (``reproducer.py``): no variable
 #: of the transcript takes them.
-SCRIPT_NAMES = frozenset({"show", "check_values", "divergence", "e", "run", "label", "impl", "first", "second",
-                          "differ"})
+SCRIPT_NAMES = frozenset(
+    {"show", "check_values", "divergence", "e", "run", "label", "impl", "first", "second", "differ"}
+)
 
 
 @lru_cache(maxsize=4096)
@@ -67,8 +72,9 @@ def nested(values: list, shape: list[int]):
     if not shape:
         return values[0]
     step = len(values) // shape[0] if shape[0] else 0
-    return [nested(values[i * step:(i + 1) * step], shape[1:]) if len(shape) > 1 else values[i]
-            for i in range(shape[0])]
+    return [
+        nested(values[i * step : (i + 1) * step], shape[1:]) if len(shape) > 1 else values[i] for i in range(shape[0])
+    ]
 
 
 class Transcript:
@@ -119,5 +125,4 @@ class Transcript:
 
     def to_json(self) -> dict:
         """The transcript as the protocol's ``transcript`` field (``PROTOCOL.md``)."""
-        return {"prologue": list(self.prologue), "ops": [list(lines) for lines in self.ops],
-                "names": dict(self.names)}
+        return {"prologue": list(self.prologue), "ops": [list(lines) for lines in self.ops], "names": dict(self.names)}

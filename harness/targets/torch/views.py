@@ -11,7 +11,7 @@ Views share the source's storage (torch "Tensor Views" docs: ``expand``, ``permu
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -40,12 +40,24 @@ pub struct CandleProbe {
 
 impl CandleProbe {
     pub fn new() -> Self {
-        let mut devices = vec![NamedDevice { name: "cpu".into(), kind: "cpu", device: Device::Cpu }];
+        let mut devices = vec![NamedDevice {
+            name: "cpu".into(),
+            kind: "cpu",
+            device: Device::Cpu,
+        }];
         if let Ok(d) = Device::new_cuda(0) {
-            devices.push(NamedDevice { name: "cuda".into(), kind: "gpu", device: d });
+            devices.push(NamedDevice {
+                name: "cuda".into(),
+                kind: "gpu",
+                device: d,
+            });
         }
         if let Ok(d) = Device::new_metal(0) {
-            devices.push(NamedDevice { name: "metal".into(), kind: "gpu", device: d });
+            devices.push(NamedDevice {
+                name: "metal".into(),
+                kind: "gpu",
+                device: d,
+            });
         }
         CandleProbe { devices }
     }
@@ -143,7 +155,9 @@ mod tests {
         let lock = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock"));
         for (krate, want) in [("candle-core", CANDLE_CORE_VERSION), ("candle-nn", CANDLE_NN_VERSION)] {
             let header = format!("name = \"{krate}\"\nversion = \"");
-            let start = lock.find(&header).unwrap_or_else(|| panic!("{krate} not in Cargo.lock"))
+            let start = lock
+                .find(&header)
+                .unwrap_or_else(|| panic!("{krate} not in Cargo.lock"))
                 + header.len();
             let got = &lock[start..start + lock[start..].find('"').unwrap()];
             assert_eq!(got, want, "{krate}: Cargo.lock has {got}, the probe reports {want}");

@@ -31,7 +31,9 @@
 //! `w.as_tensor()` and a `Tensor` `&s` (`CandleSession::t`).
 
 use aliasfuzz_protocol::transcript::{f32_lit, f32_vec, f64_lit, shape_lit, str_lit};
-use aliasfuzz_protocol::{Dtype, LazyInit, Method, Obs, Op, Outcome, Program, Refusal, Session, TensorKind, Transcript};
+use aliasfuzz_protocol::{
+    Dtype, LazyInit, Method, Obs, Op, Outcome, Program, Refusal, Session, TensorKind, Transcript,
+};
 use candle_core::{DType, Device, DeviceLocation, IndexOp, Tensor, Var};
 use candle_nn::kv_cache::Cache;
 use candle_nn::{Init, VarMap};
@@ -57,23 +59,83 @@ use training::{Checkpoint, Opt};
 /// tensor, `step` with `sgd_momentum`, `move` with `fork`, `forward` of a dropout with p = 1 in
 /// training). `no_grad` and `freeze` are never supported and so are not listed.
 pub const OPS: &[&str] = &[
-    "snapshot", "write", "fill", "scale", "step", "backward", "set_lr", "move", "module_clone", "valid", "train",
-    "read", "assign", "save", "load", "replace", "append", "forward", "map", "add",
+    "snapshot",
+    "write",
+    "fill",
+    "scale",
+    "step",
+    "backward",
+    "set_lr",
+    "move",
+    "module_clone",
+    "valid",
+    "train",
+    "read",
+    "assign",
+    "save",
+    "load",
+    "replace",
+    "append",
+    "forward",
+    "map",
+    "add",
 ];
 
 /// Snapshot methods this probe interprets (`state_dict` and `save_load` for params and layer stats only).
 /// `deepcopy` is never supported (candle has no such call) and so is not listed.
 pub const METHODS: &[&str] = &[
-    "alias", "clone", "detach", "copy", "mul1", "to_home", "to_cpu", "contiguous", "reshape",
-    "view_row", "transpose", "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow",
-    "unsqueeze", "squeeze", "chunk", "select", "to_same_dtype", "via_bf16", "via_f32",
+    "alias",
+    "clone",
+    "detach",
+    "copy",
+    "mul1",
+    "to_home",
+    "to_cpu",
+    "contiguous",
+    "reshape",
+    "view_row",
+    "transpose",
+    "state_dict",
+    "to_host",
+    "save_load",
+    "expand",
+    "permute",
+    "flip",
+    "narrow",
+    "unsqueeze",
+    "squeeze",
+    "chunk",
+    "select",
+    "to_same_dtype",
+    "via_bf16",
+    "via_f32",
 ];
 
 /// The variables of the transcript's scaffolding and of the reproducer's `main`: no case name's
 /// variable takes one.
 pub const RESERVED: &[&str] = &[
-    "main", "show", "dev", "dt", "varmap", "train", "loss", "grads", "alt", "candle_core", "candle_nn",
-    "half", "std", "Device", "DType", "IndexOp", "Tensor", "Var", "VarMap", "Init", "ModuleT", "Optimizer",
+    "main",
+    "show",
+    "dev",
+    "dt",
+    "varmap",
+    "train",
+    "loss",
+    "grads",
+    "alt",
+    "candle_core",
+    "candle_nn",
+    "half",
+    "std",
+    "Device",
+    "DType",
+    "IndexOp",
+    "Tensor",
+    "Var",
+    "VarMap",
+    "Init",
+    "ModuleT",
+    "Optimizer",
 ];
 
 #[derive(Clone)]
@@ -205,7 +267,9 @@ impl CandleSession {
             alt_spelled: false,
         };
         s.tx.line(format!("let dev = {};", device_spelling(&s.home)));
-        s.tx.line(format!("let dt = DType::{dtype:?};  // the program's dtype: every tensor's"));
+        s.tx.line(format!(
+            "let dt = DType::{dtype:?};  // the program's dtype: every tensor's"
+        ));
         s.tx.line("let mut varmap = VarMap::new();");
         if let Some(seed) = seed {
             // One generator seeded once per program; the CPU backend refuses to be seeded
@@ -226,7 +290,10 @@ impl CandleSession {
             let (dev, dt) = (s.home.clone(), s.dtype);
             let handle = match spec.kind {
                 TensorKind::Param => {
-                    let value = spec.value.clone().ok_or_else(|| format!("param {name:?} has no value"))?;
+                    let value = spec
+                        .value
+                        .clone()
+                        .ok_or_else(|| format!("param {name:?} has no value"))?;
                     let (values, shape) = (value.clone(), spec.shape.clone());
                     // In another dtype, a Var of the converted tensor (`make_var` copies it).
                     let (var, text) = if dtype == DType::F32 {
@@ -242,7 +309,10 @@ impl CandleSession {
                     Handle::Var(var)
                 }
                 TensorKind::Buffer => {
-                    let value = spec.value.clone().ok_or_else(|| format!("buffer {name:?} has no value"))?;
+                    let value = spec
+                        .value
+                        .clone()
+                        .ok_or_else(|| format!("buffer {name:?} has no value"))?;
                     let (t, text) = s.new_tensor(&value, &spec.shape);
                     s.tx.line(format!("let {v} = {text};"));
                     Handle::Tensor(t.map_err(ctx)?)
@@ -257,8 +327,11 @@ impl CandleSession {
                                 // with set_seed", cpu_backend/mod.rs): CPU values are then not
                                 // reproducible, which the oracle allows (it never compares the
                                 // values of uniform tensors).
-                                let (_, text) = call!([dev = &dev => "&dev", seed = seed => seed.to_string()] dev.set_seed(seed)?);
-                                s.tx.line(format!("let _ = (|| -> candle_core::Result<()> {{ {text}; Ok(()) }})();"));
+                                let (_, text) =
+                                    call!([dev = &dev => "&dev", seed = seed => seed.to_string()] dev.set_seed(seed)?);
+                                s.tx.line(format!(
+                                    "let _ = (|| -> candle_core::Result<()> {{ {text}; Ok(()) }})();"
+                                ));
                             }
                             "Init::Uniform { lo: -1.0, up: 1.0 }".to_string()
                         }
@@ -284,7 +357,9 @@ impl CandleSession {
             if spec.kind != TensorKind::Buffer {
                 let grad = spec.grad_or_ones();
                 if grad.len() != spec.numel() {
-                    return Err(format!("grad of {name:?} has {} values for shape {:?}", grad.len(), spec.shape).into());
+                    return Err(
+                        format!("grad of {name:?} has {} values for shape {:?}", grad.len(), spec.shape).into(),
+                    );
                 }
                 let g = s.tx.helper(&format!("{v}_grad"));
                 let (t, text) = s.new_tensor(&grad, &spec.shape);
@@ -345,7 +420,10 @@ impl CandleSession {
 
     fn get(&self, name: &str) -> R<Handle> {
         // The driver skips ops whose names do not exist; this is only a safety net.
-        self.bound.get(name).cloned().ok_or_else(|| Outcome::Error(format!("no tensor {name:?}")))
+        self.bound
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Outcome::Error(format!("no tensor {name:?}")))
     }
 
     /// How the transcript spells `name`'s tensor where a `&Tensor` goes.
@@ -440,8 +518,12 @@ impl CandleSession {
                     .to_dtype(t.dtype())?)),
             // tensor.rs `to_dtype`: `if self.dtype() == dtype { Ok(self.clone()) }`, one storage.
             Method::ToSameDtype => tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(dt)?)),
-            Method::ViaBf16 => tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(DType::BF16)?.to_dtype(dt)?)),
-            Method::ViaF32 => tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(DType::F32)?.to_dtype(dt)?)),
+            Method::ViaBf16 => {
+                tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(DType::BF16)?.to_dtype(dt)?))
+            }
+            Method::ViaF32 => {
+                tensor(call!([t = &t => ts, dt = self.dtype => "dt"] t.to_dtype(DType::F32)?.to_dtype(dt)?))
+            }
             Method::SaveLoad => return self.save_load(name, of),
             // The shape-derived views (issue #16): each the one candle call a user writes. Every
             // one but `flip` is a new layout over the source's storage (candle-core 0.11.1
@@ -587,8 +669,10 @@ impl CandleSession {
                 t.slice_set(&src.narrow(0, j, 1)?.squeeze(0)?, 0, 0)?),
             (_, Some(i), None) => call!([t = &t => ts, src = &src => ss, i = i => i.to_string()]
                 t.slice_set(&src.unsqueeze(0)?, 0, i)?),
-            (_, Some(i), Some(j)) => call!([t = &t => ts, src = &src => ss, i = i => i.to_string(), j = j => j.to_string()]
-                t.slice_set(&src.narrow(0, j, 1)?.squeeze(0)?.unsqueeze(0)?, 0, i)?),
+            (_, Some(i), Some(j)) => {
+                call!([t = &t => ts, src = &src => ss, i = i => i.to_string(), j = j => j.to_string()]
+                t.slice_set(&src.narrow(0, j, 1)?.squeeze(0)?.unsqueeze(0)?, 0, i)?)
+            }
         };
         self.stmt(spelled)
     }
@@ -646,7 +730,12 @@ impl CandleSession {
                 self.tx.line(format!("let _ = {text};"));
                 r.map(|_| ())
             }
-            Op::Assign { target, source, index, source_index } => self.assign(target, source, *index, *source_index),
+            Op::Assign {
+                target,
+                source,
+                index,
+                source_index,
+            } => self.assign(target, source, *index, *source_index),
         }
     }
 

@@ -305,8 +305,10 @@ pub struct OptimizerSpec {
 impl OptimizerSpec {
     /// The key a probe files the live optimizer of these hyper-parameters under.
     pub fn key(&self) -> String {
-        format!("{:?}|{}|{}|{}|{:?}|{}|{}", self.optimizer, self.lr, self.momentum, self.dampening,
-                self.betas, self.eps, self.weight_decay)
+        format!(
+            "{:?}|{}|{}|{}|{:?}|{}|{}",
+            self.optimizer, self.lr, self.momentum, self.dampening, self.betas, self.eps, self.weight_decay
+        )
     }
 
     /// The same hyper-parameters with another learning rate.
@@ -320,7 +322,11 @@ impl OptimizerSpec {
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 #[strum(serialize_all = "snake_case")]
 pub enum Op {
-    Snapshot { name: String, of: String, method: Method },
+    Snapshot {
+        name: String,
+        of: String,
+        method: Method,
+    },
     /// `index`: first-dimension index (row); `None` writes the whole tensor. `value` is row-major.
     Write {
         target: String,
@@ -328,8 +334,14 @@ pub enum Op {
         #[serde(deserialize_with = "de_f32s")]
         value: Vec<f32>,
     },
-    Fill { target: String, value: f32 },
-    Scale { target: String, factor: f32 },
+    Fill {
+        target: String,
+        value: f32,
+    },
+    Scale {
+        target: String,
+        factor: f32,
+    },
     Step {
         optimizer: OptimizerKind,
         lr: f64,
@@ -355,31 +367,62 @@ pub enum Op {
         weight_decay: f64,
         to: f64,
     },
-    Move { target: String, device: DeviceRole, method: MoveMethod },
+    Move {
+        target: String,
+        device: DeviceRole,
+        method: MoveMethod,
+    },
     /// A snapshot of the whole model: creates `<name>.<param>` for every param and lazy param.
-    ModuleClone { name: String },
+    ModuleClone {
+        name: String,
+    },
     Valid {},
     Train {},
     NoGrad {},
     Freeze {},
-    Read { target: String },
+    Read {
+        target: String,
+    },
     /// Copies `source` in place into row `index` of `target` (`source` shaped like the row), or
     /// into all of `target` when `index` is `None` (`source` shaped like `target`). With
     /// `source_index`, row `source_index` of `source` is what is copied (`dst[i] = src[j]`).
-    Assign { target: String, source: String, index: Option<usize>, source_index: Option<usize> },
+    Assign {
+        target: String,
+        source: String,
+        index: Option<usize>,
+        source_index: Option<usize>,
+    },
     /// A checkpoint of the whole model named `name`: binds `<name>.<param>` to what it holds.
-    Save { name: String, to: CheckpointStore },
+    Save {
+        name: String,
+        to: CheckpointStore,
+    },
     /// Loads checkpoint `from` into the live model. A probe answers [`Outcome::Skipped`] when
     /// the `save` that took it did not run there.
-    Load { from: String, assign: bool },
+    Load {
+        from: String,
+        assign: bool,
+    },
     /// Puts `value` (shaped like `target`) in the model's slot of param `target`, `how` says how.
-    Replace { target: String, value: String, how: ReplaceHow },
+    Replace {
+        target: String,
+        value: String,
+        how: ReplaceHow,
+    },
     /// Binds `target` to a longer tensor: `target` with `source` appended along the first
     /// dimension (`source` shaped like a row of `target`, or like rows of it).
-    Append { target: String, source: String, how: AppendHow },
+    Append {
+        target: String,
+        source: String,
+        how: AppendHow,
+    },
     /// Binds `name` to `layer`'s output on `input`. In training mode a batch norm updates its
     /// running statistics (`<layer>.running_mean`, `<layer>.running_var`).
-    Forward { name: String, layer: String, input: String },
+    Forward {
+        name: String,
+        layer: String,
+        input: String,
+    },
     /// Binds `target` again to `func` of it, element-wise: a new tensor, computed from the old
     /// value moved into the call where the framework has value semantics.
     Map {
@@ -389,17 +432,43 @@ pub enum Op {
     },
     /// Binds `target` again to `target + other` (`other` shaped like it, or like a row of it,
     /// broadcast along the first dimension), as `Map` does.
-    Add { target: String, other: String },
+    Add {
+        target: String,
+        other: String,
+    },
 }
 
 impl Op {
     /// The optimizer a `step` or `set_lr` names.
     pub fn optimizer_spec(&self) -> Option<OptimizerSpec> {
         match *self {
-            Op::Step { optimizer, lr, momentum, dampening, betas, eps, weight_decay }
-            | Op::SetLr { optimizer, lr, momentum, dampening, betas, eps, weight_decay, .. } => {
-                Some(OptimizerSpec { optimizer, lr, momentum, dampening, betas, eps, weight_decay })
+            Op::Step {
+                optimizer,
+                lr,
+                momentum,
+                dampening,
+                betas,
+                eps,
+                weight_decay,
             }
+            | Op::SetLr {
+                optimizer,
+                lr,
+                momentum,
+                dampening,
+                betas,
+                eps,
+                weight_decay,
+                ..
+            } => Some(OptimizerSpec {
+                optimizer,
+                lr,
+                momentum,
+                dampening,
+                betas,
+                eps,
+                weight_decay,
+            }),
             _ => None,
         }
     }
@@ -460,7 +529,10 @@ impl LayerSpec {
     /// The names the layer binds (`<layer>.running_mean`, `<layer>.running_var`), or none.
     pub fn state_names(&self) -> Vec<String> {
         match self.kind {
-            LayerKind::BatchNorm => RUNNING_STATS.iter().map(|(s, _)| format!("{}.{s}", self.name)).collect(),
+            LayerKind::BatchNorm => RUNNING_STATS
+                .iter()
+                .map(|(s, _)| format!("{}.{s}", self.name))
+                .collect(),
             LayerKind::Dropout => vec![],
         }
     }
@@ -564,9 +636,17 @@ struct WireObs(
 
 impl<'de> Deserialize<'de> for Obs {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Obs, D::Error> {
-        let WireObs(shape, value, identity, device, requires_grad, initialized, dtype, note) =
-            WireObs::deserialize(d)?;
-        Ok(Obs { shape, value, identity, device, requires_grad, initialized, dtype, note })
+        let WireObs(shape, value, identity, device, requires_grad, initialized, dtype, note) = WireObs::deserialize(d)?;
+        Ok(Obs {
+            shape,
+            value,
+            identity,
+            device,
+            requires_grad,
+            initialized,
+            dtype,
+            note,
+        })
     }
 }
 
@@ -575,9 +655,7 @@ impl<'de> Deserialize<'de> for Obs {
 impl PartialEq for Obs {
     fn eq(&self, other: &Obs) -> bool {
         let same_values = match (&self.value, &other.value) {
-            (Some(a), Some(b)) => {
-                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-            }
+            (Some(a), Some(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()),
             (None, None) => true,
             _ => false,
         };
@@ -665,7 +743,9 @@ pub struct Trace {
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {
-    Hello { protocol: u32 },
+    Hello {
+        protocol: u32,
+    },
     Run {
         id: u64,
         device: String,
@@ -778,7 +858,7 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
                 steps: vec![],
                 elapsed_us: start.elapsed().as_micros() as u64,
                 transcript: None,
-            }
+            };
         }
     };
     let initial = observe_all(&mut session);
@@ -788,17 +868,21 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
         session.begin_op();
         let (status, message) = match raw.get("op").and_then(|v| v.as_str()) {
             None => (OpStatus::Error, Some("malformed op: no string field `op`".to_string())),
-            Some(name) if !ALL_OPS.contains(&name) => {
-                (OpStatus::Unsupported, Some(format!("unknown op {name:?}")))
-            }
+            Some(name) if !ALL_OPS.contains(&name) => (OpStatus::Unsupported, Some(format!("unknown op {name:?}"))),
             Some(_) => match serde_json::from_value::<Op>(raw.clone()) {
                 Err(e) => (OpStatus::Error, Some(format!("malformed op: {e}"))),
                 Ok(op) => {
                     let names = session.names();
-                    let missing: Vec<&str> =
-                        op.uses().into_iter().filter(|n| !names.iter().any(|m| m == n)).collect();
+                    let missing: Vec<&str> = op
+                        .uses()
+                        .into_iter()
+                        .filter(|n| !names.iter().any(|m| m == n))
+                        .collect();
                     if !missing.is_empty() {
-                        (OpStatus::Skipped, Some(format!("no tensor named {}", missing.join(", "))))
+                        (
+                            OpStatus::Skipped,
+                            Some(format!("no tensor named {}", missing.join(", "))),
+                        )
                     } else {
                         match catch_unwind(AssertUnwindSafe(|| session.apply(&op))) {
                             Ok(Outcome::Ok) => (OpStatus::Ok, None),
@@ -818,7 +902,11 @@ pub fn run_program<P: Probe>(probe: &mut P, id: u64, device: &str, program: &Pro
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         previous = now;
-        steps.push(StepRecord { status, message, changed });
+        steps.push(StepRecord {
+            status,
+            message,
+            changed,
+        });
     }
     Trace {
         id,
@@ -853,7 +941,10 @@ pub fn serve<P: Probe>(mut probe: P) {
             continue;
         }
         let reply = match serde_json::from_str::<Request>(&line) {
-            Err(e) => Reply::Error { id: None, message: format!("malformed request: {e}") },
+            Err(e) => Reply::Error {
+                id: None,
+                message: format!("malformed request: {e}"),
+            },
             Ok(Request::Exit {}) => break,
             Ok(Request::Hello { protocol }) => {
                 let mut hello = probe.hello();
@@ -863,9 +954,12 @@ pub fn serve<P: Probe>(mut probe: P) {
                 }
                 Reply::Hello(hello)
             }
-            Ok(Request::Run { id, device, program, transcript }) => {
-                Reply::Trace(run_program(&mut probe, id, &device, &program, transcript))
-            }
+            Ok(Request::Run {
+                id,
+                device,
+                program,
+                transcript,
+            }) => Reply::Trace(run_program(&mut probe, id, &device, &program, transcript)),
         };
         if write_reply(&mut out, &reply).is_err() {
             break; // the harness went away
@@ -899,7 +993,10 @@ mod tests {
 
     #[test]
     fn an_observation_of_another_dtype_is_a_change() {
-        let bf16 = Obs { dtype: Some("bf16".into()), ..obs(vec![1.0]) };
+        let bf16 = Obs {
+            dtype: Some("bf16".into()),
+            ..obs(vec![1.0])
+        };
         assert_ne!(obs(vec![1.0]), bf16);
     }
 
@@ -922,7 +1019,11 @@ mod tests {
 
     #[test]
     fn an_observation_travels_as_its_eight_fields_in_order() {
-        let o = Obs { identity: Some("t7".into()), note: Some("why".into()), ..obs(vec![0.5]) };
+        let o = Obs {
+            identity: Some("t7".into()),
+            note: Some("why".into()),
+            ..obs(vec![0.5])
+        };
         let text = serde_json::to_string(&o).unwrap();
         assert_eq!(text, r#"[[1],[0.5],"t7","cpu",true,true,"f32","why"]"#);
         assert_eq!(serde_json::from_str::<Obs>(&text).unwrap(), o);
@@ -943,8 +1044,7 @@ mod tests {
 
     /// The `$defs.<key>.enum` list of the JSON schema.
     fn schema_names(key: &str) -> Vec<String> {
-        let schema: serde_json::Value =
-            serde_json::from_str(include_str!("../schema/protocol.schema.json")).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(include_str!("../schema/protocol.schema.json")).unwrap();
         let names = schema["$defs"][key]["enum"].as_array();
         let names = names.unwrap_or_else(|| panic!("schema: no $defs.{key}.enum"));
         names.iter().map(|n| n.as_str().unwrap().to_string()).collect()
@@ -986,10 +1086,24 @@ mod tests {
         // Op carries data: one value of every variant, in declaration order, and its tag.
         let t = || "w".to_string();
         let ops = [
-            Op::Snapshot { name: "s".into(), of: t(), method: Method::Alias },
-            Op::Write { target: t(), index: None, value: vec![1.0] },
-            Op::Fill { target: t(), value: 0.0 },
-            Op::Scale { target: t(), factor: 2.0 },
+            Op::Snapshot {
+                name: "s".into(),
+                of: t(),
+                method: Method::Alias,
+            },
+            Op::Write {
+                target: t(),
+                index: None,
+                value: vec![1.0],
+            },
+            Op::Fill {
+                target: t(),
+                value: 0.0,
+            },
+            Op::Scale {
+                target: t(),
+                factor: 2.0,
+            },
             Op::Step {
                 optimizer: OptimizerKind::Sgd,
                 lr: 0.1,
@@ -1010,21 +1124,54 @@ mod tests {
                 weight_decay: 0.0,
                 to: 0.5,
             },
-            Op::Move { target: t(), device: DeviceRole::Cpu, method: MoveMethod::To },
+            Op::Move {
+                target: t(),
+                device: DeviceRole::Cpu,
+                method: MoveMethod::To,
+            },
             Op::ModuleClone { name: "m".into() },
             Op::Valid {},
             Op::Train {},
             Op::NoGrad {},
             Op::Freeze {},
             Op::Read { target: t() },
-            Op::Assign { target: t(), source: "s".into(), index: None, source_index: Some(0) },
-            Op::Save { name: "c".into(), to: CheckpointStore::Memory },
-            Op::Load { from: "c".into(), assign: false },
-            Op::Replace { target: t(), value: "s".into(), how: ReplaceHow::New },
-            Op::Append { target: t(), source: "s".into(), how: AppendHow::Cat },
-            Op::Forward { name: "y".into(), layer: "bn".into(), input: t() },
-            Op::Map { target: t(), func: MapFn::Relu },
-            Op::Add { target: t(), other: "s".into() },
+            Op::Assign {
+                target: t(),
+                source: "s".into(),
+                index: None,
+                source_index: Some(0),
+            },
+            Op::Save {
+                name: "c".into(),
+                to: CheckpointStore::Memory,
+            },
+            Op::Load {
+                from: "c".into(),
+                assign: false,
+            },
+            Op::Replace {
+                target: t(),
+                value: "s".into(),
+                how: ReplaceHow::New,
+            },
+            Op::Append {
+                target: t(),
+                source: "s".into(),
+                how: AppendHow::Cat,
+            },
+            Op::Forward {
+                name: "y".into(),
+                layer: "bn".into(),
+                input: t(),
+            },
+            Op::Map {
+                target: t(),
+                func: MapFn::Relu,
+            },
+            Op::Add {
+                target: t(),
+                other: "s".into(),
+            },
         ];
         let tags: Vec<String> = ops
             .iter()

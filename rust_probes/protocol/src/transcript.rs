@@ -36,7 +36,10 @@ impl Transcript {
     /// use around the transcript (`main`, `show`, the device, ...).
     pub fn new(reserved: &[&str]) -> Self {
         let taken = reserved.iter().map(|s| s.to_string()).collect();
-        Transcript { taken, ..Default::default() }
+        Transcript {
+            taken,
+            ..Default::default()
+        }
     }
 
     /// The lines from here on are the next op's.
@@ -61,8 +64,10 @@ impl Transcript {
         if let Some(v) = self.names.get(name) {
             return v.clone();
         }
-        let mut ident: String =
-            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+        let mut ident: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' })
+            .collect();
         if ident.is_empty() || ident.starts_with(|c: char| c.is_ascii_digit()) || ident == "_" {
             ident = format!("v_{ident}");
         }
@@ -175,7 +180,8 @@ pub fn fill(text: &str, subs: &[(&str, &str)]) -> String {
     let out: Vec<char> = out.chars().collect();
     let mut squeezed = String::with_capacity(out.len());
     for (k, &c) in out.iter().enumerate() {
-        let method_next = out.get(k + 1) == Some(&'.') && out.get(k + 2).is_some_and(|n| n.is_ascii_alphabetic() || *n == '_');
+        let method_next =
+            out.get(k + 1) == Some(&'.') && out.get(k + 2).is_some_and(|n| n.is_ascii_alphabetic() || *n == '_');
         if c == ' ' && (squeezed.ends_with(' ') || method_next) {
             continue;
         }
@@ -217,7 +223,10 @@ pub fn shape_lit(dims: &[usize]) -> String {
     match dims {
         [] => "()".into(),
         [d] => format!("({d},)"),
-        _ => format!("({})", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+        ),
     }
 }
 
@@ -257,7 +266,10 @@ mod tests {
         assert_eq!(fill("r.t(r)", &subs), "s.t(&s)");
         assert_eq!(fill("x.into()", &[("x", "-2.0f32")]), "(-2.0f32).into()");
         assert_eq!(fill("t.t()?", &subs), "w.t()?");
-        assert_eq!(fill("t.narrow(0, i, 1)?.to_dtype(dt)?", &subs), "w.narrow(0, 2, 1)?.to_dtype(dt)?");
+        assert_eq!(
+            fill("t.narrow(0, i, 1)?.to_dtype(dt)?", &subs),
+            "w.narrow(0, 2, 1)?.to_dtype(dt)?"
+        );
         assert_eq!(fill("Tensor::t(&t, \"t\")", &subs), "Tensor::t(&w, \"t\")");
         assert_eq!(fill("t!(t)", &subs), "t!(w)");
         assert_eq!(fill("f(\"a\\\"t\", t)", &subs), "f(\"a\\\"t\", w)");
@@ -295,7 +307,10 @@ mod tests {
     #[test]
     fn literals_read_back_as_the_same_values() {
         assert_eq!(f32_vec(&[1.0, -0.5, f32::NAN]), "vec![1.0f32, -0.5f32, f32::NAN]");
-        assert_eq!((f64_lit(f64::NEG_INFINITY), f64_lit(0.1)), ("f64::NEG_INFINITY".to_string(), "0.1".to_string()));
+        assert_eq!(
+            (f64_lit(f64::NEG_INFINITY), f64_lit(0.1)),
+            ("f64::NEG_INFINITY".to_string(), "0.1".to_string())
+        );
         assert_eq!(shape_lit(&[2]), "(2,)");
         assert_eq!(shape_lit(&[2, 3]), "(2, 3)");
         assert_eq!(str_lit("a\"b\n"), "\"a\\\"b\\n\"");

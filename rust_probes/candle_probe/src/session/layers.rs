@@ -40,8 +40,12 @@ impl CandleSession {
         let ctx = |e: Outcome| format!("creating layer {name:?}: {}", outcome_text(e));
         let layer = match spec.kind {
             LayerKind::BatchNorm => {
-                let features = spec.features.ok_or_else(|| format!("batch norm {name:?} has no features"))?;
-                let momentum = spec.momentum.ok_or_else(|| format!("batch norm {name:?} has no momentum"))?;
+                let features = spec
+                    .features
+                    .ok_or_else(|| format!("batch norm {name:?} has no features"))?;
+                let momentum = spec
+                    .momentum
+                    .ok_or_else(|| format!("batch norm {name:?} has no momentum"))?;
                 let (bn, text) = call!([features = features => features.to_string(), eps = BATCH_NORM_EPS => f64_lit(BATCH_NORM_EPS),
                     momentum = momentum => f64_lit(momentum), varmap = &self.varmap => "&varmap", dt = self.dtype => "dt",
                     dev = &self.home => "&dev", key = name.as_str() => str_lit(name)]
@@ -70,7 +74,8 @@ impl CandleSession {
         };
         self.layers.insert(name.clone(), layer);
         if self.layers.len() == 1 {
-            self.tx.line("let train = true;  // candle has no module modes: what every forward_t is given");
+            self.tx
+                .line("let train = true;  // candle has no module modes: what every forward_t is given");
         }
         Ok(())
     }

@@ -123,7 +123,9 @@ impl CandleSession {
     /// keep the original Var.
     pub(super) fn move_to(&mut self, target: &str, device: DeviceRole, method: MoveMethod) -> R<()> {
         if method == MoveMethod::Fork {
-            return Err(Outcome::Unsupported("candle has no fork (burn only); Tensor::to_device is `to`".into()));
+            return Err(Outcome::Unsupported(
+                "candle has no fork (burn only); Tensor::to_device is `to`".into(),
+            ));
         }
         let (dev, spelled) = match device {
             DeviceRole::Home => (self.home.clone(), "&dev".to_string()),

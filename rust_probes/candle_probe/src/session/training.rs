@@ -91,8 +91,12 @@ impl CandleSession {
     fn loss(&mut self) -> R<Option<Tensor>> {
         let mut total: Option<Tensor> = None;
         for p in self.params.clone() {
-            let Some((g, gv)) = self.grads.get(&p).cloned() else { continue };
-            let Some(var) = self.varmap.data().lock().unwrap().get(&p).cloned() else { continue };
+            let Some((g, gv)) = self.grads.get(&p).cloned() else {
+                continue;
+            };
+            let Some(var) = self.varmap.data().lock().unwrap().get(&p).cloned() else {
+                continue;
+            };
             let ws = match self.bound.get(&p) {
                 Some(Handle::Var(b)) if b.as_tensor().id() == var.as_tensor().id() => {
                     format!("{}.as_tensor()", self.tx.var(&p))
@@ -203,10 +207,12 @@ impl CandleSession {
                 let (map, text) = call!([varmap = &self.varmap => "&varmap"] varmap.data().lock().unwrap().clone());
                 self.tx.line(format!("let {cv} = {text};"));
                 let map = map?;
-                self.checkpoints.insert(name.to_string(), Checkpoint::Memory(map.clone(), cv.clone()));
+                self.checkpoints
+                    .insert(name.to_string(), Checkpoint::Memory(map.clone(), cv.clone()));
                 for p in self.model_names() {
                     if map.contains_key(&p) {
-                        let (r, text) = call!([map = &map => cv.clone(), key = p.as_str() => str_lit(&p)] map[key].clone());
+                        let (r, text) =
+                            call!([map = &map => cv.clone(), key = p.as_str() => str_lit(&p)] map[key].clone());
                         self.let_bind(&format!("{name}.{p}"), (r.map(Handle::Var), text))?;
                     }
                 }
@@ -223,7 +229,9 @@ impl CandleSession {
                     dir.join(format!("aliasfuzz-repro-{}-{}", std::process::id(), file)));
                 self.tx.line(format!("let {pv} = {text};"));
                 let path = path?;
-                self.stmt(call!([varmap = &self.varmap => "&varmap", path = &path => format!("&{pv}")] varmap.save(path)?))?;
+                self.stmt(
+                    call!([varmap = &self.varmap => "&varmap", path = &path => format!("&{pv}")] varmap.save(path)?),
+                )?;
                 let (read, text) = call!([path = &path => format!("&{pv}"), dev = &self.home => "&dev"]
                     candle_core::safetensors::load(path, dev)?);
                 self.tx.line(format!("let {cv} = {text};"));
@@ -231,7 +239,8 @@ impl CandleSession {
                 self.checkpoints.insert(name.to_string(), Checkpoint::File(path, pv));
                 for p in self.model_names() {
                     if read.contains_key(&p) {
-                        let (r, text) = call!([map = &read => cv.clone(), key = p.as_str() => str_lit(&p)] map[key].clone());
+                        let (r, text) =
+                            call!([map = &read => cv.clone(), key = p.as_str() => str_lit(&p)] map[key].clone());
                         self.let_bind(&format!("{name}.{p}"), (r.map(Handle::Tensor), text))?;
                     }
                 }
@@ -251,7 +260,11 @@ impl CandleSession {
             ));
         }
         let spelled = match self.checkpoints.get(from) {
-            None => return Err(Outcome::Skipped(format!("no checkpoint named {from} (its save did not run here)"))),
+            None => {
+                return Err(Outcome::Skipped(format!(
+                    "no checkpoint named {from} (its save did not run here)"
+                )))
+            }
             Some(Checkpoint::Memory(map, cv)) => {
                 call!([varmap = &mut self.varmap => "varmap", map = map => cv.clone()]
                     varmap.set(map.iter().map(|(k, v)| (k, v.as_tensor())))?)
