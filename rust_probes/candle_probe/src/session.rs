@@ -190,6 +190,8 @@ pub struct CandleSession {
     tx: Transcript,
     /// Whether the transcript has opened the second device (`alt`).
     alt_spelled: bool,
+    /// The names whose variable is a reference (an `alias`: `let s = &w;`).
+    borrowed: std::collections::HashSet<String>,
 }
 
 /// A candle error as a one-line message (without the captured backtrace, if any).
@@ -265,6 +267,7 @@ impl CandleSession {
             caches: HashMap::new(),
             tx: Transcript::new(RESERVED),
             alt_spelled: false,
+            borrowed: Default::default(),
         };
         s.tx.line(format!("let dev = {};", device_spelling(&s.home)));
         s.tx.line(format!(
@@ -411,8 +414,11 @@ impl CandleSession {
         self.params.iter().chain(&self.stats).cloned().collect()
     }
 
+    /// Binds `name` to `handle`, the value of its variable (no longer a reference: `Method::Alias`
+    /// marks one after binding it).
     fn bind(&mut self, name: String, handle: Handle) {
         self.tx.var(&name);
+        self.borrowed.remove(&name);
         if self.bound.insert(name.clone(), handle).is_none() {
             self.order.push(name);
         }
@@ -431,6 +437,7 @@ impl CandleSession {
         let var = self.tx.var(name);
         match self.bound.get(name) {
             Some(Handle::Var(_)) => format!("{var}.as_tensor()"),
+            _ if self.borrowed.contains(name) => var,
             _ => format!("&{var}"),
         }
     }
@@ -466,9 +473,14 @@ impl CandleSession {
         let tensor = |r: (R<Tensor>, String)| (r.0.map(Handle::Tensor), r.1);
         let spelled = match method {
             // `let s = &w;`: the very same handle.
+            // (The probe holds the handle twice; the reproducer borrows it: `let s = &w;`, or the
+            // same reference again when `w` is one.)
             Method::Alias => {
                 let v = self.tx.var(of);
-                (Ok(src.clone()), format!("&{v}"))
+                let spelled = if self.borrowed.contains(of) { v } else { format!("&{v}") };
+                self.let_bind(name, (Ok(src.clone()), spelled))?;
+                self.borrowed.insert(name.to_string());
+                return Ok(());
             }
             // `w.clone()`: a Var stays a Var (Var derives Clone over its Arc'd Tensor).
             Method::Clone => match &src {
