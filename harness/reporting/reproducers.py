@@ -168,7 +168,10 @@ def parse_output(text: str, prefix: str = "") -> dict[int | None, dict[str, list
         step = None if m.group(1) == "initial" else int(m.group(2))
         raw = m.group(4).strip()
         if raw.startswith("["):
-            vals = [float(x) for x in re.findall(r"[-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)", raw[1:-1], re.IGNORECASE)]
+            vals = [
+                float(x)
+                for x in re.findall(r"[-+]?(?:inf|nan|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)", raw[1:-1], re.IGNORECASE)
+            ]
             out.setdefault(step, {})[m.group(3)] = vals
         else:
             out.setdefault(step, {})[m.group(3)] = raw.split()[0]
