@@ -64,8 +64,8 @@ from harness.targets.protocol import (
     Exit,
     Hello,
     Malformed,
-    Program,
     Run,
+    WireProgram,
     encode_floats,
     is_op_kind,
     parse_op,
@@ -111,7 +111,7 @@ class Session(Protocol):
 class Probe(Protocol):
     def hello(self) -> dict[str, Any]: ...
 
-    def open(self, device: str, program: Program) -> Session: ...
+    def open(self, device: str, program: WireProgram) -> Session: ...
 
 
 def _message(e: BaseException) -> str:
@@ -179,7 +179,7 @@ def _elapsed_us(start: float) -> int:
 
 
 def run_program(
-    probe: Probe, id: int, device: str, program: Program, fault: str | None = None, transcript: bool = False
+    probe: Probe, id: int, device: str, program: WireProgram, fault: str | None = None, transcript: bool = False
 ) -> dict:
     """Interprets one program: the part of the protocol that is the same for every framework.
     Returns the trace reply, floats not yet encoded; with ``transcript``, and a session that

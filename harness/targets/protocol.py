@@ -1,7 +1,7 @@
 """The probe protocol's messages on the Python side: its version, parsing, and observations.
 
 The Python twin of the message types of ``rust_probes/protocol/src/lib.rs`` (``Request``,
-``Program``, ``TensorSpec``, ``Op``, ``Obs``), for the Python driver ``harness.targets.driver``;
+``WireProgram``, ``TensorSpec``, ``Op``, ``Obs``), for the Python driver ``harness.targets.driver``;
 ``rust_probes/protocol/PROTOCOL.md`` describes the protocol and
 ``rust_probes/protocol/schema/protocol.schema.json`` is normative. ``PROTOCOL_VERSION`` is the
 Python side's one definition: the harness's client (``harness.targets.base``) sends and checks
@@ -137,8 +137,9 @@ def _opt_float_list(d: dict, key: str):
 
 
 @dataclass(frozen=True)
-class Program:
-    """A program as it travels: ``tensors`` parsed (``TensorSpec`` dicts: name, kind, shape,
+class WireProgram:
+    """A program as it travels (the case's program is ``harness.case.ir.Program``; this is what a
+    probe receives, before any op is checked): ``tensors`` parsed (``TensorSpec`` dicts: name, kind, shape,
     value, grad, init, fill, seed; absent optional fields are None), ``ops`` kept raw, so that
     one unknown or malformed op does not reject the whole program: the driver parses each op and
     reports ``unsupported`` or ``error`` for that op alone."""
@@ -158,7 +159,7 @@ class Hello:
 class Run:
     id: int
     device: str
-    program: Program
+    program: WireProgram
     #: Whether the reply carries the calls the session made (``transcript``, PROTOCOL.md).
     transcript: bool = False
 
@@ -255,7 +256,7 @@ def parse_request(line: bytes) -> Hello | Run | Exit:
         return Run(
             rid,
             device,
-            Program([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype),
+            WireProgram([parse_tensor(t) for t in tensors], ops, [parse_layer(x) for x in layers], dtype),
             transcript,
         )
     raise Malformed(f"unknown variant {json.dumps(kind)} for `type`, expected hello, run or exit")

@@ -24,7 +24,7 @@ from torch import nn
 
 from harness.case import ops as op_table
 from harness.targets.driver import OpError, Unsupported
-from harness.targets.protocol import PROGRAM_SEED, Program, unreadable
+from harness.targets.protocol import PROGRAM_SEED, WireProgram, unreadable
 from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.names import case_name, model_key
@@ -512,5 +512,5 @@ class TorchProbe:
             "methods": list(op_table.METHODS),
         }
 
-    def open(self, device: str, program: Program) -> TorchSession:
+    def open(self, device: str, program: WireProgram) -> TorchSession:
         return TorchSession(device, program.tensors, program.layers, program.dtype)
