@@ -15,7 +15,7 @@ BUDGET ?= 2m
 # the nightly workflow passes its run number.
 SEED   ?= 1
 
-.PHONY: all fuzz latest test probes venv bench schema matrix drafts clean distclean
+.PHONY: all fuzz latest test lint probes venv bench schema matrix drafts clean distclean
 
 all: test
 
@@ -59,9 +59,15 @@ latest:
 	@[ "$(origin RUN)" = "command line" ] || { echo "make latest: give RUN=<a run folder>" >&2; exit 2; }; \
 	$(call link_latest,$(RUN))
 
-test: probes
+test: probes lint
 	$(PY) -m harness.build --cargo-test
 	$(PY) -m pytest -q
+
+# The formatters decide the layout and ruff's rule set holds (pyproject.toml, rust_probes/rustfmt.toml).
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	cd rust_probes && cargo fmt --check
 
 # The probe protocol's JSON Schema is generated from the op table (harness/case/ops.py).
 schema: $(STAMP)

@@ -63,10 +63,14 @@ class Scaffold:
     unread_lets: str = ""
     #: A variable's values as a ``Vec<f32>`` (for a check), ``{var}`` the variable.
     values_of: str = "values(&{var})"
+    #: The CPU device the probe transcribes a case on.
+    device: str = "cpu"
 
 
-def transcribe(scaffold: Scaffold, program: Program, device: str = "cpu") -> dict:
-    """The probe's trace of ``program`` on ``device``, with its transcript (PROTOCOL.md)."""
+def transcribe(scaffold: Scaffold, program: Program, device: str | None = None) -> dict:
+    """The probe's trace of ``program`` on ``device`` (the scaffold's CPU device), with its
+    transcript (PROTOCOL.md)."""
+    device = device or scaffold.device
     binary = probe_binary(scaffold.probe)
     if not binary.exists():
         raise SetupError(f"{binary}: the {scaffold.framework} probe is not built (run `make probes`)")
@@ -233,6 +237,14 @@ def _cleaned_up(lines: list[str]) -> list[str]:
 
 #: A transcript line that names a file in the temporary directory.
 _TEMP_FILE = re.compile(r"let (\w+) = std::env::temp_dir\(\)\.join\(")
+
+
+def transcribed(scaffold: Scaffold, program: Program) -> bool:
+    """Whether the probe keeps a transcript of every call ``program`` makes (of both runs of a
+    metamorphic case): a probe that has not spelled some call yet gives none."""
+    second = without_run(program, None)
+    runs = [program] if second is None else [program, second.program]
+    return all(transcribe(scaffold, p).get("transcript") is not None for p in runs)
 
 
 def rust_main(scaffold: Scaffold, program: Program, check: Check | None = None) -> str:

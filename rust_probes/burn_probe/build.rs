@@ -9,10 +9,8 @@ fn main() {
     let lock = manifest.join("..").join("Cargo.lock");
     println!("cargo:rerun-if-changed={}", lock.display());
     println!("cargo:rerun-if-changed=build.rs");
-    let text = std::fs::read_to_string(&lock)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", lock.display()));
-    let version = locked_version(&text, "burn")
-        .unwrap_or_else(|| panic!("no package `burn` in {}", lock.display()));
+    let text = std::fs::read_to_string(&lock).unwrap_or_else(|e| panic!("cannot read {}: {e}", lock.display()));
+    let version = locked_version(&text, "burn").unwrap_or_else(|| panic!("no package `burn` in {}", lock.display()));
     println!("cargo:rustc-env=BURN_VERSION={version}");
 }
 

@@ -23,51 +23,87 @@ translated, is a comment.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from harness.case import ops
 from harness.case.ir import Program
 from harness.case.layers import RUNNING_STATS
+from harness.escaping import rust_str, visible
+from harness.targets.base import SetupError
 from harness.targets.protocol import PROGRAM_SEED
 from harness.targets.reproducer_base import Check, step_fields
-from harness.escaping import rust_str, visible
-from harness.targets.rust_project import (CHECK_VALUES, MainWriter, check_tail, ident, main_body, main_head, rust_f32,
-                                         rust_f32_list, rust_float)
+from harness.targets.rust_project import (
+    CHECK_VALUES,
+    MainWriter,
+    check_tail,
+    ident,
+    main_body,
+    main_head,
+    rust_f32,
+    rust_f32_list,
+    rust_float,
+)
+from harness.targets.rust_reproducer import Scaffold, rust_main, transcribed
 
-_USES = ["use burn::module::{Module, Param};", "use burn::nn::Initializer;", "use burn::optim::GradientsParams;",
-         "use burn::tensor::{Device, FloatDType, Tensor, TensorData};", ""]
-_MAIN = ["fn main() {", "    let mut checkpoints = Checkpoints::default();  // declared first, so dropped last",
-         "    let dev = Device::flex().autodiff();", "    let mut model = Model::empty();"]
+_USES = [
+    "use burn::module::{Module, Param};",
+    "use burn::nn::Initializer;",
+    "use burn::optim::GradientsParams;",
+    "use burn::tensor::{Device, FloatDType, Tensor, TensorData};",
+    "",
+]
+_MAIN = [
+    "fn main() {",
+    "    let mut checkpoints = Checkpoints::default();  // declared first, so dropped last",
+    "    let dev = Device::flex().autodiff();",
+    "    let mut model = Model::empty();",
+]
 #: The case's dtype as burn names it (the probe's ``session::program_dtype``).
 _FLOAT_DTYPES = {"f32": "FloatDType::F32", "bf16": "FloatDType::BF16", "f16": "FloatDType::F16"}
 
 # Snapshot methods that are one call on the source's tensor (``{t}``; ``{r}``: the rank they give,
 # the op table's ``snapshot_shape``, for the calls that name it).
 _TENSOR_METHODS = {
-    "clone": "{t}.clone()", "detach": "{t}.detach()", "mul1": "{t}.mul_scalar(1.0)",
-    "to_home": "to_own_device({t})", "to_cpu": "{t}.to_device(&cpu_device())",
-    "reshape": "flatten({t})", "view_row": "{t}.slice([0..1])", "transpose": "{t}.transpose()",
+    "clone": "{t}.clone()",
+    "detach": "{t}.detach()",
+    "mul1": "{t}.mul_scalar(1.0)",
+    "to_home": "to_own_device({t})",
+    "to_cpu": "{t}.to_device(&cpu_device())",
+    "reshape": "flatten({t})",
+    "view_row": "{t}.slice([0..1])",
+    "transpose": "{t}.transpose()",
     "to_host": "through_host({t})",
     # the probe's session/snapshots.rs, spelled the same
-    "expand": "expand_two::<_, {r}>({t})", "permute": "{t}.permute([1, 2, 0])", "flip": "{t}.flip([0])",
+    "expand": "expand_two::<_, {r}>({t})",
+    "permute": "{t}.permute([1, 2, 0])",
+    "flip": "{t}.flip([0])",
     "narrow": "{t}.narrow(0, 1, {t}.dims()[0] - 1)",
-    "unsqueeze": "{t}.unsqueeze_dim::<{r}>(0)", "squeeze": "{t}.squeeze_dim::<{r}>(0)",
-    "chunk": "{t}.chunk(2, 0).remove(0)", "select": "{t}.select_dim::<{r}>(0, 0)",
+    "unsqueeze": "{t}.unsqueeze_dim::<{r}>(0)",
+    "squeeze": "{t}.squeeze_dim::<{r}>(0)",
+    "chunk": "{t}.chunk(2, 0).remove(0)",
+    "select": "{t}.select_dim::<{r}>(0, 0)",
     # `dtype`: the case's (main's first lines), as the probe's snapshots.rs converts
-    "to_same_dtype": "{t}.cast(dtype)", "via_bf16": "{t}.cast(FloatDType::BF16).cast(dtype)",
+    "to_same_dtype": "{t}.cast(dtype)",
+    "via_bf16": "{t}.cast(FloatDType::BF16).cast(dtype)",
     "via_f32": "{t}.cast(FloatDType::F32).cast(dtype)",
 }
 
 
 #: ``map``'s functions, as the probe's ``vals::map_val`` calls them.
-_MAP_CALLS = {"neg": "{t}.neg()", "relu": "burn::tensor::activation::relu({t})", "add_scalar": "{t}.add_scalar(1.0)",
-              "clamp": "{t}.clamp(-1.0, 1.0)"}
+_MAP_CALLS = {
+    "neg": "{t}.neg()",
+    "relu": "burn::tensor::activation::relu({t})",
+    "add_scalar": "{t}.add_scalar(1.0)",
+    "clamp": "{t}.clamp(-1.0, 1.0)",
+}
 
 
 def _snapshot_rank(method: str, rank: int) -> int:
     """The rank of a snapshot made with ``method`` of a tensor of ``rank`` (the op table's shape
     of a source with that many dimensions)."""
     return len(ops.snapshot_shape(method, (2,) * rank))
+
+
 _OPTIMIZER_ARGS = ("kind", "momentum", "dampening", "betas", "eps", "weight_decay")
 _DEVICES = {"home": "cpu_device()", "cpu": "cpu_device()", "alt": "Device::ndarray().autodiff()"}
 _STATS = [stat for stat, _ in RUNNING_STATS]
@@ -141,8 +177,9 @@ class _Writer(MainWriter):
         s = self.slots[name]
         if s[0] == "model":
             where = f"model.p{s[1]}[{s[2]}]"
-            self.body.append(f"    {{ let p = std::mem::replace(&mut {where}, placeholder()); "
-                             f"{where} = {call('p')}; }}")
+            self.body.append(
+                f"    {{ let p = std::mem::replace(&mut {where}, placeholder()); {where} = {call('p')}; }}"
+            )
             return
         v = self.new_var(name)
         self.body.append(f"    let {v} = {call(self.cur[name])};")
@@ -151,8 +188,10 @@ class _Writer(MainWriter):
     def values_of(self, name: str) -> str:
         # A lazy param not yet initialised reads as no values: a check never forces one.
         if self.slots[name][0] in ("model", "param"):
-            return (f"(if {self.ref(name)}.is_initialized() {{ read_values(&{self.value(name)}).unwrap_or_default() }} "
-                    "else { Vec::new() })")
+            return (
+                f"(if {self.ref(name)}.is_initialized() {{ read_values(&{self.value(name)}).unwrap_or_default() }} "
+                "else { Vec::new() })"
+            )
         return f"read_values(&{self.value(name)}).unwrap_or_default()"
 
     def show(self, label: str) -> None:
@@ -170,8 +209,10 @@ class _Writer(MainWriter):
         """``batch_norm`` / ``dropout`` (support.rs) into the model's field; its statistics bound."""
         if layer.kind == "batch_norm":
             i = len(self.bn_names)
-            self.body.append(f"    model.bn.push(batch_norm({layer.features}, {rust_float(layer.momentum)}, dtype, &dev));"
-                             f"  // {visible(layer.name)}")
+            self.body.append(
+                f"    model.bn.push(batch_norm({layer.features}, {rust_float(layer.momentum)}, dtype, &dev));"
+                f"  // {visible(layer.name)}"
+            )
             self.layers[layer.name] = ("bn", i)
             self.bn_names.append((layer.name, i))
             for stat in _STATS:
@@ -181,8 +222,10 @@ class _Writer(MainWriter):
             self.body.append(f"    model.dropout.push(dropout({rust_float(layer.p)}));  // {visible(layer.name)}")
             self.layers[layer.name] = ("dropout", n)
         else:
-            self.body.append(f"    // {visible(layer.name)}: DropoutConfig::init panics for p = {rust_float(layer.p)} "
-                             "(its range is [0, 1)): no layer")
+            self.body.append(
+                f"    // {visible(layer.name)}: DropoutConfig::init panics for p = {rust_float(layer.p)} "
+                "(its range is [0, 1)): no layer"
+            )
             self.layers[layer.name] = None
 
     def declare(self, t) -> None:
@@ -202,8 +245,10 @@ class _Writer(MainWriter):
             expr = f"uniform_param({dims}, {t.seed or 0}, dtype, &dev)"
         elif t.init == "program_rng":
             if not self.seeded:  # as the probe's session does once per program, before any draw
-                self.body += [f"    dev.seed({PROGRAM_SEED});  // the program's one generator, per backend",
-                              f"    {_DEVICES['alt']}.seed({PROGRAM_SEED});"]
+                self.body += [
+                    f"    dev.seed({PROGRAM_SEED});  // the program's one generator, per backend",
+                    f"    {_DEVICES['alt']}.seed({PROGRAM_SEED});",
+                ]
                 self.seeded = True
             expr = f"program_rng_param({dims}, dtype, &dev)"
         elif f32:
@@ -284,7 +329,9 @@ class _Writer(MainWriter):
         value = self.value(source)
         src = self.new_var(f"{source}_value")
         j = op.get("source_index")
-        self.body.append(f"    let {src} = {value}.unsqueeze();" if j is None else f"    let {src} = row_of({value}, {j});")
+        self.body.append(
+            f"    let {src} = {value}.unsqueeze();" if j is None else f"    let {src} = row_of({value}, {j});"
+        )
         index = "None" if op.get("index") is None else f"Some({op['index']})"
         fn = "assign_tensor" if self.slots[op["target"]][0] == "tensor" else "assign_param"
         self.rebind(op["target"], lambda v: f"{fn}({v}, {index}, {src})")
@@ -319,8 +366,10 @@ class _Writer(MainWriter):
         else:
             if tgt not in self.caches:
                 self.caches.add(tgt)
-                self.body += [f"    let mut {cache} = RowCache::new(&{cur}, {ops.CACHE_ROWS});",
-                              f"    let _ = {cache}.append({cur});"]
+                self.body += [
+                    f"    let mut {cache} = RowCache::new(&{cur}, {ops.CACHE_ROWS});",
+                    f"    let _ = {cache}.append({cur});",
+                ]
             self.body.append(f"    let {v} = {cache}.append({src});")
         self.cur[tgt] = v
         self.bind(tgt, ("tensor", 1 if t[0] == "stat" else t[1]))
@@ -352,26 +401,40 @@ class _Writer(MainWriter):
         var = self.optimizer(op, "make_optimizer", _OPTIMIZER_ARGS)
         self.body += ["    {", *self._backward_lines()]
         if self.accumulating:  # this pass accumulated into the backward ops' (as the probe steps)
-            self.body += ["        let mut acc = _acc;", "        acc.accumulate(&model, gp);", "        let gp = acc.grads();"]
+            self.body += [
+                "        let mut acc = _acc;",
+                "        acc.accumulate(&model, gp);",
+                "        let gp = acc.grads();",
+            ]
             self.accumulating = False
         self.body += [f"        model = {var}.step({rust_float(step_fields(op)['lr'])}, model, gp);", "    }"]
 
     def _backward_lines(self) -> list[str]:
         terms = [f"loss_term(&model.p{r}[{idx}], &{rust_f32_list(g)}, &dev)" for _, r, idx, g in self.params]
-        return [f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
-                "        let gp = GradientsParams::from_grads(loss.backward(), &model);"]
+        return [
+            f"        let loss = {' + '.join(terms) or 'unreachable!()'};",
+            "        let gp = GradientsParams::from_grads(loss.backward(), &model);",
+        ]
 
     def backward(self, op: dict) -> None:
         """A ``GradientsAccumulator`` (keyed by ParamId) given this pass's gradients."""
         start = "_acc" if self.accumulating else "burn::optim::GradientsAccumulator::<Model>::new()"
-        self.body += ["    let _acc = {", f"        let mut acc = {start};", *self._backward_lines(),
-                      "        acc.accumulate(&model, gp);", "        acc", "    };"]
+        self.body += [
+            "    let _acc = {",
+            f"        let mut acc = {start};",
+            *self._backward_lines(),
+            "        acc.accumulate(&model, gp);",
+            "        acc",
+            "    };",
+        ]
         self.accumulating = True
 
     def set_lr(self, op: dict) -> None:
         """A burn optimizer holds no learning rate: the next step passes the new one (and one not
         made yet has no state, so the step that names it makes it)."""
-        self.body.append(f"    // set_lr: burn's Optimizer::step takes the learning rate; from here on {rust_float(op['to'])}")
+        self.body.append(
+            f"    // set_lr: burn's Optimizer::step takes the learning rate; from here on {rust_float(op['to'])}"
+        )
         if self.has_optimizer(op):
             self.refile_optimizer(op)
 
@@ -379,11 +442,15 @@ class _Writer(MainWriter):
         """The record or file, and its entries read by loading it into a model (as the probe)."""
         c = ident(op["name"])
         if op["to"] == "memory":
-            self.body += [f"    let {c}_record = model.clone().into_record();",
-                          f'    let {c}_read = read_record(model.clone(), {c}_record.clone()).expect("load_record");']
+            self.body += [
+                f"    let {c}_record = model.clone().into_record();",
+                f'    let {c}_read = read_record(model.clone(), {c}_record.clone()).expect("load_record");',
+            ]
         else:
-            self.body += [f'    let {c}_path = checkpoints.next().expect("checkpoint");',
-                          f'    let {c}_read = save_and_load(model.clone(), &{c}_path, &dev, dtype).expect("save_file");']
+            self.body += [
+                f'    let {c}_path = checkpoints.next().expect("checkpoint");',
+                f'    let {c}_read = save_and_load(model.clone(), &{c}_path, &dev, dtype).expect("save_file");',
+            ]
         self.checkpoints[op["name"]] = op["to"]
         for pname, r, idx, _ in self.params:
             n = f"{op['name']}.{pname}"
@@ -440,11 +507,30 @@ class _Writer(MainWriter):
             return
         self.body.append(f"    let _ = {self.ref(op['target'])}{'.val()' if s[0] != 'tensor' else ''}.to_data();")
 
-    EMITTERS = {"snapshot": snapshot, "write": edit, "assign": assign, "fill": edit, "scale": edit, "step": step, "move": move,
-                "module_clone": module_clone, "valid": mode, "train": mode, "no_grad": mode, "freeze": mode,
-                "backward": backward, "forward": forward,
-                "read": read, "set_lr": set_lr, "save": save, "load": load, "replace": replace, "append": append,
-                "map": map_op, "add": add_op}
+    EMITTERS = {
+        "snapshot": snapshot,
+        "write": edit,
+        "assign": assign,
+        "fill": edit,
+        "scale": edit,
+        "step": step,
+        "move": move,
+        "module_clone": module_clone,
+        "valid": mode,
+        "train": mode,
+        "no_grad": mode,
+        "freeze": mode,
+        "backward": backward,
+        "forward": forward,
+        "read": read,
+        "set_lr": set_lr,
+        "save": save,
+        "load": load,
+        "replace": replace,
+        "append": append,
+        "map": map_op,
+        "add": add_op,
+    }
 
     def bound(self, name: str) -> bool:
         return self.slots.get(name) is not None
@@ -453,8 +539,11 @@ class _Writer(MainWriter):
         """Also a record of a plain tensor (which the probe answers ``unsupported``)."""
         if (why := super().untranslatable(op)) is not None:
             return why
-        if (op["op"] == "snapshot" and op["method"] in ("state_dict", "save_load")
-                and self.slots[op["of"]][0] == "tensor"):
+        if (
+            op["op"] == "snapshot"
+            and op["method"] in ("state_dict", "save_load")
+            and self.slots[op["of"]][0] == "tensor"
+        ):
             return "unsupported", "burn records hold module params only, not a plain tensor"
         if op["op"] in ops.WRITE_OPS and self.slots[ops.written(op)][0] == "stat":
             return "unsupported", _NO_STAT_WRITE
@@ -475,10 +564,104 @@ class _Writer(MainWriter):
             self.slots.setdefault(op["name"], None)
 
 
+#: What the burn probe's transcript (``rust_probes/burn_probe/src/session.rs``) is wrapped in: the
+#: model type it pushes params and layers into, and the print helper. Every burn call is the
+#: transcript's. The probe gives a transcript only where it spelled every call of the program (not
+#: yet ``save``, ``load``, the ``state_dict`` / ``save_load`` snapshots, batch norms outside f32,
+#: an op whose call failed on a value it consumed); ``burn_main`` writes the others with the
+#: writer below until every call is spelled.
+SCAFFOLD = Scaffold(
+    framework="burn",
+    probe="burn_probe",
+    device="flex",
+    uses=(
+        "use burn::module::{Module, Param, ParamId, RunningState};",
+        "use burn::nn::{BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Initializer};",
+        "use burn::optim::decay::WeightDecayConfig;",
+        "use burn::optim::momentum::MomentumConfig;",
+        "use burn::optim::{AdamConfig, AdamWConfig, GradientsAccumulator, GradientsParams, Optimizer, SgdConfig};",
+        "use burn::tensor::{DType, Device, Distribution, FloatDType, Shape, Tensor, TensorData};",
+    ),
+    helpers=(
+        "/// The program's model: its params by rank, in program order within each rank, and its layers",
+        "/// by kind. Buffers stay outside it (a plain `Tensor` field is a module constant, which burn",
+        "/// neither records nor trains).",
+        "#[derive(Module, Debug, Default)]",
+        "struct Model {",
+        "    p1: Vec<Param<Tensor<1>>>,",
+        "    p2: Vec<Param<Tensor<2>>>,",
+        "    p3: Vec<Param<Tensor<3>>>,",
+        "    bn: Vec<BatchNorm>,",
+        "    dropout: Vec<Dropout>,",
+        "}",
+        "",
+        "/// What `show` reads: a tensor's values, row-major, read to the host; `None` for a lazy param",
+        "/// not yet initialised (reading it would initialise it).",
+        "trait Shown {",
+        "    fn read(&self) -> Option<Result<Vec<f32>, String>>;",
+        "}",
+        "",
+        "impl<const D: usize> Shown for Tensor<D> {",
+        "    fn read(&self) -> Option<Result<Vec<f32>, String>> {",
+        '        Some(self.to_data().try_to_vec_as::<f32>().map_err(|e| format!("to_data: {e:?}")))',
+        "    }",
+        "}",
+        "",
+        "impl<const D: usize> Shown for Param<Tensor<D>> {",
+        "    fn read(&self) -> Option<Result<Vec<f32>, String>> {",
+        "        if self.is_initialized() { self.val().read() } else { None }",
+        "    }",
+        "}",
+        "",
+        "impl Shown for RunningState<Tensor<1>> {",
+        "    fn read(&self) -> Option<Result<Vec<f32>, String>> {",
+        "        self.value().read()",
+        "    }",
+        "}",
+        "",
+        "impl<T: Shown> Shown for &T {",
+        "    fn read(&self) -> Option<Result<Vec<f32>, String>> {",
+        "        (*self).read()",
+        "    }",
+        "}",
+        "",
+        "/// The values a check compares (none for an uninitialised lazy param: a check never forces one).",
+        "fn values(t: &impl Shown) -> Vec<f32> {",
+        "    t.read().and_then(Result::ok).unwrap_or_default()",
+        "}",
+        "",
+        "/// Prints `label: name = [values]`.",
+        "fn show(label: &str, name: &str, t: &impl Shown) {",
+        "    match t.read() {",
+        '        None => println!("{label}: {name} = uninitialized"),',
+        '        Some(Ok(v)) => println!("{label}: {name} = {v:?}"),',
+        '        Some(Err(e)) => println!("{label}: {name} = unreadable ({e})"),',
+        "    }",
+        "}",
+    ),
+    result="Result<(), Box<dyn std::error::Error>>",
+    errors="panic",
+    # The model is read only by programs with params or layers; the dtype only by conversions.
+    set_up=(("model", r"let mut model = "), ("dtype", r"let dtype = ")),
+    unread_lets=r"let (?P<var>\w+_grad\d*) = ",
+)
+
+
 def burn_main(program: Program, repro: dict | None = None, check: Check | None = None) -> str:
-    """``src/main.rs`` of ``program``; ``repro`` (the finding's repro JSON) says which ops burn ran;
-    ``check``: what says whether the finding's divergence shows (exit 1 when it does)."""
-    prelude = [*_MAIN[1:3], f"    let dtype = {_FLOAT_DTYPES[program.dtype]};  // the case's dtype: every tensor's", *_MAIN[3:]]
+    """``src/main.rs`` of ``program``: the burn probe's transcript of it where the probe spelled
+    every call the program makes (``rust_main``), else the writer's translation, for which
+    ``repro`` (the finding's repro JSON) says which ops burn ran; ``check``: what says whether the
+    finding's divergence shows (exit 1 when it does)."""
+    try:
+        if transcribed(SCAFFOLD, program):
+            return rust_main(SCAFFOLD, program, check)
+    except SetupError:  # no probe to ask: the writer needs none
+        pass
+    prelude = [
+        *_MAIN[1:3],
+        f"    let dtype = {_FLOAT_DTYPES[program.dtype]};  // the case's dtype: every tensor's",
+        *_MAIN[3:],
+    ]
     body = main_body(program, repro, lambda: _Writer(program.dtype), prelude, check)
     head = main_head("burn", "CPU flex backend with autodiff", program.title or "case")
     checks = CHECK_VALUES if check is not None else []

@@ -5,6 +5,8 @@
 //! `aliasfuzz_protocol::serve` driver; this crate implements `Probe` and `Session` only.
 
 mod session;
+// The reproducers of the old writer still copy support.rs; the probe calls part of it.
+#[allow(dead_code)]
 mod support;
 mod vals;
 
@@ -17,9 +19,29 @@ pub const BURN_VERSION: &str = env!("BURN_VERSION");
 /// Snapshot methods this probe interprets. `contiguous`, `copy` and `deepcopy` have no burn call
 /// and answer `unsupported` if sent anyway.
 pub const METHODS: &[&str] = &[
-    "alias", "clone", "detach", "mul1", "to_home", "to_cpu", "reshape", "view_row", "transpose",
-    "state_dict", "to_host", "save_load", "expand", "permute", "flip", "narrow", "unsqueeze", "squeeze",
-    "chunk", "select", "to_same_dtype", "via_bf16", "via_f32",
+    "alias",
+    "clone",
+    "detach",
+    "mul1",
+    "to_home",
+    "to_cpu",
+    "reshape",
+    "view_row",
+    "transpose",
+    "state_dict",
+    "to_host",
+    "save_load",
+    "expand",
+    "permute",
+    "flip",
+    "narrow",
+    "unsqueeze",
+    "squeeze",
+    "chunk",
+    "select",
+    "to_same_dtype",
+    "via_bf16",
+    "via_f32",
 ];
 
 pub struct BurnProbe {
@@ -106,8 +128,16 @@ impl Probe for BurnProbe {
         versions.insert("burn".to_string(), BURN_VERSION.to_string());
         versions.insert("burn_probe".to_string(), env!("CARGO_PKG_VERSION").to_string());
         let mut devices = vec![
-            DeviceInfo { name: "flex".into(), alt: Some("ndarray".into()), kind: "cpu".into() },
-            DeviceInfo { name: "ndarray".into(), alt: Some("flex".into()), kind: "cpu".into() },
+            DeviceInfo {
+                name: "flex".into(),
+                alt: Some("ndarray".into()),
+                kind: "cpu".into(),
+            },
+            DeviceInfo {
+                name: "ndarray".into(),
+                alt: Some("flex".into()),
+                kind: "cpu".into(),
+            },
         ];
         for (name, _) in &self.gpus {
             devices.push(DeviceInfo {
@@ -151,7 +181,30 @@ impl Probe for BurnProbe {
                 program.dtype.as_str()
             )));
         }
-        Ok(session::BurnSession::new(home.autodiff(), alt.map(|d| d.autodiff()), program)?)
+        let devices = session::DeviceSpelling {
+            home: device_spelling(device),
+            alt: alt
+                .as_ref()
+                .map(|_| device_spelling(if device == "flex" { "ndarray" } else { "flex" })),
+        };
+        Ok(session::BurnSession::new(
+            home.autodiff(),
+            alt.map(|d| d.autodiff()),
+            program,
+            devices,
+        )?)
+    }
+}
+
+/// How the transcript makes the device of a protocol name, with autodiff (as the probe opens it).
+fn device_spelling(name: &str) -> String {
+    match name {
+        "flex" => "Device::flex().autodiff()".into(),
+        "ndarray" => "Device::ndarray().autodiff()".into(),
+        "cuda" => "Device::cuda(0).autodiff()".into(),
+        "metal" => "Device::metal(burn::tensor::DeviceKind::DefaultDevice).autodiff()".into(),
+        _ if cfg!(feature = "vulkan") => "Device::vulkan(burn::tensor::DeviceKind::DefaultDevice).autodiff()".into(),
+        _ => "Device::wgpu(burn::tensor::DeviceKind::DefaultDevice).autodiff()".into(),
     }
 }
 
@@ -171,7 +224,10 @@ mod tests {
     #[test]
     fn burn_version_is_the_pinned_one() {
         let toml = include_str!("../Cargo.toml");
-        assert!(toml.contains(&format!("version = \"={BURN_VERSION}\"")), "{BURN_VERSION}");
+        assert!(
+            toml.contains(&format!("version = \"={BURN_VERSION}\"")),
+            "{BURN_VERSION}"
+        );
         let lock = include_str!("../../Cargo.lock");
         assert!(lock.contains(&format!("name = \"burn\"\nversion = \"{BURN_VERSION}\"")));
     }

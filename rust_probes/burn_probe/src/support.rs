@@ -32,7 +32,13 @@ pub struct Model {
 
 impl Model {
     pub fn empty() -> Model {
-        Model { p1: vec![], p2: vec![], p3: vec![], bn: vec![], dropout: vec![] }
+        Model {
+            p1: vec![],
+            p2: vec![],
+            p3: vec![],
+            bn: vec![],
+            dropout: vec![],
+        }
     }
 
     /// The same layout with fresh, lazily zero-initialised params (new ParamIds, in `dtype`) and
@@ -42,7 +48,9 @@ impl Model {
         fn fresh<const D: usize>(p: &Param<Tensor<D>>, device: &Device, dtype: FloatDType) -> Param<Tensor<D>> {
             let shape = p.lazy_shape();
             let dims = shape.clone();
-            lazy_param(shape, device, move |device| Tensor::<D>::zeros(dims, (device, DType::from(dtype))))
+            lazy_param(shape, device, move |device| {
+                Tensor::<D>::zeros(dims, (device, DType::from(dtype)))
+            })
         }
         Model {
             p1: self.p1.iter().map(|p| fresh(p, device, dtype)).collect(),
@@ -59,7 +67,11 @@ impl Model {
     /// by every clone of its module, and a load maps its value in place (burn-core
     /// module/param/running.rs `Module::map`).
     pub fn with_fresh_layers(self) -> Model {
-        let bn = self.bn.iter().map(|bn| fresh_batch_norm(bn, &bn.running_mean.value().device())).collect();
+        let bn = self
+            .bn
+            .iter()
+            .map(|bn| fresh_batch_norm(bn, &bn.running_mean.value().device()))
+            .collect();
         let dropout = self.dropout.iter().map(|d| dropout(d.prob)).collect();
         Model { bn, dropout, ..self }
     }
@@ -70,7 +82,10 @@ impl Model {
 /// (ones) and `beta` (zeros) params (burn-nn modules/norm/batch.rs): the program gives them no
 /// gradient, so steps leave them.
 pub fn batch_norm(features: usize, momentum: f64, dtype: FloatDType, device: &Device) -> BatchNorm {
-    in_dtype(BatchNormConfig::new(features).with_momentum(momentum).init(device), dtype)
+    in_dtype(
+        BatchNormConfig::new(features).with_momentum(momentum).init(device),
+        dtype,
+    )
 }
 
 /// `module` with every float cast to `dtype`: a config's `init` makes them in the device's default
@@ -100,7 +115,9 @@ pub fn dropout(p: f64) -> Dropout {
 /// and ones), on `device`.
 fn fresh_batch_norm(bn: &BatchNorm, device: &Device) -> BatchNorm {
     let features = bn.gamma.lazy_shape().as_slice()[0];
-    let config = BatchNormConfig::new(features).with_momentum(bn.momentum).with_epsilon(bn.epsilon);
+    let config = BatchNormConfig::new(features)
+        .with_momentum(bn.momentum)
+        .with_epsilon(bn.epsilon);
     in_dtype(config.init(device), bn.running_mean.value().dtype().into())
 }
 
@@ -141,7 +158,12 @@ pub fn cpu_device() -> Device {
 
 /// A lazy param uniform in [-1, 1), drawn in `dtype`, by burn's sampler seeded when it
 /// initialises: the value depends on the seed only, not on what ran before the first read.
-pub fn uniform_param<const D: usize>(dims: [usize; D], seed: u64, dtype: FloatDType, device: &Device) -> Param<Tensor<D>> {
+pub fn uniform_param<const D: usize>(
+    dims: [usize; D],
+    seed: u64,
+    dtype: FloatDType,
+    device: &Device,
+) -> Param<Tensor<D>> {
     lazy_param(Shape::new(dims), device, move |device| {
         device.seed(seed);
         Tensor::<D>::random(dims, Distribution::Uniform(-1.0, 1.0), (device, DType::from(dtype)))
@@ -159,8 +181,15 @@ pub fn program_rng_param<const D: usize>(dims: [usize; D], dtype: FloatDType, de
 
 /// A lazy param of `value` in a dtype other than f32: `Initializer::Constant` (the f32 call) takes
 /// no dtype (burn-nn initializer.rs: `Tensor::full` in the device's default), so its `full` here.
-pub fn const_param<const D: usize>(dims: [usize; D], value: f32, dtype: FloatDType, device: &Device) -> Param<Tensor<D>> {
-    lazy_param(Shape::new(dims), device, move |device| Tensor::<D>::full(dims, value, (device, DType::from(dtype))))
+pub fn const_param<const D: usize>(
+    dims: [usize; D],
+    value: f32,
+    dtype: FloatDType,
+    device: &Device,
+) -> Param<Tensor<D>> {
+    lazy_param(Shape::new(dims), device, move |device| {
+        Tensor::<D>::full(dims, value, (device, DType::from(dtype)))
+    })
 }
 
 /// A param of `data`'s values in `dtype`: `Param::from_data` takes no dtype (the device's default,
@@ -219,7 +248,10 @@ pub fn record_round_trip(model: Model) -> Result<Model, String> {
 
 /// What `record` holds, loaded into `model` with fresh layers (`Model::with_fresh_layers`).
 pub fn read_record(model: Model, record: ModuleRecord) -> Result<Model, String> {
-    model.with_fresh_layers().try_load_record(record).map_err(|e| format!("load_record: {e}"))
+    model
+        .with_fresh_layers()
+        .try_load_record(record)
+        .map_err(|e| format!("load_record: {e}"))
 }
 
 /// `save_load`: `save_file` to `path`, `load_file` into a fresh model of the same layout on
@@ -227,7 +259,12 @@ pub fn read_record(model: Model, record: ModuleRecord) -> Result<Model, String> 
 /// loaded params carry the ParamIds stored in the file, and the file's dtypes (the default
 /// `DTypePolicy::FromRecord`, burn-core store/mod.rs), and read the file on access: keep it (see
 /// [`Checkpoints`]).
-pub fn save_and_load(model: Model, path: &std::path::Path, device: &Device, dtype: FloatDType) -> Result<Model, String> {
+pub fn save_and_load(
+    model: Model,
+    path: &std::path::Path,
+    device: &Device,
+    dtype: FloatDType,
+) -> Result<Model, String> {
     let fresh = model.skeleton(device, dtype);
     model.save_file(path).map_err(|e| format!("save_file: {e}"))?;
     fresh.try_load_file(path).map_err(|e| format!("load_file: {e}"))
@@ -393,7 +430,10 @@ impl<const D: usize> RowCache<D> {
         let mut shape = like.dims();
         shape[0] = capacity;
         let buf = in_mode_of(like, Tensor::<D>::zeros(shape, (&like.device(), like.dtype())));
-        RowCache { buf: Some(buf), rows: 0 }
+        RowCache {
+            buf: Some(buf),
+            rows: 0,
+        }
     }
 
     /// Appends `src` (rows of the cache's rank) and returns the filled rows.
@@ -448,7 +488,10 @@ pub fn make_optimizer(
         "sgd_momentum" => SgdConfig::new()
             .with_weight_decay(decay)
             .with_momentum(Some(
-                MomentumConfig::new().with_momentum(momentum).with_dampening(dampening).with_nesterov(false),
+                MomentumConfig::new()
+                    .with_momentum(momentum)
+                    .with_dampening(dampening)
+                    .with_nesterov(false),
             ))
             .init(),
         "adam" => AdamConfig::new()
@@ -473,7 +516,9 @@ pub fn make_optimizer(
 
 /// The tensor's values, row-major, read to the host.
 pub fn read_values<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>, String> {
-    t.to_data().try_to_vec_as::<f32>().map_err(|e| format!("to_data: {e:?}"))
+    t.to_data()
+        .try_to_vec_as::<f32>()
+        .map_err(|e| format!("to_data: {e:?}"))
 }
 
 /// Prints `label: name = [values]` (the reproducers' output; the probe observes instead).

@@ -1,18 +1,14 @@
-//! Rank-erased values bound to names, the model's slots, and the rank dispatch every op goes
-//! through onto the rank-generic burn calls of `support.rs`.
+//! Rank-erased values bound to names, the model's slots, observations, and the rank dispatch of
+//! the ops not spelled yet onto the rank-generic burn calls of `support.rs` (the spelled ones are
+//! in `session/spelling.rs`).
 //!
 //! burn tensors carry their rank in the type (`Tensor<D>`); programs use ranks 1 to 3, so a bound
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
-use crate::support::{
-    add_in_mode, assign_param, assign_tensor, cat_rows, edit_param, edit_tensor, placeholder, read_values, row_of, Edit,
-    Model, RowCache,
-};
-use crate::support::{const_param, param_in, program_rng_param, tensor_in, uniform_param};
-use aliasfuzz_protocol::{LazyInit, MapFn, Obs, TensorKind, TensorSpec, CACHE_ROWS};
-use burn::module::{Module, Param};
-use burn::nn::Initializer;
-use burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
+use crate::support::{placeholder, read_values, Edit, Model, RowCache};
+use aliasfuzz_protocol::{Obs, CACHE_ROWS};
+use burn::module::Param;
+use burn::tensor::{DType, Device, Tensor};
 
 /// A name's value: a burn `Param` (has a `ParamId`, may be lazy) or a plain tensor.
 pub enum Val {
@@ -145,62 +141,6 @@ pub fn describe(v: &Val) -> String {
     }
 }
 
-/// A declared tensor of rank `D` as burn makes it, in the program's `dtype`: a `Param` (`param`,
-/// `lazy`) or a plain `Tensor` (`buffer`).
-pub fn make<const D: usize>(spec: &TensorSpec, dtype: FloatDType, home: &Device) -> Result<Val, String>
-where
-    Tensor<D>: IntoVal,
-    Param<Tensor<D>>: IntoVal,
-{
-    let dims: [usize; D] = spec
-        .shape
-        .clone()
-        .try_into()
-        .map_err(|_| format!("{}: shape {:?} is not rank {D}", spec.name, spec.shape))?;
-    let numel: usize = dims.iter().product();
-    let data = || -> Result<TensorData, String> {
-        let value = spec.value.clone().ok_or_else(|| format!("{}: no value", spec.name))?;
-        if value.len() != numel {
-            return Err(format!(
-                "{}: {} values for shape {:?}",
-                spec.name,
-                value.len(),
-                spec.shape
-            ));
-        }
-        Ok(TensorData::new(value, dims))
-    };
-    if let Some(g) = &spec.grad {
-        if g.len() != numel {
-            return Err(format!("{}: grad has {} values for shape {:?}", spec.name, g.len(), dims));
-        }
-    }
-    Ok(match spec.kind {
-        // Param::from_data: a leaf requiring grad on an autodiff device (burn-core param/tensor.rs);
-        // in another dtype, Param::from_tensor of the tensor made in it (support.rs `param_in`).
-        TensorKind::Param => param_in::<D>(data()?, dtype, home).into_val(),
-        TensorKind::Buffer => tensor_in::<D>(data()?, dtype, home).into_val(),
-        TensorKind::Lazy => match spec.init {
-            // burn-nn initializer.rs `Initializer::init`: a `Param::uninitialized` whose closure
-            // runs on first `val()`.
-            // The initializer takes no dtype: another dtype's is support.rs `const_param`.
-            Some(LazyInit::Const) => {
-                let value = spec.fill.ok_or_else(|| format!("{}: const needs fill", spec.name))?;
-                if dtype == FloatDType::F32 {
-                    Initializer::Constant { value: value as f64 }.init::<D, _>(dims, home).into_val()
-                } else {
-                    const_param(dims, value, dtype, home).into_val()
-                }
-            }
-            // Seeded when it initialises (support.rs `uniform_param`).
-            Some(LazyInit::Uniform) => uniform_param(dims, spec.seed.unwrap_or(0), dtype, home).into_val(),
-            // Drawn from the generator `BurnSession::new` seeded (support.rs `program_rng_param`).
-            Some(LazyInit::ProgramRng) => program_rng_param(dims, dtype, home).into_val(),
-            None => return Err(format!("{}: lazy tensor without init", spec.name)),
-        },
-    })
-}
-
 // ---------------------------------------------------------------------------------------------
 // Devices.
 
@@ -308,9 +248,7 @@ impl Edit {
             let numel: usize = shape.iter().product();
             let rows = shape.first().copied().unwrap_or(1);
             let want = match index {
-                Some(i) if *i >= rows => {
-                    return Err(format!("row {i} out of range for shape {shape:?}"))
-                }
+                Some(i) if *i >= rows => return Err(format!("row {i} out of range for shape {shape:?}")),
                 Some(_) => numel / rows.max(1),
                 None => numel,
             };
@@ -335,7 +273,7 @@ pub fn source_tensor<const D: usize>(v: &Val) -> Tensor<D> {
 /// the type changes for the same rank: `unsqueeze` is a `reshape`, a new node of the autodiff
 /// graph, so a parameter's `val()` passed through it would no longer be the tracked leaf that the
 /// user's `p.val()` is (`Param::from_tensor` of it panics, a `Param::map` onto it stops training).
-fn to_rank<const R: usize, const D: usize>(t: Tensor<R>) -> Tensor<D> {
+pub fn to_rank<const R: usize, const D: usize>(t: Tensor<R>) -> Tensor<D> {
     let t: Box<dyn std::any::Any> = Box::new(t);
     match t.downcast::<Tensor<D>>() {
         Ok(same_rank) => *same_rank,
@@ -343,111 +281,9 @@ fn to_rank<const R: usize, const D: usize>(t: Tensor<R>) -> Tensor<D> {
     }
 }
 
-/// Row `row` of what `v` holds (`support::row_of`), or all of it (`source_tensor`).
-fn source_part<const D: usize>(v: &Val, row: Option<usize>) -> Tensor<D> {
-    match row {
-        None => source_tensor(v),
-        Some(j) => on_val!(v, param p => row_of(p.val(), j), tensor t => row_of(t.clone(), j)),
-    }
-}
-
-/// `assign` of `src` (its row `source_index`, or all of it) into `v`: a param through
-/// `Param::map` (same ParamId), a tensor rebound to `slice_assign`'s result.
-pub fn assign_val(v: Val, index: Option<usize>, src: &Val, source_index: Option<usize>) -> Val {
-    on_val!(v,
-        param p => assign_param(p, index, source_part(src, source_index)).into_val(),
-        tensor t => assign_tensor(t, index, source_part(src, source_index)).into_val(),
-    )
-}
-
-/// `replace` of a param by `src`'s value: `Param::from_tensor(value)`, a new ParamId
-/// (burn#2428), or `Param::map(|_| value)`, which keeps the id. A plain tensor is rebound to the
-/// value (`t = v`).
-pub fn replace_val(v: Val, src: &Val, keep_id: bool) -> Val {
-    on_val!(v,
-        param p => if keep_id {
-            p.map(|_| source_tensor(src)).into_val()
-        } else {
-            new_param(p, source_tensor(src)).into_val()
-        },
-        tensor t => rebound(t, source_tensor(src)).into_val(),
-    )
-}
-
-/// `Param::from_tensor(v)` in place of `old`, for a `v` of `old`'s rank.
-fn new_param<const D: usize>(_old: Param<Tensor<D>>, v: Tensor<D>) -> Param<Tensor<D>> {
-    Param::from_tensor(v)
-}
-
-/// `t = v`, for a `v` of `t`'s rank.
-fn rebound<const D: usize>(_t: Tensor<D>, v: Tensor<D>) -> Tensor<D> {
-    v
-}
-
-pub fn edit_val(v: Val, edit: &Edit) -> Val {
-    on_val!(v, param p => edit_param(p, edit).into_val(), tensor t => edit_tensor(t, edit).into_val())
-}
-
-#[derive(Clone, Copy, Debug)]
-pub enum MoveKind {
-    To,
-    Fork,
-}
-
-/// `Module::to_device` / `Module::fork` on the value: `Param<Tensor<D>>` is a Module
-/// (burn-core module/param/tensor.rs), and so is a plain `Tensor<D>`, as a constant whose `fork`
-/// is `to_device` (module/param/constant.rs).
-pub fn move_val(v: Val, kind: MoveKind, device: &Device) -> Val {
-    on_val!(v,
-        param p => match kind {
-            MoveKind::To => Module::to_device(p, device).into_val(),
-            MoveKind::Fork => Module::fork(p, device).into_val(),
-        },
-        tensor t => match kind {
-            MoveKind::To => Module::to_device(t, device).into_val(),
-            MoveKind::Fork => Module::fork(t, device).into_val(),
-        },
-    )
-}
-
-/// Forces a read (and so a lazy initialisation).
-pub fn read_val(v: &Val) {
-    on_val!(v, param p => { let _ = p.val().to_data(); }, tensor t => { let _ = t.to_data(); })
-}
-
 // ---------------------------------------------------------------------------------------------
-// `append`: a longer tensor (the burn calls are `support::cat_rows` and `support::RowCache`). A
-// source of a rank less is one row: `source_tensor` unsqueezes it.
-
-/// `Tensor::cat` of the name's value (a param's `val()`) and the source: a new tensor.
-pub fn cat_val(v: Val, src: &Val) -> Val {
-    on_val!(v, param p => cat_rows(p.val(), source_tensor(src)).into_val(),
-            tensor t => cat_rows(t, source_tensor(src)).into_val())
-}
-
-// `map` and `add`: the name's value moved into the element-wise call (`x = x.relu()`; a param's
-// through `Param::into_value`), so a handle nobody else holds is unique and burn may compute in
-// place on its buffer: what must leave every clone and view of it untouched.
-
-/// `map`: `neg`, `activation::relu`, `add_scalar(1.0)` or `clamp(-1.0, 1.0)` of the name's value.
-pub fn map_val(v: Val, func: MapFn) -> Val {
-    fn apply<const D: usize>(t: Tensor<D>, func: MapFn) -> Tensor<D> {
-        match func {
-            MapFn::Neg => t.neg(),
-            MapFn::Relu => burn::tensor::activation::relu(t),
-            MapFn::AddScalar => t.add_scalar(1.0),
-            MapFn::Clamp => t.clamp(-1.0, 1.0),
-        }
-    }
-    on_val!(v, param p => apply(p.into_value(), func).into_val(), tensor t => apply(t, func).into_val())
-}
-
-/// `add`: the name's value plus `other`'s (a row gets a leading 1 and broadcasts), in the
-/// value's autodiff mode.
-pub fn add_val(v: Val, other: &Val) -> Val {
-    on_val!(v, param p => add_in_mode(p.into_value(), source_tensor(other)).into_val(),
-            tensor t => add_in_mode(t, source_tensor(other)).into_val())
-}
+// `append` into a KV cache (`support::RowCache`; a `cat` append is spelled in
+// `session/spelling.rs`). A source of a rank less is one row: `source_tensor` unsqueezes it.
 
 /// A `RowCache` of the rank of the name it grows.
 pub enum KvCache {

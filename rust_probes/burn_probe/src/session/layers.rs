@@ -6,12 +6,17 @@
 //! module/param/running.rs, `#[derive(Clone)]`), so whether a module clone's statistics follow
 //! the original's forward is burn's to say.
 
+use super::outcome_text;
+use super::spelling::{erased, type_of};
 use super::{BurnSession, Slot};
 use crate::support::{batch_norm, dropout, record_round_trip, save_and_load, Model};
 use crate::vals::{IntoVal, Val};
+use aliasfuzz_protocol::transcript::f64_lit;
 use aliasfuzz_protocol::{panic_message, LayerKind, LayerSpec, Method, Outcome};
 use burn::module::RunningState;
 use burn::nn::BatchNorm;
+use burn::nn::{BatchNormConfig, DropoutConfig};
+use burn::tensor::FloatDType;
 use burn::tensor::Tensor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -71,14 +76,34 @@ impl BurnSession {
     /// `<layer>.running_var`), after the params.
     pub(super) fn add_layer(&mut self, spec: &LayerSpec) -> Result<(), String> {
         if self.slots.contains_key(&spec.name) || self.layers.iter().any(|l| l.name == spec.name) {
-            return Err(format!("layer {:?} is declared twice or named like a tensor", spec.name));
+            return Err(format!(
+                "layer {:?} is declared twice or named like a tensor",
+                spec.name
+            ));
         }
         let at = match spec.kind {
             LayerKind::BatchNorm => {
-                let features = spec.features.ok_or_else(|| format!("{}: a batch norm needs features", spec.name))?;
-                let momentum = spec.momentum.ok_or_else(|| format!("{}: a batch norm needs momentum", spec.name))?;
-                let layer = catch_unwind(AssertUnwindSafe(|| batch_norm(features, momentum, self.dtype, &self.home)))
-                    .map_err(|p| format!("{}: BatchNormConfig::init: {}", spec.name, panic_message(p)))?;
+                let features = spec
+                    .features
+                    .ok_or_else(|| format!("{}: a batch norm needs features", spec.name))?;
+                let momentum = spec
+                    .momentum
+                    .ok_or_else(|| format!("{}: a batch norm needs momentum", spec.name))?;
+                let layer = if self.dtype == FloatDType::F32 {
+                    // `model.bn.push(BatchNormConfig::new(2).with_momentum(0.1).init(&dev));`
+                    let (layer, text) = call!([features = features => features.to_string(),
+                        momentum = momentum => f64_lit(momentum), dev = &self.home => "&dev"]
+                        BatchNormConfig::new(features).with_momentum(momentum).init(dev));
+                    self.tx.line(format!("model.bn.push({text});"));
+                    layer.map_err(|o| format!("{}: BatchNormConfig::init: {}", spec.name, outcome_text(&o)))?
+                } else {
+                    // In another dtype, cast by a ModuleMapper (support.rs `in_dtype`): not spelled yet.
+                    self.complete = false;
+                    catch_unwind(AssertUnwindSafe(|| {
+                        batch_norm(features, momentum, self.dtype, &self.home)
+                    }))
+                    .map_err(|p| format!("{}: BatchNormConfig::init: {}", spec.name, panic_message(p)))?
+                };
                 self.model.bn.push(layer);
                 LayerAt::BatchNorm(self.model.bn.len() - 1)
             }
@@ -86,16 +111,23 @@ impl BurnSession {
                 let p = spec.p.ok_or_else(|| format!("{}: a dropout needs p", spec.name))?;
                 // burn's own check decides, at the call a user makes; a refusal keeps the session
                 // open and is the forward's answer.
-                match catch_unwind(AssertUnwindSafe(|| dropout(p))) {
+                let (layer, text) = call!([p = p => f64_lit(p)] DropoutConfig::new(p).init());
+                match layer {
                     Ok(layer) => {
+                        self.tx.line(format!("model.dropout.push({text});"));
                         self.model.dropout.push(layer);
                         LayerAt::Dropout(self.model.dropout.len() - 1)
                     }
-                    Err(e) => LayerAt::Refused(format!(
-                        "burn-nn DropoutConfig::init refuses p = {p} ({}; modules/dropout.rs), so no \
-                         Dropout layer exists to run",
-                        panic_message(e)
-                    )),
+                    Err(e) => {
+                        let why = format!(
+                            "burn-nn DropoutConfig::init refuses p = {p} ({}; modules/dropout.rs), so no \
+                             Dropout layer exists to run",
+                            outcome_text(&e)
+                        );
+                        // Not made in the reproducer either: its forward is `unsupported`.
+                        self.tx.line(format!("// {text} panics: {}", why.replace('\n', " ")));
+                        LayerAt::Refused(why)
+                    }
                 }
             }
         };
@@ -104,7 +136,11 @@ impl BurnSession {
                 self.bind(format!("{}.{}", spec.name, stat.name()), Slot::ModelStat(i, stat));
             }
         }
-        self.layers.push(ModelLayer { name: spec.name.clone(), spec: spec.clone(), at });
+        self.layers.push(ModelLayer {
+            name: spec.name.clone(),
+            spec: spec.clone(),
+            at,
+        });
         Ok(())
     }
 
@@ -123,19 +159,58 @@ impl BurnSession {
             Ok(v) => v,
             Err(o) => return o,
         };
-        let out = match &l.at {
-            LayerAt::BatchNorm(i) => {
-                let bn = &self.model.bn[*i];
-                crate::on_val!(x, param p => bn.forward(p.val()).into_val(), tensor t => bn.forward(t).into_val())
-            }
-            LayerAt::Dropout(i) => {
-                let d = &self.model.dropout[*i];
-                crate::on_val!(x, param p => d.forward(p.val()).into_val(), tensor t => d.forward(t).into_val())
-            }
+        let at = match &l.at {
+            LayerAt::BatchNorm(i) => (true, *i),
+            LayerAt::Dropout(i) => (false, *i),
             LayerAt::Refused(why) => return Outcome::Unsupported(why.clone()),
         };
-        self.bind(name.to_string(), Slot::Own(out));
-        Outcome::Ok
+        // `let y: Tensor<2> = model.bn[0].forward(x.clone());`
+        let xs = self.value_spelling(input);
+        let (r, text) = match at {
+            (true, i) => {
+                let (layer, spelled) = (&self.model.bn[i], format!("model.bn[{i}]"));
+                crate::on_val!(x, param p => erased(call!([layer = layer => spelled.clone(), x = p.val() => xs.clone()] layer.forward(x))),
+                    tensor t => erased(call!([layer = layer => spelled.clone(), x = t => xs.clone()] layer.forward(x))))
+            }
+            (false, i) => {
+                let (layer, spelled) = (&self.model.dropout[i], format!("model.dropout[{i}]"));
+                crate::on_val!(x, param p => erased(call!([layer = layer => spelled.clone(), x = p.val() => xs.clone()] layer.forward(x))),
+                    tensor t => erased(call!([layer = layer => spelled.clone(), x = t => xs.clone()] layer.forward(x))))
+            }
+        };
+        let var = self.tx.var(name);
+        match r {
+            Ok(out) => {
+                self.tx.line(format!("let {var}: {} = {text};", type_of(&out)));
+                self.bind(name.to_string(), Slot::Own(out));
+                Outcome::Ok
+            }
+            Err(o) => {
+                self.tx.line(format!("let {var} = {text};"));
+                o
+            }
+        }
+    }
+
+    /// `let c_bn_running_mean = c_model.bn[0].running_mean.clone();` for every statistic
+    /// [`BurnSession::bind_stats`] bound live under `prefix` from the module clone `clone_var`:
+    /// a `RunningState` clone shares the layer's state (an `Arc`).
+    pub(super) fn spell_live_stats(&mut self, prefix: &str, clone_var: &str) {
+        let mut lines = vec![];
+        for l in &self.layers {
+            if let LayerAt::BatchNorm(i) = l.at {
+                for stat in Stat::ALL {
+                    lines.push((
+                        format!("{prefix}.{}.{}", l.name, stat.name()),
+                        format!("{clone_var}.bn[{i}].{}.clone()", stat.name()),
+                    ));
+                }
+            }
+        }
+        for (name, place) in lines {
+            let v = self.tx.var(&name);
+            self.tx.line(format!("let {v} = {place};"));
+        }
     }
 
     /// Binds `<prefix>.<layer>.<stat>` to each statistic of `model`'s batch norms, in the case's
@@ -194,12 +269,22 @@ impl BurnSession {
                 self.refuse_lost_params()?;
                 (self.model.clone(), *i, *stat)
             }
-            Some(Slot::LayerStat(bn, stat)) => (Model { bn: vec![BatchNorm::clone(bn)], ..Model::empty() }, 0, *stat),
+            Some(Slot::LayerStat(bn, stat)) => (
+                Model {
+                    bn: vec![BatchNorm::clone(bn)],
+                    ..Model::empty()
+                },
+                0,
+                *stat,
+            ),
             _ => return Err(Outcome::Error(format!("internal: {of} is not a running statistic"))),
         };
         let loaded = match method {
             Method::StateDict => record_round_trip(model),
-            _ => self.checkpoints.next().and_then(|path| save_and_load(model, &path, &self.home, self.dtype)),
+            _ => self
+                .checkpoints
+                .next()
+                .and_then(|path| save_and_load(model, &path, &self.home, self.dtype)),
         };
         loaded.map(|m| stat.value(&m.bn[i]).into_val()).map_err(Outcome::Error)
     }
@@ -231,7 +316,11 @@ mod tests {
 
     fn session(program: serde_json::Value) -> BurnSession {
         let program: Program = serde_json::from_value(program).unwrap();
-        BurnSession::new(Device::flex().autodiff(), None, &program).unwrap()
+        let devices = super::super::DeviceSpelling {
+            home: "Device::flex().autodiff()".into(),
+            alt: None,
+        };
+        BurnSession::new(Device::flex().autodiff(), None, &program, devices).unwrap()
     }
 
     fn op(v: serde_json::Value) -> Op {
@@ -258,8 +347,10 @@ mod tests {
         assert_eq!(s.names(), ["w", "x", "bn.running_mean", "bn.running_var"]);
         let forward = op(serde_json::json!({"op": "forward", "name": "y", "layer": "bn", "input": "x"}));
         assert!(matches!(s.apply(&forward), Outcome::Ok));
-        let step = op(serde_json::json!({"op": "step", "optimizer": "adam", "lr": 0.5, "momentum": 0.0,
-            "dampening": 0.0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}));
+        let step = op(
+            serde_json::json!({"op": "step", "optimizer": "adam", "lr": 0.5, "momentum": 0.0,
+            "dampening": 0.0, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.1}),
+        );
         assert!(matches!(s.apply(&step), Outcome::Ok));
         assert_ne!(s.observe("w").value, Some(vec![1.0, 2.0]), "the step trains w");
         assert_eq!(values(s.model.bn[0].gamma.val()), [1.0, 1.0]);

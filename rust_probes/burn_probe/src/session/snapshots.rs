@@ -1,33 +1,51 @@
 //! The `snapshot` op of a [`BurnSession`]: each method the burn call a user writes (the table
 //! is in README.md), and the records it reads a param or a running statistic back from.
 
+use super::spelling::{dims_lit, erased, type_of, Spelled};
 use super::{BurnSession, Slot};
 use crate::on_val;
-use crate::support::{
-    cpu_device, expand_two, flatten, record_round_trip, save_and_load, through_host, to_own_device, Model,
-};
+use crate::support::{record_round_trip, save_and_load, Model};
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{Method, Outcome};
-use burn::tensor::{FloatDType, Tensor};
+use burn::tensor::{Device, FloatDType, Tensor};
 
-/// A one-call method on the value; `dtype`: the program's, which the dtype conversions end in.
-fn snap_tensor<const D: usize>(t: Tensor<D>, method: Method, dtype: FloatDType) -> Result<Val, Outcome>
+/// A one-call method on the value `t` (spelled `var`); `dtype`: the program's, which the dtype
+/// conversions end in.
+fn snap_tensor<const D: usize>(
+    t: Tensor<D>,
+    var: &str,
+    method: Method,
+    dtype: FloatDType,
+) -> Result<Spelled<Val>, Outcome>
 where
     Tensor<D>: IntoVal,
 {
+    let dims = t.dims();
     Ok(match method {
         // `Tensor::clone`: a handle on the same primitive.
-        Method::Clone => t.clone().into_val(),
-        Method::Detach => t.detach().into_val(),
-        Method::Mul1 => t.mul_scalar(1.0).into_val(),
-        Method::ToHome => to_own_device(t).into_val(),
-        Method::ToCpu => t.to_device(&cpu_device()).into_val(),
-        Method::Reshape => flatten(t).into_val(),
-        Method::ViewRow => t.slice([0..1]).into_val(),
-        Method::Transpose => t.transpose().into_val(),
-        Method::ToHost => through_host(t).into_val(),
+        Method::Clone => erased(call!([t = t => var] t.clone())),
+        Method::Detach => erased(call!([t = t => var] t.detach())),
+        Method::Mul1 => erased(call!([t = t => var] t.mul_scalar(1.0))),
+        // `to_device` onto the tensor's own device.
+        Method::ToHome => erased(call!([t = t => var] {
+            let device = t.device();
+            t.to_device(&device)
+        })),
+        Method::ToCpu => erased(call!([t = t => var] t.to_device(&Device::flex().autodiff()))),
+        // Every element in one dimension.
+        Method::Reshape => {
+            let n: usize = dims.iter().product();
+            erased(call!([t = t => var, n = n => n.to_string()] t.reshape([n])))
+        }
+        Method::ViewRow => erased(call!([t = t => var] t.slice([0..1]))),
+        Method::Transpose => erased(call!([t = t => var] t.transpose())),
+        // `to_data` to host memory and `from_data` back onto the tensor's device, in the data's
+        // dtype (`from_data(data, &device)` would convert to the device's default: options.rs).
+        Method::ToHost => erased(same_rank::<D>(
+            call!([t = t => var] Tensor::from_data(t.to_data(), (&t.device(), t.dtype()))),
+        )),
         // cast.rs: a cast to the tensor's own float dtype returns the tensor.
-        Method::ToSameDtype => t.cast(dtype).into_val(),
+        Method::ToSameDtype => erased(call!([t = t => var, dtype = dtype => "dtype"] t.cast(dtype))),
         // Asked first, as burn's device.rs advises before choosing a reduced precision: a backend
         // without bf16 (ndarray) panics in the cast ("Unsupported dtype: BF16").
         Method::ViaBf16 if !t.device().supports_dtype(FloatDType::BF16) => {
@@ -35,38 +53,61 @@ where
                 "via_bf16: this backend does not support bf16 (Device::supports_dtype)".into(),
             ))
         }
-        Method::ViaBf16 => t.cast(FloatDType::BF16).cast(dtype).into_val(),
+        Method::ViaBf16 => erased(call!([t = t => var, dtype = dtype => "dtype"] t.cast(FloatDType::BF16).cast(dtype))),
         // Every backend has f32 (flex and ndarray: Device::supports_dtype).
-        Method::ViaF32 => t.cast(FloatDType::F32).cast(dtype).into_val(),
-        Method::Flip => t.flip([0]).into_val(),
+        Method::ViaF32 => erased(call!([t = t => var, dtype = dtype => "dtype"] t.cast(FloatDType::F32).cast(dtype))),
+        Method::Flip => erased(call!([t = t => var] t.flip([0]))),
+        // Rows 1 to the end.
         Method::Narrow => {
-            let rows = t.dims()[0];
-            t.narrow(0, 1, rows - 1).into_val()
+            let rows = dims[0].wrapping_sub(1);
+            erased(call!([t = t => var, rows = rows => rows.to_string()] t.narrow(0, 1, rows)))
         }
         // `Tensor::chunk`: the first chunk has ceil(rows / 2) rows, as torch's.
-        Method::Chunk => t.chunk(2, 0).remove(0).into_val(),
-        other => return Err(Outcome::Error(format!("internal: {} is not a tensor method", other.as_str()))),
+        Method::Chunk => erased(call!([t = t => var] t.chunk(2, 0).remove(0))),
+        other => {
+            return Err(Outcome::Error(format!(
+                "internal: {} is not a tensor method",
+                other.as_str()
+            )))
+        }
     })
+}
+
+fn same_rank<const D: usize>(r: Spelled<Tensor<D>>) -> Spelled<Tensor<D>> {
+    r
 }
 
 /// The methods whose result has another rank than the source (`expand`, `unsqueeze`: one more;
 /// `squeeze`, `select`: one less) or that take one rank only (`permute`): burn's ranks are const
 /// generics, so each is spelled per rank (1 to 3, vals.rs). The case validator sends no other.
-fn snap_rank(v: Val, method: Method) -> Result<Val, Outcome> {
+fn snap_rank(v: Val, var: &str, method: Method) -> Result<Spelled<Val>, Outcome> {
+    let shape = v.shape();
+    // `expand`: a new first dimension of 2 over the same elements (a broadcast: burn-tensor
+    // base.rs `expand`).
+    let expanded: Vec<usize> = std::iter::once(2).chain(shape.iter().copied()).collect();
+    let el = dims_lit(&expanded);
     Ok(match (method, v) {
-        (Method::Expand, Val::T1(t)) => expand_two::<1, 2>(t).into_val(),
-        (Method::Expand, Val::T2(t)) => expand_two::<2, 3>(t).into_val(),
-        (Method::Permute, Val::T3(t)) => t.permute([1, 2, 0]).into_val(),
-        (Method::Unsqueeze, Val::T1(t)) => t.unsqueeze_dim::<2>(0).into_val(),
-        (Method::Unsqueeze, Val::T2(t)) => t.unsqueeze_dim::<3>(0).into_val(),
-        (Method::Squeeze, Val::T2(t)) => t.squeeze_dim::<1>(0).into_val(),
-        (Method::Squeeze, Val::T3(t)) => t.squeeze_dim::<2>(0).into_val(),
+        (Method::Expand, Val::T1(t)) => {
+            erased(call!([t = t => var, shape = [2, shape[0]] => el] t.unsqueeze_dim::<2>(0).expand(shape)))
+        }
+        (Method::Expand, Val::T2(t)) => {
+            erased(call!([t = t => var, shape = [2, shape[0], shape[1]] => el] t.unsqueeze_dim::<3>(0).expand(shape)))
+        }
+        (Method::Permute, Val::T3(t)) => erased(call!([t = t => var] t.permute([1, 2, 0]))),
+        (Method::Unsqueeze, Val::T1(t)) => erased(call!([t = t => var] t.unsqueeze_dim::<2>(0))),
+        (Method::Unsqueeze, Val::T2(t)) => erased(call!([t = t => var] t.unsqueeze_dim::<3>(0))),
+        (Method::Squeeze, Val::T2(t)) => erased(call!([t = t => var] t.squeeze_dim::<1>(0))),
+        (Method::Squeeze, Val::T3(t)) => erased(call!([t = t => var] t.squeeze_dim::<2>(0))),
         // Row 0 with the rank dropped: `select_dim` ("a dimension index, and then squeezing that
         // dim", burn-tensor base.rs); `select` takes an index tensor and keeps the rank.
-        (Method::Select, Val::T2(t)) => t.select_dim::<1>(0, 0).into_val(),
-        (Method::Select, Val::T3(t)) => t.select_dim::<2>(0, 0).into_val(),
+        (Method::Select, Val::T2(t)) => erased(call!([t = t => var] t.select_dim::<1>(0, 0))),
+        (Method::Select, Val::T3(t)) => erased(call!([t = t => var] t.select_dim::<2>(0, 0))),
         (m, v) => {
-            return Err(Outcome::Error(format!("internal: {} of a rank-{} tensor", m.as_str(), v.shape().len())))
+            return Err(Outcome::Error(format!(
+                "internal: {} of a rank-{} tensor",
+                m.as_str(),
+                v.shape().len()
+            )))
         }
     })
 }
@@ -119,10 +160,21 @@ impl BurnSession {
         let of_stat = matches!(self.slots.get(of), Some(Slot::ModelStat(..) | Slot::LayerStat(..)));
         let result: Result<Val, Outcome> = match method {
             // A running statistic's record entry, read back as a tensor (layers.rs).
-            Method::StateDict | Method::SaveLoad if of_stat => self.snapshot_stat(of, method),
+            Method::StateDict | Method::SaveLoad if of_stat => {
+                self.complete = false; // not spelled yet
+                self.snapshot_stat(of, method)
+            }
             // The same handle bound to the name: `Param::clone` (same ParamId, shared lazy state)
             // or `Tensor::clone`.
-            Method::Alias => Ok(src),
+            Method::Alias => {
+                let var = self.tx.var(of);
+                let spelled = if of_stat {
+                    format!("{var}.value()")
+                } else {
+                    format!("{var}.clone()")
+                };
+                return self.let_spelled(name, Ok((Ok(src), spelled)));
+            }
             Method::Contiguous => Err(Outcome::Unsupported(
                 "burn has no contiguous call: layout is internal to each backend (burn-tensor \
                  0.22.1 Tensor API)"
@@ -146,20 +198,30 @@ impl BurnSession {
             )),
             // The model's record applied back onto it, then the param read out of the loaded
             // model (support.rs `record_round_trip`).
-            Method::StateDict => self.module_of(of, src).and_then(|(model, r, i)| {
-                Ok(record_round_trip(model).map_err(Outcome::Error)?.get(r, i))
-            }),
-            // A checkpoint file restored into a fresh model on the home device (support.rs
-            // `save_and_load`); the loaded param carries the ParamId stored in the file.
-            Method::SaveLoad => self.module_of(of, src).and_then(|(model, r, i)| {
-                let path = self.checkpoints.next().map_err(Outcome::Error)?;
-                Ok(save_and_load(model, &path, &self.home, self.dtype).map_err(Outcome::Error)?.get(r, i))
-            }),
+            Method::StateDict | Method::SaveLoad => {
+                self.complete = false; // not spelled yet
+                self.record_snapshot(of, src, method)
+            }
             // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
             m @ (Method::Expand | Method::Permute | Method::Unsqueeze | Method::Squeeze | Method::Select) => {
-                snap_rank(on_val!(src, param p => p.val().into_val(), tensor t => t.into_val()), m)
+                let var = self.value_spelling(of);
+                return self.let_spelled(
+                    name,
+                    snap_rank(
+                        on_val!(src, param p => p.val().into_val(), tensor t => t.into_val()),
+                        &var,
+                        m,
+                    ),
+                );
             }
-            m => on_val!(src, param p => snap_tensor(p.val(), m, self.dtype), tensor t => snap_tensor(t, m, self.dtype)),
+            m => {
+                let var = self.value_spelling(of);
+                let dtype = self.dtype;
+                return self.let_spelled(
+                    name,
+                    on_val!(src, param p => snap_tensor(p.val(), &var, m, dtype), tensor t => snap_tensor(t, &var, m, dtype)),
+                );
+            }
         };
         match result {
             Ok(v) => {
@@ -167,6 +229,44 @@ impl BurnSession {
                 Outcome::Ok
             }
             Err(o) => o,
+        }
+    }
+
+    /// `let name: T = <call>;` for a spelled snapshot, binding the name to what it gave. An
+    /// error before any burn call ran (`Err`) records nothing.
+    fn let_spelled(&mut self, name: &str, spelled: Result<Spelled<Val>, Outcome>) -> Outcome {
+        let (r, text) = match spelled {
+            Ok(s) => s,
+            Err(o) => return o,
+        };
+        let var = self.tx.var(name);
+        match r {
+            Ok(v) => {
+                self.tx.line(format!("let {var}: {} = {text};", type_of(&v)));
+                self.bind(name.to_string(), Slot::Own(v));
+                Outcome::Ok
+            }
+            Err(o) => {
+                self.tx.line(format!("let {var} = {text};"));
+                o
+            }
+        }
+    }
+
+    /// `state_dict` / `save_load` of a param (support.rs, not spelled yet).
+    fn record_snapshot(&mut self, of: &str, src: Val, method: Method) -> Result<Val, Outcome> {
+        match method {
+            Method::StateDict => self
+                .module_of(of, src)
+                .and_then(|(model, r, i)| Ok(record_round_trip(model).map_err(Outcome::Error)?.get(r, i))),
+            // A checkpoint file restored into a fresh model on the home device (support.rs
+            // `save_and_load`); the loaded param carries the ParamId stored in the file.
+            _ => self.module_of(of, src).and_then(|(model, r, i)| {
+                let path = self.checkpoints.next().map_err(Outcome::Error)?;
+                Ok(save_and_load(model, &path, &self.home, self.dtype)
+                    .map_err(Outcome::Error)?
+                    .get(r, i))
+            }),
         }
     }
 }

@@ -2,57 +2,115 @@
 //! model's checkpoints (`save`, `load`, the layers' running statistics with the params), each the
 //! burn call a user writes.
 
+use super::spelling;
 use super::{BurnSession, Saved, Slot};
-use crate::support::{loss_term, make_optimizer, read_record, save_and_load, Model};
+use crate::support::{read_record, save_and_load, Model};
 use crate::vals::Val;
+use aliasfuzz_protocol::transcript::{f32_lit, f64_lit};
 use aliasfuzz_protocol::{panic_message, CheckpointStore, OptimizerSpec, Outcome};
 use burn::module::Module;
+use burn::optim::decay::WeightDecayConfig;
+use burn::optim::momentum::MomentumConfig;
 use burn::optim::GradientsParams;
+#[allow(unused_imports)]
+use burn::optim::Optimizer;
+use burn::optim::{AdamConfig, AdamWConfig, GradientsAccumulator, ModuleOptimizer, SgdConfig};
 use burn::tensor::Tensor;
+use burn::tensor::TensorData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 impl BurnSession {
-    /// Where the live optimizer of `spec` is in `optims`, made if none is.
-    fn optimizer_at(&mut self, spec: &OptimizerSpec) -> usize {
+    /// Where the live optimizer of `spec` is in `optims`, made if none is
+    /// (`let mut adam = AdamConfig::new()...init();`).
+    fn optimizer_at(&mut self, spec: &OptimizerSpec) -> Result<usize, Outcome> {
         let key = spec.key();
-        match self.optims.iter().position(|(k, _)| *k == key) {
-            Some(at) => at,
-            None => {
-                let opt = make_optimizer(
-                    spec.optimizer.into(),
-                    spec.momentum,
-                    spec.dampening,
-                    spec.betas,
-                    spec.eps,
-                    spec.weight_decay,
-                );
-                self.optims.push((key, opt));
-                self.optims.len() - 1
-            }
+        if let Some(at) = self.optims.iter().position(|(k, _)| *k == key) {
+            return Ok(at);
         }
+        let kind: &str = spec.optimizer.into();
+        let var = self.tx.helper(kind);
+        let (momentum, dampening, wd) = (spec.momentum, spec.dampening, spec.weight_decay);
+        let (beta_1, beta_2, eps) = (spec.betas[0] as f32, spec.betas[1] as f32, spec.eps as f32);
+        // L2 weight decay, added to the gradient (burn-optim decay.rs `WeightDecay::transform`).
+        let decay = (wd != 0.0).then(|| WeightDecayConfig::new(wd as f32));
+        let decay_text = match decay {
+            Some(_) => format!("Some(WeightDecayConfig::new({}))", f32_lit(wd as f32)),
+            None => "None".into(),
+        };
+        let (opt, text) = match kind {
+            "sgd" => call!([decay = decay => decay_text] SgdConfig::new().with_weight_decay(decay).init()),
+            // MomentumConfig defaults to dampening 0.1 (burn-optim momentum.rs): always set it.
+            "sgd_momentum" => call!([decay = decay => decay_text, momentum = momentum => f64_lit(momentum),
+                dampening = dampening => f64_lit(dampening)]
+                SgdConfig::new()
+                    .with_weight_decay(decay)
+                    .with_momentum(Some(
+                        MomentumConfig::new().with_momentum(momentum).with_dampening(dampening).with_nesterov(false),
+                    ))
+                    .init()),
+            "adam" => call!([decay = decay => decay_text, beta_1 = beta_1 => f32_lit(beta_1),
+                beta_2 = beta_2 => f32_lit(beta_2), eps = eps => f32_lit(eps)]
+                AdamConfig::new()
+                    .with_beta_1(beta_1)
+                    .with_beta_2(beta_2)
+                    .with_epsilon(eps)
+                    .with_weight_decay(decay)
+                    .init()),
+            "adamw" => call!([wd = wd as f32 => f32_lit(wd as f32), beta_1 = beta_1 => f32_lit(beta_1),
+                beta_2 = beta_2 => f32_lit(beta_2), eps = eps => f32_lit(eps)]
+                AdamWConfig::new()
+                    .with_beta_1(beta_1)
+                    .with_beta_2(beta_2)
+                    .with_epsilon(eps)
+                    .with_weight_decay(wd)
+                    .init()),
+            other => return Err(Outcome::Error(format!("unknown optimizer {other:?}"))),
+        };
+        self.tx.line(format!("let mut {var} = {text};"));
+        let opt: ModuleOptimizer = opt?;
+        self.optim_vars.insert(key.clone(), var);
+        self.optims.push((key, opt));
+        Ok(self.optims.len() - 1)
     }
 
-    /// loss = sum over the model's params of (p * g).sum(); backward; `GradientsParams`.
-    fn backward_grads(&self) -> Result<GradientsParams, Outcome> {
+    /// `let loss = ...;`, the sum over the model's params of `(p * g).sum()`; `loss.backward()`;
+    /// `let grads = GradientsParams::from_grads(..)`.
+    fn backward_grads(&mut self) -> Result<GradientsParams, Outcome> {
         let mut loss: Option<Tensor<1>> = None;
-        for mp in &self.params {
-            if self.lost.contains(&(mp.rank, mp.idx)) {
-                continue;
-            }
-            let term = match mp.rank {
-                1 => loss_term(&self.model.p1[mp.idx], &mp.grad, &self.home),
-                2 => loss_term(&self.model.p2[mp.idx], &mp.grad, &self.home),
-                _ => loss_term(&self.model.p3[mp.idx], &mp.grad, &self.home),
-            };
-            loss = Some(match loss {
-                None => term,
-                Some(l) => l + term,
-            });
-        }
-        let Some(loss) = loss else {
+        let params: Vec<(String, usize, usize, TensorData, String)> = self
+            .params
+            .iter()
+            .filter(|mp| !self.lost.contains(&(mp.rank, mp.idx)))
+            .map(|mp| (mp.name.clone(), mp.rank, mp.idx, mp.grad.clone(), mp.grad_var.clone()))
+            .collect();
+        if params.is_empty() {
             return Err(Outcome::Error("the model has no params".into()));
-        };
-        Ok(GradientsParams::from_grads(loss.backward(), &self.model))
+        }
+        for (name, rank, idx, grad, grad_var) in params {
+            let var = self.tx.var(&name);
+            let (term, text) = match rank {
+                1 => spelling::loss_term(&self.model.p1[idx], &var, &grad, &grad_var, &self.home),
+                2 => spelling::loss_term(&self.model.p2[idx], &var, &grad, &grad_var, &self.home),
+                _ => spelling::loss_term(&self.model.p3[idx], &var, &grad, &grad_var, &self.home),
+            };
+            match loss {
+                None => {
+                    self.tx.line(format!("let loss = {text};"));
+                    loss = Some(term?);
+                }
+                Some(l) => {
+                    self.tx.line(format!("let loss = loss + {text};"));
+                    let term = term?;
+                    let (sum, _) = call!([loss = l => "loss", term = term => "term"] loss + term);
+                    loss = Some(sum?);
+                }
+            }
+        }
+        let loss = loss.expect("a param's term");
+        let (grads, text) = call!([loss = loss => "loss", model = &self.model => "&model"]
+            GradientsParams::from_grads(loss.backward(), model));
+        self.tx.line(format!("let grads = {text};"));
+        grads
     }
 
     /// The live optimizer's `step(lr, model, grads)`; after `backward` ops, with the grads of
@@ -63,15 +121,32 @@ impl BurnSession {
             Err(o) => return o,
         };
         if let Some(mut acc) = self.accumulated.take() {
-            acc.accumulate(&self.model, gp);
-            gp = acc.grads();
+            let (r, text) = call!([accumulator = &mut acc => "accumulator", model = &self.model => "&model", grads = gp => "grads"]
+                accumulator.accumulate(model, grads));
+            self.tx.line(format!("{text};"));
+            if let Err(o) = r {
+                return o;
+            }
+            let (r, text) = call!([accumulator = &mut acc => "accumulator"] accumulator.grads());
+            self.tx.line(format!("let grads = {text};"));
+            gp = match r {
+                Ok(gp) => gp,
+                Err(o) => return o,
+            };
         }
-        let at = self.optimizer_at(spec);
-        // The optimizer leaves the list while it steps (model_op borrows self), then goes back
-        // to the same place, so its state persists.
+        let at = match self.optimizer_at(spec) {
+            Ok(at) => at,
+            Err(o) => return o,
+        };
+        let var = self.optim_vars[&spec.key()].clone();
+        // The optimizer leaves the list while it steps (the model op borrows self), then goes
+        // back to the same place, so its state persists.
         let (key, mut opt) = self.optims.remove(at);
         let lr = spec.lr;
-        let outcome = self.model_op(|m| opt.step(lr, m, gp));
+        let outcome = self.spelled_model_op(|m| {
+            call!([optimizer = &mut opt => var, lr = lr => f64_lit(lr), model = m => "model", grads = gp => "grads"]
+                optimizer.step(lr, model, grads))
+        });
         self.optims.insert(at, (key, opt));
         outcome
     }
@@ -83,17 +158,41 @@ impl BurnSession {
             Ok(gp) => gp,
             Err(o) => return o,
         };
-        let mut acc = self.accumulated.take().unwrap_or_default();
-        acc.accumulate(&self.model, gp);
+        let mut acc = match self.accumulated.take() {
+            Some(acc) => acc,
+            None => {
+                let (acc, text) = call!([] GradientsAccumulator::new());
+                self.tx.line(format!("let mut accumulator = {text};"));
+                match acc {
+                    Ok(acc) => acc,
+                    Err(o) => return o,
+                }
+            }
+        };
+        let (r, text) = call!([accumulator = &mut acc => "accumulator", model = &self.model => "&model", grads = gp => "grads"]
+            accumulator.accumulate(model, grads));
+        self.tx.line(format!("{text};"));
         self.accumulated = Some(acc);
-        Outcome::Ok
+        match r {
+            Ok(()) => Outcome::Ok,
+            Err(o) => o,
+        }
     }
 
     /// A burn optimizer holds no learning rate (`Optimizer::step(lr, ..)` takes it each time):
     /// the live optimizer is refiled under `to`, so the next `step` with lr `to` passes `to` to it.
     pub(super) fn set_lr(&mut self, spec: &OptimizerSpec, to: f64) -> Outcome {
-        let at = self.optimizer_at(spec);
+        let at = match self.optimizer_at(spec) {
+            Ok(at) => at,
+            Err(o) => return o,
+        };
+        let var = self.optim_vars.remove(&spec.key()).expect("made above");
+        self.tx.line(format!(
+            "// set_lr: burn's optimizer takes the learning rate at each step; {var}'s is {} from here on",
+            f64_lit(to)
+        ));
         self.optims[at].0 = spec.with_lr(to).key();
+        self.optim_vars.insert(spec.with_lr(to).key(), var);
         Outcome::Ok
     }
 
