@@ -12,9 +12,10 @@ the CPU, and prints every bound name after every op:
     after op 0: s0 = [1.0, 2.0]
 
 (values row-major; ``uninitialized`` for a lazy param not yet created). The torch script and the
-candle project are the calls the target made, as it ran them (its transcript); the burn writer
-still translates each op the way its probe does, and emits an op the framework reported
-``unsupported`` in the finding's repro result as a comment.
+candle project are the calls the target made, as it ran them (its transcript); so is the burn
+project where burn's probe spelled every call of the case, else the burn writer translates each
+op the way its probe does, and emits an op the framework reported ``unsupported`` in the
+finding's repro result as a comment.
 
 This module only dispatches: each framework's reproducer lives beside its target
 (``harness/targets/<framework>/reproducer.py``; the Rust transcripts are wrapped by
