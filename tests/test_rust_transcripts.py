@@ -36,9 +36,8 @@ SCAFFOLDS = {"candle": CANDLE, "burn": BURN}
 WRITERS = {"candle": candle_main, "burn": burn_main}
 #: The cases whose reproducer is the probe's transcript, at least. candle runs every case but two
 #: whose program_rng its CPU cannot seed (the probe refuses them: no calls, no transcript);
-#: burn's probe has not spelled save, load, state_dict / save_load, batch norms outside f32 and
-#: failed calls on consumed values yet.
-TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 92}
+#: burn's probe has not spelled batch norms outside f32 and failed calls on consumed values yet.
+TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 114}
 #: Cases whose burn reproducer is the writer's and does not compile: a call that panics runs in a
 #: ``catch_unwind`` closure that moves a value the later ops read. A known defect of the writer,
 #: gone with it; a case that starts or stops compiling fails the test until this list says so.

@@ -11,10 +11,11 @@
 //! and one per optimizer (`sgd`, `adam`, ...). A name the model holds (a param, a batch norm's
 //! running statistic) is a borrow of its slot (`let w = &model.p1[0];`), made again after every
 //! call that rebinds the model or a slot; any other name is a variable of its own, rebound
-//! (`let x: Tensor<2> = x.neg();`) where burn gives a new value. The ops not spelled yet (`save`,
-//! `load`, the `state_dict` / `save_load` snapshots, a `cache` append, a batch norm in another
-//! dtype than f32, and an op whose call failed on a value it consumed) run as before through
-//! `support.rs` and leave the transcript incomplete: `transcript()` then gives none.
+//! (`let x: Tensor<2> = x.neg();`) where burn gives a new value. A checkpoint is read back by
+//! loading it (`session/records.rs`). The ops not spelled yet (a batch norm in another dtype than
+//! f32, a module clone's statistic through a record, a model param given a tensor, and an op
+//! whose call failed on a value it consumed) run as before through `support.rs` and leave the
+//! transcript incomplete: `transcript()` then gives none.
 
 use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model};
 use crate::vals::IntoVal;
@@ -167,6 +168,7 @@ pub struct BurnSession {
 
 mod layers;
 mod make;
+mod records;
 mod snapshots;
 pub(crate) mod spelling;
 mod training;
@@ -177,10 +179,10 @@ use spelling::{erased, Spelled};
 
 /// What a `save` kept.
 enum Saved {
-    /// `model.clone().into_record()`.
-    Record(ModuleRecord),
-    /// The file `save_file` wrote.
-    File(PathBuf),
+    /// `model.clone().into_record()`, and its variable.
+    Record(ModuleRecord, String),
+    /// The file `save_file` wrote, and the variable of its path.
+    File(PathBuf, String),
 }
 
 impl BurnSession {
@@ -395,23 +397,6 @@ impl BurnSession {
         };
         self.slots.insert(name.to_string(), slot);
         outcome
-    }
-
-    /// Rebinds the model to `f(model)`; a panic loses every model param.
-    fn model_op(&mut self, f: impl FnOnce(Model) -> Model) -> Outcome {
-        let lens = (self.model.p1.len(), self.model.p2.len(), self.model.p3.len());
-        let model = std::mem::replace(&mut self.model, Model::empty());
-        match catch_unwind(AssertUnwindSafe(|| f(model))) {
-            Ok(m) => {
-                self.model = m;
-                Outcome::Ok
-            }
-            Err(p) => {
-                let msg = panic_message(p);
-                self.lose_model(lens, &msg);
-                Outcome::Error(msg)
-            }
-        }
     }
 
     /// `let mut model = <call>;`: the model moved into a spelled call (`call(model)`) and rebound to
@@ -860,11 +845,7 @@ impl BurnSession {
         for (p, rank, i) in params {
             let n = format!("{name}.{p}");
             let v = self.tx.var(&n);
-            let (r, text) = match rank {
-                1 => erased(call!([copy = &clone => clone_var.clone(), i = i => i.to_string()] copy.p1[i].clone())),
-                2 => erased(call!([copy = &clone => clone_var.clone(), i = i => i.to_string()] copy.p2[i].clone())),
-                _ => erased(call!([copy = &clone => clone_var.clone(), i = i => i.to_string()] copy.p3[i].clone())),
-            };
+            let (r, text) = records::read_entry(&clone, &clone_var, records::Entry::Param(rank, i));
             self.tx.line(format!("let {v}: Param<Tensor<{rank}>> = {text};"));
             match r {
                 Ok(val) => self.bind(n, Slot::Own(val)),
@@ -872,7 +853,7 @@ impl BurnSession {
             }
         }
         if self.layers_lost.is_none() {
-            self.bind_stats(name, &clone, true);
+            self.bind_stats(name, &clone);
             self.spell_live_stats(name, &clone_var);
         }
         self.tx.line(format!("drop({clone_var});"));
@@ -909,10 +890,6 @@ impl Model {
 
 impl Session for BurnSession {
     fn apply(&mut self, op: &Op) -> Outcome {
-        // The ops not spelled yet (they run by support.rs and vals.rs, as before).
-        if matches!(op, Op::Save { .. } | Op::Load { .. }) {
-            self.complete = false;
-        }
         match op {
             Op::Snapshot { name, of, method } => self.snapshot(name, of, *method),
             Op::Write { target, index, value } => self.edit(

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// plain `Tensor` field would be a module *constant*, which burn neither records nor trains).
 /// The layers are fields so that every `Module` call on the model (clone, record, file, valid,
 /// train, no_grad, freeze, to_device) carries them, as it does a user's model.
-#[derive(Module, Debug)]
+#[derive(Module, Debug, Default)]
 pub struct Model {
     pub p1: Vec<Param<Tensor<1>>>,
     pub p2: Vec<Param<Tensor<2>>>,
@@ -286,6 +286,12 @@ static DIRS: AtomicUsize = AtomicUsize::new(0);
 impl Checkpoints {
     /// A path for the next checkpoint file.
     pub fn next(&mut self) -> Result<PathBuf, String> {
+        let (dir, n) = self.numbered()?;
+        Ok(dir.join(format!("{n}.bpk")))
+    }
+
+    /// The directory of the next checkpoint file, and the file's number.
+    pub fn numbered(&mut self) -> Result<(PathBuf, usize), String> {
         while self.dir.is_none() {
             let n = DIRS.fetch_add(1, Ordering::Relaxed);
             let dir = std::env::temp_dir().join(format!("aliasfuzz-burn-{}-{n}", std::process::id()));
@@ -296,7 +302,7 @@ impl Checkpoints {
             }
         }
         self.files += 1;
-        Ok(self.dir.as_ref().unwrap().join(format!("{}.bpk", self.files)))
+        Ok((self.dir.clone().unwrap(), self.files))
     }
 }
 

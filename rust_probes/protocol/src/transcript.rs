@@ -109,10 +109,10 @@ impl Transcript {
 
 /// `text` with every placeholder of `subs` that stands as a value replaced by its text: an
 /// identifier equal to a placeholder, not inside a string literal, not a field or method (after
-/// `.`), not a path segment (beside `::`), not a macro (before `!`) and not a struct literal's
-/// field name (before `:`). A replacement `&s` that is a method's receiver is written `s`, and a
-/// negative number `(-2.0)`. The
-/// pretty printer's line breaks are spaces, so a statement is one line.
+/// one `.`; after `..` it is a range's end or a struct literal's base, a value), not a path
+/// segment (beside `::`), not a macro (before `!`) and not a struct literal's field name (before
+/// `:`). A replacement `&s` that is a method's receiver is written `s`, and a negative number
+/// `(-2.0)`. The pretty printer's line breaks are spaces, so a statement is one line.
 pub fn fill(text: &str, subs: &[(&str, &str)]) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len() + 16);
@@ -143,11 +143,14 @@ pub fn fill(text: &str, subs: &[(&str, &str)]) -> String {
                 i += 1;
             }
             let word: String = chars[start..i].iter().collect();
-            let before = chars[..start].iter().rev().find(|c| !c.is_whitespace());
+            let mut preceding = chars[..start].iter().rev().filter(|c| !c.is_whitespace());
+            let before = preceding.next();
+            // `..x` (a range's end, a struct literal's base) is a value, not a field.
+            let spread = before == Some(&'.') && preceding.next() == Some(&'.');
             let path = start >= 2 && chars[start - 2..start] == [':', ':'];
             let after = chars[i..].iter().find(|c| !c.is_whitespace());
             // A field, method or path segment, a macro, or a struct literal's field name.
-            let member = before == Some(&'.') || path || after == Some(&'!') || after == Some(&':');
+            let member = (before == Some(&'.') && !spread) || path || after == Some(&'!') || after == Some(&':');
             match subs.iter().find(|(p, _)| *p == word) {
                 // A `&value` as a method's receiver is the value: auto-ref borrows it again.
                 Some((_, var)) if !member && after == Some(&'.') => match var.strip_prefix('&') {
@@ -277,6 +280,8 @@ mod tests {
         assert_eq!(fill("t.a()?\n    .b()?", &subs), "w.a()?.b()?");
         assert_eq!(fill("t.a()? .b()? + 1 .. 2", &subs), "w.a()?.b()? + 1 .. 2");
         assert_eq!(fill("P { t: t, i: 1 }", &subs), "P { t: w, i: 1 }");
+        assert_eq!(fill("P { i: 1, ..t }", &subs), "P { i: 1, ..w }");
+        assert_eq!(fill("0..i", &subs), "0..2");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! the original's forward is burn's to say.
 
 use super::outcome_text;
-use super::spelling::{erased, type_of};
+use super::spelling::{erased, type_of, Spelled};
 use super::{BurnSession, Slot};
 use crate::support::{batch_norm, dropout, record_round_trip, save_and_load, Model};
 use crate::vals::{IntoVal, Val};
@@ -89,21 +89,9 @@ impl BurnSession {
                 let momentum = spec
                     .momentum
                     .ok_or_else(|| format!("{}: a batch norm needs momentum", spec.name))?;
-                let layer = if self.dtype == FloatDType::F32 {
-                    // `model.bn.push(BatchNormConfig::new(2).with_momentum(0.1).init(&dev));`
-                    let (layer, text) = call!([features = features => features.to_string(),
-                        momentum = momentum => f64_lit(momentum), dev = &self.home => "&dev"]
-                        BatchNormConfig::new(features).with_momentum(momentum).init(dev));
-                    self.tx.line(format!("model.bn.push({text});"));
-                    layer.map_err(|o| format!("{}: BatchNormConfig::init: {}", spec.name, outcome_text(&o)))?
-                } else {
-                    // In another dtype, cast by a ModuleMapper (support.rs `in_dtype`): not spelled yet.
-                    self.complete = false;
-                    catch_unwind(AssertUnwindSafe(|| {
-                        batch_norm(features, momentum, self.dtype, &self.home)
-                    }))
-                    .map_err(|p| format!("{}: BatchNormConfig::init: {}", spec.name, panic_message(p)))?
-                };
+                let (layer, text) = self.new_batch_norm(features, momentum);
+                self.tx.line(format!("model.bn.push({text});"));
+                let layer = layer.map_err(|o| format!("{}: BatchNormConfig::init: {}", spec.name, outcome_text(&o)))?;
                 self.model.bn.push(layer);
                 LayerAt::BatchNorm(self.model.bn.len() - 1)
             }
@@ -142,6 +130,23 @@ impl BurnSession {
             at,
         });
         Ok(())
+    }
+
+    /// A batch norm as the case declares one, in the program's dtype:
+    /// `BatchNormConfig::new(2).with_momentum(0.1).init(&dev)` (epsilon at its default, 1e-5).
+    /// In another dtype than f32 its floats are cast by a ModuleMapper (support.rs `in_dtype`):
+    /// not spelled yet.
+    pub(super) fn new_batch_norm(&mut self, features: usize, momentum: f64) -> Spelled<BatchNorm> {
+        if self.dtype == FloatDType::F32 {
+            return call!([features = features => features.to_string(),
+                momentum = momentum => f64_lit(momentum), dev = &self.home => "&dev"]
+                BatchNormConfig::new(features).with_momentum(momentum).init(dev));
+        }
+        self.complete = false;
+        let made = catch_unwind(AssertUnwindSafe(|| {
+            batch_norm(features, momentum, self.dtype, &self.home)
+        }));
+        (made.map_err(|p| Outcome::Error(panic_message(p))), String::new())
     }
 
     /// `forward`: `BatchNorm::forward(x)` / `Dropout::forward(x)` on a handle to the input (a
@@ -214,19 +219,14 @@ impl BurnSession {
     }
 
     /// Binds `<prefix>.<layer>.<stat>` to each statistic of `model`'s batch norms, in the case's
-    /// layer order: the layer itself (a clone's, sharing the model's running states as burn
-    /// shares them) when `live`, else the value it holds (what a checkpoint read back holds).
-    pub(super) fn bind_stats(&mut self, prefix: &str, model: &Model, live: bool) {
+    /// layer order: the layer itself (a module clone's, sharing the model's running states as
+    /// burn shares them), read when used.
+    pub(super) fn bind_stats(&mut self, prefix: &str, model: &Model) {
         let mut bound = vec![];
         for l in &self.layers {
             if let LayerAt::BatchNorm(i) = l.at {
                 for stat in Stat::ALL {
-                    let bn = &model.bn[i];
-                    let slot = if live {
-                        Slot::LayerStat(Box::new(bn.clone()), stat)
-                    } else {
-                        Slot::Own(stat.value(bn).into_val())
-                    };
+                    let slot = Slot::LayerStat(Box::new(model.bn[i].clone()), stat);
                     bound.push((format!("{prefix}.{}.{}", l.name, stat.name()), slot));
                 }
             }
@@ -260,24 +260,24 @@ impl BurnSession {
         })
     }
 
-    /// `state_dict` / `save_load` of a statistic: the record (or the file) of the module it lives
-    /// in (the model, or a one-layer model for a clone's layer) read back, and the statistic's
-    /// value read out of the loaded layer.
+    /// `state_dict` / `save_load` of a module clone's statistic: the record (or the file) of a
+    /// one-layer model read back, and the statistic's value read out of the loaded layer. Not
+    /// spelled yet: the transcript holds the clone's `RunningState`, not its layer.
     pub(super) fn snapshot_stat(&mut self, of: &str, method: Method) -> Result<Val, Outcome> {
-        let (model, i, stat) = match self.slots.get(of) {
-            Some(Slot::ModelStat(i, stat)) => {
-                self.refuse_lost_params()?;
-                (self.model.clone(), *i, *stat)
-            }
+        self.complete = false;
+        let (model, stat) = match self.slots.get(of) {
             Some(Slot::LayerStat(bn, stat)) => (
                 Model {
                     bn: vec![BatchNorm::clone(bn)],
                     ..Model::empty()
                 },
-                0,
                 *stat,
             ),
-            _ => return Err(Outcome::Error(format!("internal: {of} is not a running statistic"))),
+            _ => {
+                return Err(Outcome::Error(format!(
+                    "internal: {of} is not a clone's running statistic"
+                )))
+            }
         };
         let loaded = match method {
             Method::StateDict => record_round_trip(model),
@@ -286,7 +286,7 @@ impl BurnSession {
                 .next()
                 .and_then(|path| save_and_load(model, &path, &self.home, self.dtype)),
         };
-        loaded.map(|m| stat.value(&m.bn[i]).into_val()).map_err(Outcome::Error)
+        loaded.map(|m| stat.value(&m.bn[0]).into_val()).map_err(Outcome::Error)
     }
 
     /// After a panic consumed the model: its layers are rebuilt from their specs to keep the

@@ -1,12 +1,14 @@
 //! The `snapshot` op of a [`BurnSession`]: each method the burn call a user writes (the table
 //! is in README.md), and the records it reads a param or a running statistic back from.
 
+use super::records::{read_entry, Entry};
 use super::spelling::{dims_lit, erased, type_of, Spelled};
 use super::{BurnSession, Slot};
 use crate::on_val;
-use crate::support::{record_round_trip, save_and_load, Model};
+use crate::support::Model;
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{Method, Outcome};
+use burn::module::Module;
 use burn::tensor::{Device, FloatDType, Tensor};
 
 /// A one-call method on the value `t` (spelled `var`); `dtype`: the program's, which the dtype
@@ -113,28 +115,37 @@ fn snap_rank(v: Val, var: &str, method: Method) -> Result<Spelled<Val>, Outcome>
 }
 
 impl BurnSession {
-    /// The module `of` lives in, and its slot there: the model itself for a model param, a
-    /// one-param model for a Param bound outside it.
-    pub(super) fn module_of(&self, of: &str, src: Val) -> Result<(Model, usize, usize), Outcome> {
-        match self.slots.get(of) {
-            Some(Slot::Model(r, i)) => {
-                self.refuse_lost_params()?;
-                Ok((self.model.clone(), *r, *i))
-            }
-            _ => match src {
-                v @ (Val::P1(_) | Val::P2(_) | Val::P3(_)) => {
-                    let mut m = Model::empty();
-                    let (r, i) = m.push(v).map_err(Outcome::Error)?;
-                    Ok((m, r, i))
-                }
-                _ => Err(Outcome::Unsupported(
+    /// The model `of` is read from, spelled, and where `of` is in it: the model itself for its
+    /// param or statistic; for a Param bound outside it, a one-param model
+    /// (`let s_model = Model { p1: vec![a.clone()], ..Model::default() };`).
+    fn record_base(&mut self, name: &str, of: &str, src: Val) -> Result<(Model, String, Entry), Outcome> {
+        let entry = match self.slots.get(of) {
+            Some(Slot::Model(r, i)) => Some(Entry::Param(*r, *i)),
+            Some(Slot::ModelStat(i, stat)) => Some(Entry::Stat(*i, *stat)),
+            _ => None,
+        };
+        if let Some(entry) = entry {
+            self.refuse_lost_params()?;
+            return Ok((self.model.clone(), "model".into(), entry));
+        }
+        let spelled = format!("{}.clone()", self.tx.var(of));
+        let ((model, text), rank) = match src {
+            Val::P1(p) => (call!([p = p => spelled] Model { p1: vec![p], ..Model::default() }), 1),
+            Val::P2(p) => (call!([p = p => spelled] Model { p2: vec![p], ..Model::default() }), 2),
+            Val::P3(p) => (call!([p = p => spelled] Model { p3: vec![p], ..Model::default() }), 3),
+            _ => {
+                return Err(Outcome::Unsupported(
                     "burn records hold module params only: a plain Tensor in a module is a \
                      constant whose visit records nothing (burn-core module/param/constant.rs, \
                      `TODO: tensor record should persist`)"
                         .into(),
-                )),
-            },
-        }
+                ))
+            }
+        };
+        let var = self.tx.var(name);
+        let mv = self.tx.helper(&format!("{var}_model"));
+        self.tx.line(format!("let {mv} = {text};"));
+        Ok((model?, mv, Entry::Param(rank, 0)))
     }
 
     /// An error when a param was lost to an earlier failed call: its slot holds this probe's
@@ -159,9 +170,8 @@ impl BurnSession {
         };
         let of_stat = matches!(self.slots.get(of), Some(Slot::ModelStat(..) | Slot::LayerStat(..)));
         let result: Result<Val, Outcome> = match method {
-            // A running statistic's record entry, read back as a tensor (layers.rs).
-            Method::StateDict | Method::SaveLoad if of_stat => {
-                self.complete = false; // not spelled yet
+            // A module clone's running statistic, read back as a tensor (layers.rs).
+            Method::StateDict | Method::SaveLoad if matches!(self.slots.get(of), Some(Slot::LayerStat(..))) => {
                 self.snapshot_stat(of, method)
             }
             // The same handle bound to the name: `Param::clone` (same ParamId, shared lazy state)
@@ -196,11 +206,11 @@ impl BurnSession {
                  running.rs)"
                     .into(),
             )),
-            // The model's record applied back onto it, then the param read out of the loaded
-            // model (support.rs `record_round_trip`).
+            // The model's record (or file) loaded, then the param or statistic read out of the
+            // loaded model (records.rs).
             Method::StateDict | Method::SaveLoad => {
-                self.complete = false; // not spelled yet
-                self.record_snapshot(of, src, method)
+                let spelled = self.record_snapshot(name, of, src, method);
+                return self.let_spelled(name, spelled);
             }
             // Tensor methods on the value: `Param::val()` (forces a lazy param) or the tensor.
             m @ (Method::Expand | Method::Permute | Method::Unsqueeze | Method::Squeeze | Method::Select) => {
@@ -253,20 +263,28 @@ impl BurnSession {
         }
     }
 
-    /// `state_dict` / `save_load` of a param (support.rs, not spelled yet).
-    fn record_snapshot(&mut self, of: &str, src: Val, method: Method) -> Result<Val, Outcome> {
-        match method {
-            Method::StateDict => self
-                .module_of(of, src)
-                .and_then(|(model, r, i)| Ok(record_round_trip(model).map_err(Outcome::Error)?.get(r, i))),
-            // A checkpoint file restored into a fresh model on the home device (support.rs
-            // `save_and_load`); the loaded param carries the ParamId stored in the file.
-            _ => self.module_of(of, src).and_then(|(model, r, i)| {
-                let path = self.checkpoints.next().map_err(Outcome::Error)?;
-                Ok(save_and_load(model, &path, &self.home, self.dtype)
-                    .map_err(Outcome::Error)?
-                    .get(r, i))
-            }),
-        }
+    /// `state_dict`: the record of the model `of` lives in (`into_record`) loaded back into it
+    /// with fresh layers; `save_load`: its file (`save_file`) loaded into a fresh model of the
+    /// same layout on the home device (the loaded param carries the ParamId stored in the file).
+    /// The param, or the statistic's value, is read out of the loaded model (records.rs).
+    fn record_snapshot(&mut self, name: &str, of: &str, src: Val, method: Method) -> Result<Spelled<Val>, Outcome> {
+        let (base, base_text, entry) = self.record_base(name, of, src)?;
+        let var = self.tx.var(name);
+        let (read, text) = match method {
+            Method::StateDict => {
+                let rv = self.tx.helper(&format!("{var}_record"));
+                let (record, text) = call!([base = &base => base_text.clone()] base.clone().into_record());
+                self.tx.line(format!("let {rv} = {text};"));
+                self.read_record(base, &base_text, record?, &rv)
+            }
+            _ => {
+                let (read, text, _, _) = self.file_round_trip(&base, &base_text, &var)?;
+                (Ok(read), text)
+            }
+        };
+        Ok(match read {
+            Ok(read) => read_entry(&read, &text, entry),
+            Err(o) => (Err(o), text),
+        })
     }
 }

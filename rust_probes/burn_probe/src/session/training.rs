@@ -2,12 +2,11 @@
 //! model's checkpoints (`save`, `load`, the layers' running statistics with the params), each the
 //! burn call a user writes.
 
+use super::records::read_entry;
 use super::spelling;
 use super::{BurnSession, Saved, Slot};
-use crate::support::{read_record, save_and_load, Model};
-use crate::vals::Val;
 use aliasfuzz_protocol::transcript::{f32_lit, f64_lit};
-use aliasfuzz_protocol::{panic_message, CheckpointStore, OptimizerSpec, Outcome};
+use aliasfuzz_protocol::{CheckpointStore, OptimizerSpec, Outcome};
 use burn::module::Module;
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
@@ -17,7 +16,6 @@ use burn::optim::Optimizer;
 use burn::optim::{AdamConfig, AdamWConfig, GradientsAccumulator, ModuleOptimizer, SgdConfig};
 use burn::tensor::Tensor;
 use burn::tensor::TensorData;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 impl BurnSession {
     /// Where the live optimizer of `spec` is in `optims`, made if none is
@@ -196,51 +194,53 @@ impl BurnSession {
         Outcome::Ok
     }
 
-    /// `save`: `model.clone().into_record()` or `save_file`, and `<name>.<p>` bound to what the
-    /// checkpoint holds, read by loading it into a model (a ModuleRecord has no per-tensor
-    /// reader): a clone of the model with fresh layers for a record (support.rs `read_record`:
-    /// a load into the clone's own layers would write into the model's running states), a fresh
-    /// one for a file. `<name>.<layer>.<stat>` follow the params.
+    /// `save`: `let ckpt = model.clone().into_record();` or `model.clone().save_file(&path)?;`,
+    /// and `<name>.<p>` / `<name>.<layer>.<stat>` bound to what the checkpoint holds, read by
+    /// loading it (records.rs): a record into a clone of the model with fresh layers, a file into
+    /// a fresh model of the same layout.
     pub(super) fn save(&mut self, name: &str, to: CheckpointStore) -> Outcome {
-        if let Err(o) = self.refuse_lost_params() {
-            return o;
+        match self.save_spelled(name, to) {
+            Ok(()) => Outcome::Ok,
+            Err(o) => o,
         }
-        let taken = catch_unwind(AssertUnwindSafe(|| -> Result<(Saved, Model), String> {
-            match to {
-                CheckpointStore::Memory => {
-                    let record = self.model.clone().into_record();
-                    let read = read_record(self.model.clone(), record.clone())?;
-                    Ok((Saved::Record(record), read))
-                }
-                CheckpointStore::File => {
-                    let path = self.checkpoints.next()?;
-                    let read = save_and_load(self.model.clone(), &path, &self.home, self.dtype)?;
-                    Ok((Saved::File(path), read))
-                }
-            }
-        }));
-        let (saved, read) = match taken {
-            Ok(Ok(t)) => t,
-            Ok(Err(e)) => return Outcome::Error(e),
-            Err(p) => return Outcome::Error(panic_message(p)),
-        };
-        self.saved.insert(name.to_string(), saved);
-        let entries: Vec<(String, Val)> = self
-            .params
-            .iter()
-            .filter(|mp| !self.lost.contains(&(mp.rank, mp.idx)))
-            .map(|mp| (format!("{name}.{}", mp.name), read.get(mp.rank, mp.idx)))
-            .collect();
-        for (n, v) in entries {
-            self.bind(n, Slot::Own(v));
-        }
-        self.bind_stats(name, &read, false);
-        Outcome::Ok
     }
 
-    /// `load`: `model.load_record(record)` or `model.load_file(path)`, rebinding the model. The
-    /// layers' running states take the record's values in place (running.rs `Module::map`): a
-    /// module clone still sharing them sees the load too.
+    fn save_spelled(&mut self, name: &str, to: CheckpointStore) -> Result<(), Outcome> {
+        self.refuse_lost_params()?;
+        let cv = self.tx.var(name);
+        let (read, text, saved) = match to {
+            CheckpointStore::Memory => {
+                let (record, text) = call!([model = &self.model => "model"] model.clone().into_record());
+                self.tx.line(format!("let {cv} = {text};"));
+                let record = record?;
+                let base = self.model.clone();
+                let (read, text) = self.read_record(base, "model", record.clone(), &format!("{cv}.clone()"));
+                (read?, text, Saved::Record(record, cv.clone()))
+            }
+            CheckpointStore::File => {
+                let base = self.model.clone();
+                let (read, text, path, pv) = self.file_round_trip(&base, "model", &cv)?;
+                (read, text, Saved::File(path, pv))
+            }
+        };
+        let read_var = self.tx.helper(&format!("{cv}_model"));
+        self.tx.line(format!("let {read_var} = {text};"));
+        self.saved.insert(name.to_string(), saved);
+        for (n, entry) in self.model_entries(name) {
+            let (v, text) = read_entry(&read, &read_var, entry);
+            let v = v?;
+            let var = self.tx.var(&n);
+            self.tx.line(format!("let {var}: {} = {text};", spelling::type_of(&v)));
+            self.bind(n, Slot::Own(v));
+        }
+        self.tx.line(format!("drop({read_var});"));
+        Ok(())
+    }
+
+    /// `load`: `let mut model = model.load_record(ckpt.clone());` or
+    /// `let mut model = model.load_file(&ckpt_path);`. The layers' running states take the
+    /// record's values in place (running.rs `Module::map`): a module clone still sharing them
+    /// sees the load too.
     pub(super) fn load(&mut self, from: &str, assign: bool) -> Outcome {
         if assign {
             return Outcome::Unsupported(
@@ -251,13 +251,15 @@ impl BurnSession {
         }
         match self.saved.get(from) {
             None => Outcome::Skipped(format!("no checkpoint named {from} (its save did not run here)")),
-            Some(Saved::Record(record)) => {
-                let record = record.clone();
-                self.model_op(|m| m.load_record(record))
+            Some(Saved::Record(record, cv)) => {
+                let (record, spelled) = (record.clone(), format!("{cv}.clone()"));
+                self.spelled_model_op(
+                    |m| call!([model = m => "model", record = record => spelled] model.load_record(record)),
+                )
             }
-            Some(Saved::File(path)) => {
-                let path = path.clone();
-                self.model_op(|m| m.load_file(&path))
+            Some(Saved::File(path, pv)) => {
+                let (path, spelled) = (path.clone(), format!("&{pv}"));
+                self.spelled_model_op(|m| call!([model = m => "model", path = &path => spelled] model.load_file(path)))
             }
         }
     }
