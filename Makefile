@@ -67,11 +67,12 @@ test: probes lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	cd rust_probes && cargo fmt --check
 
 # The probe protocol's JSON Schema is generated from the op table (harness/case/ops.py).
 schema: $(STAMP)
-	$(PY) -m harness.case.schema --write
+	$(PY) -m harness.targets.schema --write
 
 # The porting table in docs/ (every snapshot method x every op that can change its source, run on
 # every CPU target); tests/test_matrix.py fails when it is stale.

@@ -1,4 +1,4 @@
-"""Benchmark: the time of every snapshot's verdict (``harness.judging.trace.verdicts``) against
+"""Benchmark: the time of every snapshot's verdict (``harness.judging.verdicts.verdicts``) against
 the length of the program.
 
 Not a test (nothing is asserted on time); it prints figures. Run it with
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from harness.judging.trace import verdicts
+from harness.judging.verdicts import verdicts
 from tests.long_programs import long_program, storage_trace
 
 

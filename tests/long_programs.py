@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from harness.case.ir import Program, TensorDecl, check_program
-from harness.judging.trace import Trace
+from harness.targets.trace import Trace
 
 #: Snapshot methods the storage model knows: the first two share their source's storage.
 SHARING = ("alias", "detach")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from tests.conftest import CASES
 
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import CaseError, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import CaseError
 from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.replay import run_case
 from harness.judging.finding import Finding
-from harness.reporting.repro import run_case
 from tests.conftest import ROOT
 
 BASELINE = load_baseline()

@@ -134,7 +134,7 @@ def test_the_profile_covers_the_main_and_the_runner_threads():
         runner.close()
     functions = {r["function"] for r in rows}
     assert any(
-        f.startswith("harness/judging/trace.py") and f.endswith("(from_wire)") for f in functions
+        f.startswith("harness/targets/trace.py") and f.endswith("(from_wire)") for f in functions
     )  # runner threads
     assert any(f.startswith("harness/judging/oracle.py") for f in functions)  # the main thread
     assert any(f.startswith("hypothesis/") for f in functions)  # drawing, on the main thread

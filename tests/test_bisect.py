@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from harness.case.ir import load_case
-from harness.reporting.reproducers import parse_output, torch_script
+from harness.case.case_file import load_case
 from harness.targets.registry import open_runner
+from harness.targets.reproducers import parse_output, torch_script
 from harness.triage.bisect import (
     BisectError,
     Observed,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import CaseError, dump_case, load_case, parse_case
+from harness.case.case_file import dump_case, load_case, parse_case
+from harness.case.ir import CaseError
 from harness.case.ops import snapshot_shape
 from tests.conftest import CASES, run_cli
 

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from generators.programs import programs
-from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_case, parse_case
-from harness.judging.trace import verdicts
+from harness.case.case_file import dump_case, parse_case
+from harness.case.ir import CaseError, Program, TensorDecl, check_program
+from harness.judging.verdicts import verdicts
 from harness.shrinking.minimize import simplifications
 from tests.conftest import run_cli
 
@@ -156,7 +157,7 @@ def test_torch_adam_runs_in_the_cases_dtype(runner, dtype):
 
 
 def test_the_torch_reproducer_makes_the_cases_dtype(tmp_path):
-    from harness.reporting.reproducers import torch_script
+    from harness.targets.reproducers import torch_script
 
     script = torch_script(_program("f16", {"op": "snapshot", "name": "s", "of": "w", "method": "via_f32"}))
     assert "dtype=torch.float16))" in script and "model.w = w = nn.Parameter(torch.tensor(" in script

@@ -36,11 +36,12 @@ import numpy as np
 import pytest
 
 from harness.case import ops as op_table
-from harness.case.ir import Program, TensorDecl, check_program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program, TensorDecl, check_program
 from harness.case.layers import LayerDecl
 from harness.paths import cargo_target_dir, probe_binary
-from harness.reporting.reproducers import parse_output, prepare_cargo_build, trace_states, write_project
 from harness.targets.burn.reproducer import burn_main
+from harness.targets.reproducers import parse_output, prepare_cargo_build, trace_states, write_project
 from tests.conftest import need, repro_json_alone, targets_runner
 
 W = TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0))
@@ -294,7 +295,7 @@ op = "valid"
 def test_the_reproducer_declares_the_dtype():
     import tomllib
 
-    from harness.case.ir import parse_case
+    from harness.case.case_file import parse_case
 
     text = burn_main(parse_case(tomllib.loads(CASE)))
     assert "let dtype = FloatDType::BF16;" in text

@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.case.ir import parse_case, write_case
+from harness.case.case_file import parse_case, write_case
 from harness.case.methods import bf16_rounded
-from harness.judging.trace import verdicts
+from harness.judging.verdicts import verdicts
 from tests.conftest import clean_runs
 from tests.probe_client import Probe as ProbeClient
 from tests.test_reports import _cargo_reproducer

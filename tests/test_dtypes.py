@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from harness.case import ops
 from harness.case.ir import Program, TensorDecl, check_program
-from harness.judging.trace import verdicts
+from harness.judging.verdicts import verdicts
 
 SHARING = ("torch:cpu", "candle:cpu")
 VALUES = ("burn:flex", "burn:ndarray")

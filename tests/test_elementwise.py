@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 
 from generators.programs import programs
 from harness.case import ops
-from harness.case.ir import CaseError, Program, TensorDecl, check_program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import CaseError, Program, TensorDecl, check_program
 from harness.judging.oracle import compare
 from tests.conftest import CASES
 
@@ -227,7 +228,7 @@ def test_the_generator_draws_map_and_add_on_names_they_apply_to():
 def test_a_name_a_map_rebinds_ends_the_relation_of_its_snapshots():
     """After `x = relu(x)` a snapshot of x is a snapshot of nothing: a later write of x is not
     its source's write (the oracle would call a value-semantics framework's `keeps` a finding)."""
-    from harness.judging.trace import relation_end, snapshots
+    from harness.judging.verdicts import relation_end, snapshots
 
     x = TensorDecl("x", "buffer", (2,), (1.0, 2.0))
     program = Program(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.engine import Engine
 from harness.shrinking.minimize import is_one_minimal

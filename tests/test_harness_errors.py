@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import Program, TensorDecl, check_program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program, TensorDecl, check_program
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.engine import Engine
+from harness.judging import rules
 from harness.judging.harness_errors import HARNESS_ERROR, safe_compare
 from harness.judging.oracle import FAULT_ENV
 from harness.targets.runner import Runner
@@ -67,6 +69,7 @@ def test_an_oracle_exception_is_a_harness_error_finding_with_its_traceback(fake_
     assert f.kind == HARNESS_ERROR and f.sides == ("InjectedFault", "harness/judging/oracle.py:injected_fault")
     assert "Traceback" in f.detail and "injected_fault" in f.detail
     assert "a bug of aliasfuzz" in f.sentence() and "\n" not in f.sentence()
+    assert f.rule == rules.HARNESS_ERROR.name
     # The signature names the place, not the targets that ran the program.
     (g,) = safe_compare(WITH_FILL, fake_runner.subset(["fake:ref"]).run_one(WITH_FILL))
     assert g.signature == f.signature

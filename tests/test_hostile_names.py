@@ -1,5 +1,5 @@
 """Names are only names (issue 40, fault 15): a case may call its tensors, layers, snapshots,
-clones and checkpoints by any identifier the case format accepts (``op_checks.is_identifier``),
+clones and checkpoints by any identifier the case format accepts (``values.is_identifier``),
 ``nn.Module``'s own attribute names included, and every target observes the same thing and the
 oracle reports the same signatures as under ordinary names.
 
@@ -20,11 +20,12 @@ import pytest
 from torch import nn
 
 from harness.case import ops
-from harness.case.ir import Program, check_program, load_case, write_case
-from harness.case.op_checks import is_identifier
+from harness.case.case_file import load_case, write_case
+from harness.case.ir import Program, check_program
+from harness.case.values import is_identifier
 from harness.judging.oracle import compare
-from harness.judging.trace import StepResult, Trace, alike
 from harness.targets.torch.names import KEY_PREFIX, case_name, model_key
+from harness.targets.trace import StepResult, Trace, alike
 from tests.conftest import CASES, run_cli, targets_runner
 
 pytestmark = pytest.mark.timeout(600)
@@ -281,7 +282,7 @@ def test_torch_reproducers_of_hostile_names_run_and_print_what_torch_observed(tm
     import subprocess
     import sys
 
-    from harness.reporting.reproducers import parse_output, torch_script, trace_states
+    from harness.targets.reproducers import parse_output, torch_script, trace_states
     from tests.test_reports import _compare
 
     cases = hostile_cases()

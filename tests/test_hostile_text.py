@@ -106,7 +106,7 @@ def hostile_run(tmp_path_factory) -> tuple[Path, str]:
 
 def _benign_script(tmp_path: Path) -> str:
     """The torch reproducer of the same program with a plain title and plain messages."""
-    from harness.case.ir import load_case
+    from harness.case.case_file import load_case
     from harness.targets.torch.reproducer import torch_script
 
     plain = tmp_path / "plain.toml"

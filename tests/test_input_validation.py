@@ -21,7 +21,8 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.case.ir import FORMAT, CaseError, TensorDecl, check_program, dump_case, load_case, parse_case
+from harness.case.case_file import FORMAT, dump_case, load_case, parse_case
+from harness.case.ir import CaseError, TensorDecl, check_program
 from harness.case.ops import LAZY_INITS, METHODS, OP_KINDS, OPS, OPTIMIZERS, TENSOR_KINDS
 from harness.errors import InputError
 from tests.conftest import CASES, PY, ROOT, run_cli
@@ -674,7 +675,7 @@ def test_check_program_refuses_a_name_ending_in_a_newline():
 
 
 def test_name_pattern_is_matched_whole():
-    from harness.case.op_checks import NAME_RE, is_identifier
+    from harness.case.values import NAME_RE, is_identifier
 
     assert is_identifier("p0") and not is_identifier("p0\n") and not is_identifier("m.p0")
     assert NAME_RE.fullmatch("m0.p0") and not NAME_RE.fullmatch("m0.p0\n")

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from generators.programs import programs
-from harness.case.ir import CaseError, dump_case, load_case, names_bound, parse_case
+from harness.case.case_file import dump_case, load_case, parse_case
+from harness.case.ir import CaseError, names_bound
 from harness.shrinking.minimize import canonical_names, without_layer
 from tests.conftest import CASES
 

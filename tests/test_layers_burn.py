@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.case.ir import Program, check_program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program, check_program
 from tests.conftest import CASES, targets_runner
 
 BURN = ("burn:flex", "burn:ndarray")

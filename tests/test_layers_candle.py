@@ -11,7 +11,7 @@ import tomllib
 import numpy as np
 import pytest
 
-from harness.case.ir import load_case, parse_case
+from harness.case.case_file import load_case, parse_case
 from tests.conftest import CASES, clean_runs
 
 TARGET = "candle:cpu"

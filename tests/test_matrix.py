@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from harness.case import ops
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.reporting.matrix import OP_CLASSES, build, render_markdown, row_case, rows, write
 from harness.targets.registry import open_runner
 from tests.conftest import ROOT

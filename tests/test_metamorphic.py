@@ -13,8 +13,9 @@ from dataclasses import replace
 import pytest
 
 from generators.programs import Profile
+from harness.case.case_file import dump_case, parse_case
 from harness.case.inert import check_inert, inert_ops, variant, without
-from harness.case.ir import CaseError, Program, TensorDecl, check_program, dump_case, parse_case
+from harness.case.ir import CaseError, Program, TensorDecl, check_program
 from harness.fuzzing import variants
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.engine import Engine

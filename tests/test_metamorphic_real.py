@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.fuzzing.baseline import load_baseline
-from harness.reporting.repro import run_case
+from harness.fuzzing.replay import run_case
 from harness.targets.registry import open_runner
 
 CASES = Path(__file__).parent / "cases"

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 
 from generators.programs import DRAWERS, PROFILES
-from harness.case import ops, schema
-from harness.case.ir import load_case
-from harness.targets import registry
+from harness.case import ops
+from harness.case.case_file import load_case
+from harness.targets import registry, schema
 from harness.targets.protocol import PROTOCOL_VERSION
 from tests.conftest import CASES
 

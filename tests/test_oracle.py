@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.case.ir import FORMAT, parse_case
+from harness.case.case_file import FORMAT, parse_case
+from harness.judging import rules
 from harness.judging.oracle import compare
-from harness.judging.trace import Trace
+from harness.targets.trace import Trace
 
 A, B = "alpha:cpu", "beta:cpu"
 
@@ -536,6 +537,7 @@ def test_a_tensor_one_framework_holds_in_another_dtype_is_a_dtype_finding():
     (f,) = compare(prog, {A: a, B: b})
     assert f.signature == "framework|alpha:cpu~beta:cpu|dtype|-|step:sgd|bf16~f32"
     assert f.sentence() == "After op 0 (`step:sgd`), p0 is bf16 on alpha:cpu but f32 on beta:cpu."
+    assert f.rule == rules.DTYPE_DIFFERS.name
     # made in another dtype from the start: the program's opening is the op
     b = typed(trace(B, {"p0": [0.0]}, [{"p0": [-1.0]}, {"p0": [-2.0]}]), ["f32", "f32", "f32"])
     (f,) = compare(prog, {A: a, B: b})
@@ -659,3 +661,5 @@ def test_a_snapshot_taken_of_a_name_after_it_diverged_is_that_divergences_conseq
     found = compare(prog, {A: a, B: b})
     assert [(f.aspect, f.subject) for f in found] == [("verdict", "s0")], [f.signature for f in found]
     assert "m0.p0" in found[0].detail
+    assert f"Its consequence ({rules.MOVED_BY_AN_EARLIER_DIVERGENCE.name})" in found[0].detail
+    assert found[0].rule == rules.SNAPSHOT_RELATION_DIFFERS.name  # the cause's own rule

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.case.ir import load_case, parse_case
+from harness.case.case_file import load_case, parse_case
 from harness.judging.oracle import CONSEQUENCE_RULE, compare
 from tests.conftest import CASES, targets_runner
 

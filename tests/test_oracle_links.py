@@ -6,8 +6,9 @@ runs here), with the helpers of ``tests/test_oracle.py``.
 
 from __future__ import annotations
 
+from harness.judging import rules
 from harness.judging.oracle import compare
-from harness.judging.trace import Trace
+from harness.targets.trace import Trace
 from tests.test_oracle import P0, STEP, A, B, program, trace
 
 
@@ -101,6 +102,7 @@ def test_a_snapshot_of_a_sibling_that_saw_it_move_on_one_side_is_the_siblings_fi
     [f] = compare(prog, {A: a, B: b})
     assert f.signature == "value|alpha:cpu~beta:cpu|value|detach@map:neg|write:whole|changed~unchanged"
     assert f.subject == "s1"
+    assert f.rule == rules.COMMON_SOURCE_CARRIES_THE_WRITE.name
 
 
 def test_a_sibling_that_is_another_names_object_on_one_side_leaves_the_verdict_the_finding():

@@ -29,11 +29,12 @@ import pytest
 import torch
 
 from harness.case import inert
-from harness.case.ir import FORMAT, CaseError, Program, TensorDecl, check_program, dump_case, load_case, parse_case
+from harness.case.case_file import FORMAT, dump_case, load_case, parse_case
+from harness.case.ir import CaseError, Program, TensorDecl, check_program
 from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.replay import run_case
 from harness.judging.links import nondeterministic_names, unreproducible_names
 from harness.judging.oracle import compare
-from harness.reporting.repro import run_case
 from harness.targets.protocol import PROGRAM_SEED
 
 CASES = Path(__file__).parent / "cases"

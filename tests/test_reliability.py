@@ -25,9 +25,9 @@ from harness.case.ir import Program, TensorDecl, check_program
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.campaign import CampaignError, RunFolder
 from harness.fuzzing.engine import Engine
-from harness.judging.trace import alike
 from harness.targets.base import ProbeProcess, SetupError
 from harness.targets.runner import Runner
+from harness.targets.trace import alike
 from tests.conftest import CASES, run_cli
 from tests.fakes.targets import FAKE, fake_target
 from tests.test_case_format import BAD_CASES

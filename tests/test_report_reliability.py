@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import load_case
-from harness.judging.trace import Trace, verdicts
+from harness.case.case_file import load_case
+from harness.fuzzing.replay import ReproResult
+from harness.judging.verdicts import verdicts
 from harness.reporting.junit import write_junit
 from harness.reporting.report import ReportError, write_reports
-from harness.reporting.repro import ReproResult, table_rows
+from harness.reporting.repro import table_rows
+from harness.targets.trace import Trace
 from tests.conftest import CASES, run_cli
 
 CASE = CASES / "candle_detach_returns_itself.toml"  # one buffer b, one snapshot s = b.detach()

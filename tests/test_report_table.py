@@ -11,11 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import parse_case
-from harness.judging.trace import Trace, verdicts
+from harness.case.case_file import parse_case
+from harness.fuzzing.replay import ReproResult
+from harness.judging.verdicts import verdicts
 from harness.reporting.report import write_reports
-from harness.reporting.repro import ReproResult, table_rows
+from harness.reporting.repro import table_rows
 from harness.reporting.table import build_table
+from harness.targets.trace import Trace
 
 # A uniform lazy tensor r (its values come from each framework's RNG), a clone of it, and a buffer
 # b whose values the oracle does compare.

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.paths import cargo_target_dir, probe_binary
-from harness.reporting.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
+from harness.targets.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
 from tests.conftest import CASES, need, repro_json_alone, run_cli
 from tests.test_campaign import fake_probe_dir
 
@@ -367,7 +367,7 @@ def test_a_checked_reproducer_exits_1_exactly_when_the_divergence_shows(framewor
     """Checked against the other side's value (or against the op running), the reproducer says
     the divergence shows and exits 1; checked against its own target's value (or against an op
     that runs), it says it does not and exits 0."""
-    from harness.reporting.reproducers import Check
+    from harness.targets.reproducers import Check
 
     doc = repro_json_alone(CASES / case, target)
     own = trace_states(doc["targets"][target])

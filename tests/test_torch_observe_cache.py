@@ -118,7 +118,7 @@ def test_a_step_through_a_param_no_name_binds_shows_in_the_name_over_its_storage
     (the Parameter's is its own), so the cache must also watch what the optimizers hold. Found by a
     deep-profile campaign as an unused ``narrow`` of the old param changing the step (its view's
     version counter is the param's)."""
-    from harness.case.ir import FORMAT, parse_case
+    from harness.case.case_file import FORMAT, parse_case
 
     adamw = {"op": "step", "optimizer": "adamw", "lr": 0.5, "weight_decay": 0.0}
     program = parse_case(

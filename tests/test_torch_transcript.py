@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.targets.driver import handle
 from harness.targets.protocol import Malformed, parse_request
 from harness.targets.torch.reproducer import torch_script

@@ -7,9 +7,10 @@ import struct
 import numpy as np
 import pytest
 
-from harness.judging.trace import MalformedTrace, Observation, Trace, alike, same_values
 from harness.judging.value_compare import ADAM_RTOL, Tolerance, values_close
+from harness.judging.verdicts import same_values
 from harness.targets.protocol import OBS_FIELDS, OBS_REQUIRED, observation
+from harness.targets.trace import MalformedTrace, Observation, Trace, alike
 
 
 def f32(*xs) -> np.ndarray:
@@ -71,8 +72,8 @@ def test_a_snapshot_that_did_not_move_keeps_even_when_its_source_lands_on_its_va
     # s0 = p0 * 1, s0 filled with 0, then a step brings p0 to exactly 0: s0 holds what p0 now
     # holds, but it did not move with it (it held 0 while p0 held 0.5): that is keeps, not follows.
     # A snapshot sharing p0's storage would have moved at the step.
-    from harness.case.ir import FORMAT, parse_case
-    from harness.judging.trace import verdicts
+    from harness.case.case_file import FORMAT, parse_case
+    from harness.judging.verdicts import verdicts
 
     prog = parse_case(
         {
@@ -111,8 +112,8 @@ def test_a_lazy_snapshot_first_given_its_sources_value_is_no_event_yet():
     # burn: a clone of an uninitialised lazy parameter gets its value when the step initialises
     # and trains the parameter. Equal to the trained value: one shared initialisation, or the
     # step left the init value in place; nothing tells which yet. Another value: it keeps.
-    from harness.case.ir import FORMAT, parse_case
-    from harness.judging.trace import verdicts
+    from harness.case.case_file import FORMAT, parse_case
+    from harness.judging.verdicts import verdicts
 
     prog = parse_case(
         {
@@ -147,7 +148,7 @@ def test_a_lazy_snapshot_first_given_its_sources_value_is_no_event_yet():
 def test_facts_of_a_program_are_worked_out_once_per_program_object(monkeypatch):
     from harness.case import ir
     from harness.case.ir import Program, TensorDecl, check_program, per_program
-    from harness.judging.trace import relation_end, snapshots
+    from harness.judging.verdicts import relation_end, snapshots
 
     calls = []
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from harness.case import ops
-from harness.case.ir import Program, check_program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program, check_program
 from tests.conftest import CASES
 
 TORCH = ("torch:cpu", "torch:cpu+foreach")

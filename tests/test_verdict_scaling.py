@@ -19,13 +19,10 @@ import pytest
 from harness.case import ops
 from harness.case.ir import names_bound, shapes_before
 from harness.fuzzing.generation import generate
-from harness.judging import trace as trace_module
-from harness.judging.trace import (
+from harness.judging import verdicts as verdicts_module
+from harness.judging.verdicts import (
     Event,
-    Observation,
     SnapshotInfo,
-    StepResult,
-    Trace,
     Verdict,
     _view,
     relation_key,
@@ -34,6 +31,7 @@ from harness.judging.trace import (
     verdicts,
     writes_into,
 )
+from harness.targets.trace import Observation, StepResult, Trace
 from tests.conftest import targets_runner
 from tests.long_programs import long_program, storage_trace
 
@@ -177,7 +175,7 @@ def test_a_relation_that_is_not_the_programs_own_ends_as_the_reference_says():
         for source in ("p0", "b0", snap.source):
             made_up = SnapshotInfo(snap.name, snap.op, source, "alias")
             for n in (len(program.ops), snap.op + 3):
-                assert trace_module.relation_end(program, made_up, n) == reference_relation_end(program, made_up, n)
+                assert verdicts_module.relation_end(program, made_up, n) == reference_relation_end(program, made_up, n)
 
 
 # ---------------------------------------------------------------------------------------------

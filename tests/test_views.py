@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from generators.programs import programs
 from harness.case import ops
 from harness.case.ir import CaseError, Program, TensorDecl, check_program
-from harness.judging.trace import verdicts
+from harness.judging.verdicts import verdicts
 from harness.shrinking.minimize import minimize
 from harness.targets.torch.views import VIEWS
 from tests.conftest import run_cli
@@ -341,7 +341,7 @@ def test_candle_flip_of_a_transposed_tensor_fails_where_torch_and_burn_flip_it(r
     # Tensor::flip is index_select along each dim, and the CPU index_select refuses a source that
     # is not contiguous; flip's docs ("makes a copy of the tensor's data") state no such condition.
     # When candle fixes it, this test fails and the case leaves the candidate list.
-    from harness.case.ir import load_case
+    from harness.case.case_file import load_case
     from tests.conftest import ROOT
 
     program = load_case(ROOT / "tests" / "cases" / "candle_flip_of_a_strided_tensor_fails.toml")

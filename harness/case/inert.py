@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.case import ops
-from harness.case.ir import per_program
+from harness.case.ir import CaseError, check_program, names_bound, per_program, shapes_before
 
 #: The kinds of inert op, by the first word of their label.
 INERT_KINDS = ("snapshot", "module_clone", "read", "valid+train")
@@ -183,8 +183,6 @@ def variant(program, rng: random.Random):
     insertion), or ``with`` is ``program`` itself (a removal of an inert group it already holds).
     None when there is none to make (a program of no ops and no names)."""
     from dataclasses import replace
-
-    from harness.case.ir import CaseError, check_program, names_bound, shapes_before
 
     own = inert_ops(program)
     if own and rng.random() < 0.3:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.case import values as cv
+from harness.case.values import is_identifier
 
 LAYER_KINDS = ("batch_norm", "dropout")
 #: A batch-norm layer's running statistics, in the order every probe binds them, and their
@@ -84,7 +85,6 @@ def input_problem(layer: LayerDecl, shape: tuple[int, ...]) -> str | None:
 def check_layer(name: Any, raw: Any, taken: set[str], err, where: str | None = None) -> LayerDecl:
     """One ``[layers]`` entry (a TOML table) -> its declaration; ``taken``: the tensor and layer
     names declared so far (updated)."""
-    from harness.case.op_checks import is_identifier
 
     where = where or f"layers.{name}"
     if not is_identifier(name):

@@ -6,23 +6,13 @@ far, and making its canonical form. ``harness.case.ir`` walks a program's ops th
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.case import ops
 from harness.case import values as cv
 from harness.case.layers import input_problem
-
-#: A name: an identifier, ``<layer>.<stat>`` for a layer's running statistic, or ``<prefix>.<name>``
-#: for what ``module_clone`` and ``save`` bind (``<prefix>.<layer>.<stat>``: two dots). Always
-#: matched with ``fullmatch``: ``$`` would also match before a final newline, and ``"p0\n"`` would pass.
-NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,2}")
-
-
-def is_identifier(name: Any) -> bool:
-    """A name a case may bind itself (a tensor or snapshot): letters, digits, '_', no dot."""
-    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and "." not in name
+from harness.case.values import is_identifier
 
 
 class Scope:

@@ -3,7 +3,7 @@
 
 An op is a kind and an ordered list of fields. A field's ``kind`` says what the field is, and so
 how a case file's value is checked (``harness.case.ir``), how it travels on the wire (the protocol
-schema, ``harness.case.schema``; the Python driver, ``harness.targets.driver``), which names the
+schema, ``harness.targets.schema``; the Python driver, ``harness.targets.driver``), which names the
 op reads, binds or writes (traces, the oracle, the minimizer), and how the minimizer may simplify
 it (``harness.shrinking.minimize``):
 

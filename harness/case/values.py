@@ -1,5 +1,5 @@
 """Checks of raw input: the files aliasfuzz reads (cases, baselines) and the values a case
-carries, shared by case files (``harness.case.ir.parse_case``) and by programs built in code
+carries, shared by case files (``harness.case.case_file.parse_case``) and by programs built in code
 (``harness.case.ir.check_program``), so both refuse the same inputs.
 
 Every number a case gives ends up as a float32 in each framework, and is sent to the targets as
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import sys
 from collections.abc import Callable
@@ -26,7 +27,19 @@ if sys.version_info >= (3, 11):  # noqa: UP036 - tomli where tomllib is missing,
 else:  # pragma: no cover - the project runs on 3.11, tomli keeps 3.10 working
     import tomli as tomllib
 
+from harness.case.methods import bf16_rounded
 from harness.errors import InputError
+
+#: A name: an identifier, ``<layer>.<stat>`` for a layer's running statistic, or ``<prefix>.<name>``
+#: for what ``module_clone`` and ``save`` bind (``<prefix>.<layer>.<stat>``: two dots). Always
+#: matched with ``fullmatch``: ``$`` would also match before a final newline, and ``"p0\n"`` would pass.
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*){0,2}")
+
+
+def is_identifier(name: Any) -> bool:
+    """A name a case may bind itself (a tensor or snapshot): letters, digits, '_', no dot."""
+    return isinstance(name, str) and NAME_RE.fullmatch(name) is not None and "." not in name
+
 
 #: The largest finite float32 (``numpy.finfo(numpy.float32).max``). A larger magnitude rounds to
 #: infinity, and torch refuses such a scalar ("cannot be converted to type float without
@@ -142,8 +155,6 @@ def exact_in(dtype: str, values: Any, where: str, err: Err) -> None:
         with np.errstate(over="ignore"):
             held = a.astype(np.float16).astype(np.float32)
     else:
-        from harness.case.methods import bf16_rounded
-
         held = bf16_rounded(a)
     bad = np.flatnonzero(held != a)
     if bad.size:

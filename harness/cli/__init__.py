@@ -12,9 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from harness.cli.exits import EXIT_HARNESS, EXIT_USAGE
 from harness.errors import InputError
-
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_HARNESS = 0, 1, 2, 3
 
 
 def _err(message: str) -> int:

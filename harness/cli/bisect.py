@@ -10,7 +10,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.cli import EXIT_OK
+from harness.cli.exits import EXIT_OK
 
 
 def register(sub) -> None:
@@ -40,9 +40,9 @@ CPU_TARGET = {"candle": "candle:cpu", "burn": "burn:flex"}
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from harness.case.ir import load_case
+    from harness.case.case_file import load_case
+    from harness.fuzzing.replay import run_case
     from harness.reporting.hand_over import check_of
-    from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner
     from harness.triage.bisect import (
         BisectError,

@@ -17,8 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.case.ir import load_case
-from harness.cli import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
+from harness.case.case_file import load_case
+from harness.cli.exits import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from harness.errors import InputError
 
 
@@ -66,9 +66,9 @@ def bisection_table(path: str) -> str:
 
 def cmd_draft(args: argparse.Namespace) -> int:
     from harness.fuzzing.baseline import load_baseline
+    from harness.fuzzing.replay import run_case
     from harness.judging.finding import FindingRecord
     from harness.reporting.hand_over import write_hand_over
-    from harness.reporting.repro import run_case
     from harness.targets.registry import open_runner, parse_target_list
 
     baseline = load_baseline(args.baseline)

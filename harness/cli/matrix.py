@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness.cli import EXIT_OK
+from harness.cli.exits import EXIT_OK
 
 
 def register(sub) -> None:

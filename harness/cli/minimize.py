@@ -9,7 +9,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from harness.case.ir import CaseError, load_case, write_case
+from harness.case.case_file import load_case, write_case
+from harness.case.ir import CaseError
 from harness.errors import InputError
 from harness.files import output_file_problem
 

@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from harness.case.ir import load_case
-from harness.cli import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
+from harness.case.case_file import load_case
+from harness.cli.exits import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 
 
 def register(sub) -> None:
@@ -27,7 +27,8 @@ def register(sub) -> None:
 
 def cmd_repro(args: argparse.Namespace) -> int:
     from harness.fuzzing.baseline import load_baseline
-    from harness.reporting.repro import render, run_case
+    from harness.fuzzing.replay import run_case
+    from harness.reporting.repro import render
     from harness.targets.registry import open_runner, parse_target_list
 
     programs = [(Path(c), load_case(c)) for c in args.cases]  # validate every case before starting
@@ -68,7 +69,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def _report_harness_errors(command: str, path: Path, program, errors) -> None:
     """One line per harness error on stderr, naming the bug report that holds its traceback and
     the case."""
-    from harness.case.ir import dump_case
+    from harness.case.case_file import dump_case
     from harness.judging.harness_errors import write_bug_report
 
     for f in errors:

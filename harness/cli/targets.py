@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from harness.cli import EXIT_OK
+from harness.cli.exits import EXIT_OK
 
 
 def register(sub) -> None:

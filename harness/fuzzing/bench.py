@@ -48,9 +48,10 @@ from harness.fuzzing.bench_stages import stage_figures
 from harness.fuzzing.engine import Engine, chunk_seed, pipeline
 from harness.fuzzing.generation import Drawer, generate, generate_given
 from harness.judging.oracle import compare
-from harness.judging.trace import Trace
-from harness.targets.base import ProbeProcess, Target
+from harness.targets.base import ProbeProcess, SetupError, Target
+from harness.targets.registry import discover
 from harness.targets.runner import Runner
+from harness.targets.trace import Trace
 
 LENGTHS = (8, 16, 32, 64)
 
@@ -95,7 +96,6 @@ def rss_kib(pid: int | None) -> int | None:
 
 def open_cpu_targets(wanted: list[str] | None):
     """Every CPU target (or those wanted); non-CPU devices are closed again."""
-    from harness.targets.registry import discover
 
     found = discover(wanted)
     if wanted is None:  # as every command: only an explicit list may leave a framework out
@@ -402,7 +402,6 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
     found = open_cpu_targets(config.targets)
     if not found.targets:
         found.close()
-        from harness.targets.base import SetupError
 
         raise SetupError("no CPU target is available (run `aliasfuzz targets`)")
     fig["targets"] = [t.id for t in found.targets]

@@ -31,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from harness.case.ir import Program, dump_case
+from harness.case.case_file import dump_case
+from harness.case.ir import Program
 from harness.errors import CampaignError, InputError
 from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.corpus import Corpus, open_database
@@ -47,10 +48,12 @@ from harness.fuzzing.messages import (
     WorkerError,
 )
 from harness.fuzzing.options import option_problem
+from harness.fuzzing.replay import run_case
 from harness.fuzzing.run_folder import RunFolder, program_from_bytes, program_to_bytes
-from harness.fuzzing.shared_campaign import LEASE_S
+from harness.fuzzing.shared_campaign import LEASE_S, joined
 from harness.judging.finding import FindingRecord
 from harness.judging.harness_errors import HARNESS_ERROR, line_of
+from harness.targets.registry import open_runner
 
 __all__ = [
     "DRAIN_S",
@@ -150,8 +153,6 @@ def worker_loop(
     (``time.time()``) bounds shrinking: the budget's end plus the shrink grace. With
     ``config.campaign``, chunks and signatures are claimed in Redis (``shared_campaign.joined``)."""
     if config.campaign:
-        from harness.fuzzing.shared_campaign import joined
-
         with joined(config, claim, emit, known) as (claim, emit, known, again):
             _worker_loop(config, claim, emit, known, elapsed_before, replay_programs, deadline, again)
         return
@@ -168,8 +169,6 @@ def _worker_loop(
     deadline: float | None,
     again: Callable[[], bool] = lambda: False,
 ) -> None:
-    from harness.reporting.repro import run_case
-    from harness.targets.registry import open_runner
 
     baseline = load_baseline(config.baseline)
     # Past the deadline (and a drain), whatever a target is doing (a hung probe) is cut off, its

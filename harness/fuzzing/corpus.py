@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from harness.case.case_file import parse_case
 from harness.case.ir import Program
 from harness.errors import CampaignError
 from harness.files import atomic_write
@@ -95,8 +96,6 @@ class Corpus:
 
     def _store_one(self, text: str) -> str | None:
         import tomllib
-
-        from harness.case.ir import parse_case
 
         try:
             raw = program_to_bytes(parse_case(tomllib.loads(text)))

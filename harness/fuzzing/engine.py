@@ -32,10 +32,10 @@ from harness.judging.finding import Finding
 from harness.judging.harness_errors import harness_error, is_harness_error, safe_compare
 from harness.judging.metamorphic import group_label
 from harness.judging.pairs import reference_target, split_target_id
-from harness.judging.trace import Trace
 from harness.shrinking.minimize import MinimizeResult, cost, minimize
 from harness.targets.base import CANCELLED
 from harness.targets.runner import Runner
+from harness.targets.trace import Trace
 
 
 def chunk_seed(campaign_seed: int, chunk: int) -> int:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from generators.profiles import PROFILES
+from harness.targets.base import SetupError
+from harness.targets.registry import parse_target_list
+
 __all__ = ["MAX_CHUNK_SIZE", "option_problem"]
 
 #: The most programs one chunk may hold (``--chunk-size``). A chunk is drawn whole before any of
@@ -35,8 +39,6 @@ def option_problem(key: str, value: Any) -> str | None:
     if key == "seed":
         return None if _integer(value) else "must be an integer"
     if key == "profile":
-        from generators.profiles import PROFILES
-
         return None if isinstance(value, str) and value in PROFILES else f"must be one of {', '.join(PROFILES)}"
     if key == "targets":
         return _targets_problem(value)
@@ -60,8 +62,6 @@ def option_problem(key: str, value: Any) -> str | None:
 
 
 def _targets_problem(value: Any) -> str | None:
-    from harness.targets.base import SetupError
-    from harness.targets.registry import parse_target_list
 
     if value is None:
         return None  # every target

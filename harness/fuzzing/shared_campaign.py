@@ -43,8 +43,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from harness.errors import CampaignError
+from harness.fuzzing.corpus import connect_redis
 from harness.fuzzing.messages import FindingFound, Message, Progress, TargetsOpened
 from harness.fuzzing.options import option_problem
+from harness.fuzzing.run_state import json_kind, shown
 
 # The options a campaign's machines must agree on: config key -> the option that sets it.
 SHARED_OPTIONS = {
@@ -183,7 +185,6 @@ def check_config(config: Any, where: str) -> dict[str, Any]:
     """A shared campaign's configuration (as stored in Redis), every ``SHARED_OPTIONS`` field
     checked by ``option_problem``; a one-line ``CampaignError`` "WHERE, field KEY: what is wrong,
     found VALUE" otherwise (``where`` names the Redis key). Returns it, its targets canonical."""
-    from harness.fuzzing.run_state import json_kind, shown
 
     if not isinstance(config, dict):
         raise CampaignError(f"{where}: not a campaign configuration (a JSON object), found {json_kind(config)}")
@@ -231,7 +232,6 @@ class SharedCampaign:
 
     @classmethod
     def open(cls, db: str, name: str, lease_s: float = LEASE_S) -> SharedCampaign:
-        from harness.fuzzing.corpus import connect_redis
 
         if not db or not db.lower().startswith(("redis://", "rediss://")):
             raise CampaignError(f"--campaign {name}: needs --db redis://host:port/n (the campaign lives in Redis)")

@@ -19,7 +19,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from harness.errors import CampaignError
 from harness.fuzzing import folder_setup
+from harness.fuzzing.campaign import CampaignConfig
 from harness.fuzzing.corpus import connect_redis
+from harness.fuzzing.run_folder import RunFolder
 from harness.fuzzing.run_state import RESUME_REQUIRED, json_kind, record_problem, shown
 from harness.fuzzing.shared_campaign import campaign_prefix, check_config, check_name
 from harness.urls import hide_password
@@ -296,8 +298,6 @@ def export_campaign(url: str, out: str | Path, finish: Callable[[Path], Any] | N
     it, and only then does it take the name ``out``. So a failure at any step (a value in Redis
     no machine writes, a full disk, a report that cannot be rendered) leaves no folder behind
     and a retry works; ``out`` is refused, with one line, when it is there and not empty."""
-    from harness.fuzzing.campaign import CampaignConfig
-    from harness.fuzzing.run_folder import RunFolder
 
     db, name = split_campaign_url(url)
     client, shown_as = connect_redis(db, option=None)

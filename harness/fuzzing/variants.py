@@ -24,7 +24,7 @@ from harness.case.inert import Inert, check_inert, inert_ops, variant, without
 from harness.case.ir import Program
 from harness.judging.finding import Finding
 from harness.judging.metamorphic import safe_compare_inert
-from harness.judging.trace import Trace
+from harness.targets.trace import Trace
 
 #: Runs programs on targets: one trace per target, per program (``Runner.run``).
 RunFn = Callable[[Sequence[Program]], list[dict[str, Trace]]]

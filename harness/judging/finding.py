@@ -36,6 +36,9 @@ class Finding:
     #: reference does (``metamorphic._agreement``); None where there is no reference. Part of the
     #: signature when set.
     agrees: str | None = None
+    #: The name of the attribution rule that made it (``harness.judging.rules``; not part of the
+    #: signature: a rule refined later must not make known findings new).
+    rule: str = ""
 
     @property
     def signature(self) -> str:
@@ -152,6 +155,7 @@ class Finding:
             **({"agrees": self.agrees} if self.agrees is not None else {}),
             "sentence": self.sentence(),
             "detail": self.detail,
+            "rule": self.rule,
         }
 
 
@@ -250,6 +254,9 @@ class FindingRecord:
     # fresh processes, ``confirmed`` showed it; None when not confirmed.
     confirmed: int | None = None
     confirm_runs: int | None = None
+    #: The attribution rule that made the finding (``harness.judging.rules``); None in a record
+    #: written before findings named their rule.
+    rule: str | None = None
     # The framework a draft is addressed to where it is not the one ``filed_against`` derives
     # from the targets: the reference, when every other framework agrees against it. None: derived.
     against: str | None = None
@@ -303,6 +310,7 @@ class FindingRecord:
             outside_baseline=outside_baseline if baseline is None else None,
             confirmed=confirmed[0] if confirmed else None,
             confirm_runs=confirmed[1] if confirmed else None,
+            rule=finding.rule or None,
         )
 
     def to_json(self) -> dict[str, Any]:

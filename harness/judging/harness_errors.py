@@ -24,10 +24,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from harness.case.ir import Program
+from harness.files import atomic_write
+from harness.judging import rules
 from harness.judging.finding import Finding
 from harness.judging.oracle import compare
-from harness.judging.trace import Trace
 from harness.paths import ROOT
+from harness.targets.trace import Trace
+from harness.urls import hide_password
 
 HARNESS_ERROR = "harness-error"
 
@@ -70,6 +73,7 @@ def harness_error(exc: BaseException, stage: str) -> Finding:
     return Finding(
         kind=HARNESS_ERROR,
         aspect="harness",
+        rule=rules.HARNESS_ERROR.name,
         targets=HARNESS_TARGETS,
         op_label=stage,
         method=None,
@@ -105,8 +109,6 @@ def write_bug_report(summary: str, traceback_text: str, cases: Mapping[str, str]
     in it is hidden (``harness.urls``): the command line may hold ``--db redis://:PASSWORD@...``,
     and a bug report is made to be shared. Returns its path, or None when it cannot be written
     (the caller's one-line message then says so)."""
-    from harness.files import atomic_write
-    from harness.urls import hide_password
 
     parts = [
         f"# aliasfuzz harness error\n\n{summary}\n\n",

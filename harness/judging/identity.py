@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from harness.case.ir import Program, names_bound, per_program
-from harness.judging.trace import Trace, identity_partition, snapshots
+from harness.judging.verdicts import snapshots
+from harness.targets.trace import Trace, identity_partition
 
 
 class IdentityDivergence(NamedTuple):

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from harness.case import ops
 from harness.case.ir import Program, per_program
-from harness.judging.trace import SnapshotInfo, relation_end, snapshots
+from harness.judging.verdicts import SnapshotInfo, relation_end, snapshots
 
 
 @per_program

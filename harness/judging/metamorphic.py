@@ -41,11 +41,14 @@ from typing import Any
 from harness.case import ops
 from harness.case.inert import Inert, kept_index
 from harness.case.ir import Program
+from harness.judging import rules
 from harness.judging.finding import Finding
+from harness.judging.harness_errors import harness_error
 from harness.judging.links import unreproducible_names
 from harness.judging.pairs import reference_target
-from harness.judging.trace import Trace, identity_partition, same_values, subject_role
 from harness.judging.value_compare import tolerance, values_close
+from harness.judging.verdicts import same_values, subject_role
+from harness.targets.trace import Trace, identity_partition
 
 KIND = "metamorphic"
 
@@ -68,6 +71,7 @@ def compare_inert(
 
 
 def _finding(inert: Inert, target: str, **kw) -> Finding:
+    kw.setdefault("rule", rules.INERT_OPS_CHANGE_THE_RUN.name)
     return Finding(kind=KIND, targets=(target, target), method=f"+{inert.label}", inert=inert.ops, **kw)
 
 
@@ -234,6 +238,7 @@ def _draw_finding(program: Program, inert: Inert, target: str, a: Trace, b: Trac
         inert,
         target,
         aspect="draw",
+        rule=rules.INERT_OPS_REORDER_THE_DRAW.name,
         op_label="lazy_init",
         sides=sides,
         op_index=max(drawn[name][0][0], 0),
@@ -283,7 +288,6 @@ def safe_compare_inert(
 ) -> list[Finding]:
     """``compare_inert``, with an exception turned into a harness-error finding (as
     ``harness_errors.safe_compare`` does for the differential oracle)."""
-    from harness.judging.harness_errors import harness_error
 
     try:
         return compare_inert(program, inert, with_traces, without_traces)

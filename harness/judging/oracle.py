@@ -50,7 +50,7 @@ import numpy as np
 
 from harness.case import ops
 from harness.case.ir import Program, per_program
-from harness.judging import identity, sharing
+from harness.judging import identity, rules, sharing
 from harness.judging.finding import Finding
 from harness.judging.links import (
     common_source_link,
@@ -62,21 +62,9 @@ from harness.judging.links import (
     write_path,
 )
 from harness.judging.pairs import pairs
-from harness.judging.trace import (
-    CRASH,
-    TIMEOUT,
-    UNSUPPORTED,
-    SnapshotInfo,
-    Trace,
-    Verdict,
-    alike,
-    same_values,
-    snapshots,
-    subject_role,
-    verdicts,
-    writes_into,
-)
 from harness.judging.value_compare import elements_differ, tolerance, values_close
+from harness.judging.verdicts import SnapshotInfo, Verdict, same_values, snapshots, subject_role, verdicts, writes_into
+from harness.targets.trace import CRASH, TIMEOUT, UNSUPPORTED, Trace, alike
 
 #: A value finding on a tensor with more elements names its first differing element.
 SHOWN_ELEMENTS = 4
@@ -150,6 +138,7 @@ def _compare_status(ctx: PairContext) -> bool:
         if "error" in statuses and "ok" in statuses:
             bad = x if x.status == "error" else y
             ctx.add(
+                rule=rules.OP_FAILS_ON_ONE_SIDE.name,
                 kind="error",
                 aspect="status",
                 op_label=ops.label(ctx.program.ops[i]),
@@ -195,12 +184,15 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
                     op_index=k,
                     subject=a.snapshot.name,
                     role=subject_role(ctx.program, a.snapshot.name),
+                    rule=rules.SNAPSHOT_RELATION_DIFFERS.name,
                 )
                 if "none" in (sa, sb):
                     effect = _one_sided(ctx, a.snapshot, k, hidden)
                     if effect is _DERIVED:
                         continue
-                    one_sided.append((a.snapshot, f, effect))
+                    one_sided.append(
+                        (a.snapshot, dataclasses.replace(f, rule=rules.SOURCE_MOVES_ON_ONE_SIDE.name), effect)
+                    )
                 else:
                     found.append(f)
                 break
@@ -285,7 +277,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     moved = [_moved_at(t, k, name) for t in (a, b)]
     if moved[0] != moved[1] and ended_link(ctx.program, k, name) is not None:
         # moved through what an ended relation still shares on one side: that link is the finding
-        return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
+        return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value), rules.ENDED_LINK_STILL_SHARES)
     if (
         moved[0] != moved[1]
         and not identity.shared_on_one_side(ctx.traces, name, k - 1)
@@ -295,10 +287,12 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         # (two views of a tensor since grown, in torch; two values, in burn): that link is the
         # finding, not the relations made from ``name``. Not where ``name`` is another name's
         # object on one side only (a candle clone of a param): that identity is the cause then.
-        return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
+        return _value_finding(
+            ctx, k, name, moved, (after[0].value, after[1].value), rules.COMMON_SOURCE_CARRIES_THE_WRITE
+        )
     if moved[0] == moved[1] or not _acts_on(ctx.program, op, name):
         return None  # e.g. moved through an alias on one side: the snapshot's relation is the finding
-    return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value))
+    return _value_finding(ctx, k, name, moved, (after[0].value, after[1].value), rules.OP_EFFECT_DIFFERS)
 
 
 def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
@@ -327,7 +321,12 @@ def _value_method(program: Program, i: int, name: str) -> str | None:
 
 
 def _value_finding(
-    ctx: PairContext, i: int, name: str, moved: Sequence[bool], values: tuple[np.ndarray, np.ndarray]
+    ctx: PairContext,
+    i: int,
+    name: str,
+    moved: Sequence[bool],
+    values: tuple[np.ndarray, np.ndarray],
+    rule: rules.Rule,
 ) -> Finding:
     """A value divergence of ``name`` after op ``i``. The sides say whether op ``i`` changed it on
     each side; the values go in the sentence, never in the signature (each new value would be a
@@ -346,6 +345,7 @@ def _value_finding(
         op_index=i,
         subject=name,
         role=subject_role(ctx.program, name),
+        rule=rule.name,
     )
     if x.shape != y.shape or x.size <= SHOWN_ELEMENTS:
         return Finding(**common, values=(_render_value(x), _render_value(y)))
@@ -372,6 +372,7 @@ def _compare_identity(ctx: PairContext, hidden: set[int]) -> bool:
         return False
     x, y = d.names
     ctx.add(
+        rule=rules.IDENTITY_DIFFERS.name,
         aspect="identity",
         op_label=ops.signature_class(ctx.program.ops[d.op_index]),
         method=identity.relating_method(ctx.program, x, y, d.op_index),
@@ -401,7 +402,7 @@ def _values_agree(ctx: PairContext, i: int) -> bool:
 #: The attribution rule that makes a value divergence the consequence of an earlier finding of
 #: the same pair (``_compare_values``): the name's values were set apart by that finding, directly
 #: (its snapshot, its two names) or through an op that computed it from a name set apart (``_moved_from_apart``).
-CONSEQUENCE_RULE = "moved-by-an-earlier-divergence"
+CONSEQUENCE_RULE = rules.MOVED_BY_AN_EARLIER_DIVERGENCE.name
 
 
 def _set_apart(finding: Finding, program: Program) -> set[str]:
@@ -537,7 +538,7 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
                     apart[name] = cause
             if name in explained:
                 continue  # its cause already says it differs from its first difference on
-            found = _value_finding(ctx, i, name, [_moved_at(t, i, name) for t in (a, b)], (x, y))
+            found = _value_finding(ctx, i, name, [_moved_at(t, i, name) for t in (a, b)], (x, y), rules.VALUE_DIFFERS)
             if name not in apart:
                 ctx.findings.append(found)
                 return
@@ -584,6 +585,7 @@ def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
             if x is not None and y is not None and x.dtype and y.dtype and x.dtype != y.dtype:
                 label = ops.label(ctx.program.ops[i]) if i >= 0 else "program"
                 ctx.add(
+                    rule=rules.DTYPE_DIFFERS.name,
                     aspect="dtype",
                     method=None,
                     op_label=label,
@@ -652,6 +654,7 @@ def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
                         method=None,
                         sides=(tr.status, "ok"),
                         detail=tr.message or "",
+                        rule=rules.PROGRAM_FAILS.name,
                     )
                 )
     for _target, tr in sorted(traces.items()):

@@ -24,8 +24,9 @@ from itertools import combinations
 
 from harness.case import ops
 from harness.case.ir import Program, per_program
+from harness.judging import rules
 from harness.judging.finding import Finding
-from harness.judging.trace import Observation, Trace
+from harness.targets.trace import Observation, Trace
 
 #: The ops whose copy of the model is compared with the model: op kind -> whether the copy's
 #: objects are the model's own structure (a clone, a load) or objects of their own (a
@@ -77,6 +78,7 @@ def changes(program: Program, trace: Trace) -> list[Finding]:
                 if was is None or now is None or was == now:
                     continue
                 f = Finding(
+                    rule=rules.SHARING_CHANGES.name,
                     kind="sharing",
                     aspect=aspect,
                     targets=(trace.target, trace.target),

@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.case.ir import Program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program
 from harness.judging.finding import Finding, FindingRecord
 from harness.judging.pairs import REFERENCE_FRAMEWORK
-from harness.reporting import reproducers
 from harness.reporting.issue_draft import filed_against, issue_markdown
+from harness.targets import reproducers
 from harness.targets.reproducer_base import Check
 
 #: The statuses of a finding that get reproducers and a draft in a campaign's run folder.

@@ -15,8 +15,8 @@ from pathlib import Path
 from harness.errors import InputError
 from harness.files import atomic_write
 from harness.fuzzing.run_folder import JOURNAL_NAME, STATE_NAME
+from harness.fuzzing.run_loading import ReportError, Run, Warn, load_run
 from harness.reporting.html import CSS, escape
-from harness.reporting.loading import ReportError, Run, Warn, load_run
 from harness.reporting.report import HISTORY_HTML, REPORT_HTML
 from harness.reporting.views import href, versions_text, when
 

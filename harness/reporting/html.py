@@ -8,7 +8,7 @@ import html
 import time
 from typing import Any
 
-from harness.reporting.loading import Run
+from harness.fuzzing.run_loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
 from harness.reporting.views import (
     FLAKY_INTRO,
@@ -94,7 +94,9 @@ def _finding(n: int, v: FindingView) -> list[str]:
         else f"{escape(shrink_text(f))}; found after {escape(rec.seconds_to_find)}s"
     )
     out.append(
-        f'<p class="dim">signature <code>{escape(rec.signature)}</code><br>'
+        f'<p class="dim">signature <code>{escape(rec.signature)}</code>; attributed by the oracle rule '
+        + (f"<code>{escape(rec.rule)}</code>" if rec.rule else "(not recorded)")
+        + "<br>"
         f"targets {escape(', '.join(dict.fromkeys(rec.targets)))}; {where}</p>"
     )
     out += [

@@ -5,7 +5,7 @@ flaky ones, then one table of the known root causes)."""
 from __future__ import annotations
 
 from harness.escaping import md_code, md_fence, md_text
-from harness.reporting.loading import Run
+from harness.fuzzing.run_loading import Run
 from harness.reporting.table import Table, report_cell, report_notes
 from harness.reporting.views import (
     FLAKY_INTRO,
@@ -60,7 +60,8 @@ def _finding(n: int, v: FindingView) -> list[str]:
     out = [
         f"### {n}. [{status}] {md_text(rec.kind)}: {md_text(rec.sentence)}",
         "",
-        f"- signature: {md_code(rec.signature)}",
+        f"- signature: {md_code(rec.signature)}; attributed by the oracle rule "
+        + (md_code(rec.rule) if rec.rule else "(not recorded)"),
         f"- targets: {md_text(', '.join(map(str, dict.fromkeys(rec.targets))))}; "
         f"{'stage' if harness else 'op'} {md_code(rec.op)}" + ("" if harness else f", method {md_code(rec.method)}"),
     ]

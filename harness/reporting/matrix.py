@@ -18,10 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.case import ops
-from harness.case.ir import CaseError, Program, TensorDecl, check_program, write_case
+from harness.case.case_file import write_case
+from harness.case.ir import CaseError, Program, TensorDecl, check_program
+from harness.errors import InputError
+from harness.files import atomic_write, output_file_problem
 from harness.judging.pairs import REFERENCE_FRAMEWORK, split_target_id
-from harness.judging.trace import Trace, verdicts
-from harness.reporting.reproducers import transcribe
+from harness.judging.verdicts import verdicts
+from harness.reporting.html import CSS, escape
+from harness.targets.reproducers import RUST_WRITERS, torch_script, transcribe
+from harness.targets.rust_project import write_cargo_project
+from harness.targets.trace import Trace
 
 #: The line that marks ``matrix.md`` and ``matrix.html`` as written by ``aliasfuzz matrix`` (an
 #: HTML comment: neither page shows it). Only a folder whose pages carry it is written over
@@ -204,7 +210,6 @@ def _md_code(text: str) -> str:
 
 def render_html(m: Matrix, case_dir: str = "cases") -> str:
     """The matrix as one self-contained page; a differing cell has the class ``differs``."""
-    from harness.reporting.html import CSS, escape
 
     head = "".join(f"<th>{escape(t)}</th>" for t in m.targets)
     body = []
@@ -259,9 +264,6 @@ def check_out(out: Path) -> None:
     import os
     import tempfile
 
-    from harness.errors import InputError
-    from harness.files import output_file_problem
-
     def refuse(why: str) -> InputError:
         return InputError(f"--out {out}: {why}")
 
@@ -304,7 +306,6 @@ def write(m: Matrix, out: Path, reproducers: bool = False) -> list[Path]:
     """``matrix.md``, ``matrix.html`` and ``cases/<method>--<op>.toml`` under ``out``; with
     ``reproducers``, each case's torch script and candle / burn projects beside it. Refuses a
     folder it must not write into (``check_out``) before writing anything."""
-    from harness.files import atomic_write
 
     check_out(out)
     cases = out / "cases"
@@ -318,8 +319,6 @@ def write(m: Matrix, out: Path, reproducers: bool = False) -> list[Path]:
 
 
 def _reproducers(r: Row, cases: Path, targets: Sequence[str]) -> list[Path]:
-    from harness.reporting.reproducers import RUST_WRITERS, torch_script
-    from harness.targets.rust_project import write_cargo_project
 
     script = cases / f"{r.stem}.torch.py"
     script.write_text(torch_script(r.program), encoding="utf-8")

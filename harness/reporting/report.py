@@ -32,8 +32,9 @@ from pathlib import Path, PurePosixPath
 
 from harness.files import atomic_write
 from harness.fuzzing.run_folder import inside
+from harness.fuzzing.run_loading import ReportError, Run, Warn, cannot_write, load_run, one_line
+from harness.reporting.hand_over import HANDED_OVER, write_hand_over
 from harness.reporting.html import render_html
-from harness.reporting.loading import ReportError, Run, Warn, cannot_write, load_run, one_line
 from harness.reporting.markdown import render_markdown
 from harness.reporting.views import FindingView, finding_view, summary_line
 
@@ -61,7 +62,6 @@ def _write_reproducers(run: Run, view: FindingView, warn: Warn | None) -> None:
     inside the run folder (``hand_over``); a known finding gets a note naming its baseline case,
     which ``aliasfuzz draft`` turns into reproducers. A failure is noted in the view
     (``reps_note``), never raised."""
-    from harness.reporting.hand_over import HANDED_OVER, write_hand_over
 
     f, rec = view.finding, view.finding.record
     if f.harness or f.blocked or view.program is None or view.case_text is None:

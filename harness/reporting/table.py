@@ -28,8 +28,9 @@ import numpy as np
 
 from harness.case.ir import Program
 from harness.judging.links import nondeterministic_names
-from harness.judging.trace import Trace, Verdict, verdicts
 from harness.judging.value_compare import tolerance, values_close
+from harness.judging.verdicts import Verdict, verdicts
+from harness.targets.trace import Trace
 
 
 @dataclass(frozen=True, eq=False)

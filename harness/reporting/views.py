@@ -12,10 +12,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from harness.case.ir import Program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program
 from harness.errors import InputError
-from harness.reporting.loading import Run, ShownFinding
+from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.run_loading import Run, ShownFinding
 from harness.reporting.table import Table, table_of_repro
+from harness.triage import default_store, read_delta
+from harness.triage.store import TriageError, TriageStore
 from harness.urls import hide_password
 
 HARNESS_TITLE = "Harness errors: aliasfuzz bugs, not framework findings"
@@ -118,8 +122,6 @@ def first_seen_in_store(run: Run) -> dict[str, str]:
     recorded before that was written, from the store beside the run folder, opened read-only.
     Empty when there is neither; a store beside it that cannot be read is one warning line on
     stderr, and the report is drawn all the same."""
-    from harness.triage import default_store, read_delta
-    from harness.triage.store import TriageError, TriageStore
 
     def shown(started: str) -> str:
         return started[:16].replace("T", " ") + " UTC"
@@ -149,7 +151,6 @@ def known_causes(run: Run) -> list[KnownCause]:
     """The run's known findings by baseline entry, in the order the run first found them. Reason
     and reference come from the run's baseline (the bundled one unless the campaign named
     another); an id the baseline no longer has keeps only its findings."""
-    from harness.fuzzing.baseline import load_baseline
 
     try:
         entries = {e.id: e for e in load_baseline(run.config.get("baseline")).entries}
@@ -264,7 +265,6 @@ def since_last_run(run: Run) -> str | None:
     folder's ``triage.json``), or None when the run was not recorded. "Nothing new" means no root
     cause outside the baseline was seen for the first time and none regressed; baseline entries
     a run reached for the first time, and causes gone since the run before, are listed after it."""
-    from harness.triage import read_delta
 
     delta = read_delta(run.root)  # a damaged triage.json: one line naming the file and the field
     if delta is None:

@@ -30,8 +30,8 @@ from typing import Any
 
 from harness.case.ir import Program
 from harness.errors import InputError
-from harness.judging.trace import CRASH, TIMEOUT, MalformedTrace, Trace
 from harness.targets.protocol import PROTOCOL_VERSION
+from harness.targets.trace import CRASH, TIMEOUT, MalformedTrace, Trace
 
 #: A trace status set by the harness: the program was cut off by a ``Cancellation`` (Ctrl-C, a
 #: budget's end) and has no result. The engine drops such programs; the oracle never judges them.

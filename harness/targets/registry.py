@@ -16,6 +16,7 @@ from types import ModuleType
 
 from harness.targets import burn, candle, torch
 from harness.targets.base import ProbeProcess, SetupError, Target, TargetInfo
+from harness.targets.runner import Runner
 
 PLUGINS: tuple[ModuleType, ...] = (torch, candle, burn)
 #: The frameworks' names, as target ids and handshakes' versions spell them.
@@ -86,7 +87,6 @@ def open_runner(wanted: Iterable[str] | None = None, *, start_by: float | None =
     (every framework), when any framework is unavailable (``Discovery.missing_error``): a
     missing probe must not narrow a default run silently. ``start_by`` (``time.monotonic()``):
     see ``discover``."""
-    from harness.targets.runner import Runner
 
     found = discover(wanted, start_by=start_by)
     if wanted is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from harness.case.inert import check_inert, without
 from harness.case.ir import Program
 from harness.escaping import comment_text, visible
 
@@ -94,7 +95,6 @@ def without_run(program: Program, repro: dict | None) -> Run | None:
     repro JSON's ``without_inert`` part."""
     if not program.inert:
         return None
-    from harness.case.inert import check_inert, without
 
     group = check_inert(program, program.inert)
     numbers = tuple(i for i in range(len(program.ops)) if i not in group.ops)

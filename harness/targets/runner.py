@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from harness.case.ir import Program
-from harness.judging.trace import Trace
 from harness.targets.base import CANCELLED, Cancellation, EncodedProgram, Target
+from harness.targets.trace import Trace
 
 #: How long ``close`` waits for the batches in flight to see its cancellation.
 CLOSE_WAIT_S = 5.0

@@ -12,7 +12,7 @@ Crate versions and features come from the probe's Cargo.toml and the profile fro
 so a reproducer builds what the probe built. ``unify_with_probes`` (test builds) lists the whole
 probe workspace's dependency set instead: cargo unifies features over everything one build
 resolves, so only that set gives every dependency the workspace's features, and so the compiled
-artifacts of a ``CARGO_TARGET_DIR`` shared with the probes (see ``harness/reporting/reproducers.py``).
+artifacts of a ``CARGO_TARGET_DIR`` shared with the probes (see ``harness/targets/reproducers.py``).
 """
 
 from __future__ import annotations
@@ -338,7 +338,7 @@ def ident(name: str) -> str:
     ``.`` written ``_d`` (``p0`` -> ``v_p0``, ``m.w_1`` -> ``v_m_dw__1``). Two names never get one
     variable (``c.w`` and ``c_w`` are ``v_c_dw`` and ``v_c__w``), and a writer's own suffixes
     (``_map``, ``_cache``, ``_3``: ``_`` then neither ``_`` nor ``d``) never make another name's."""
-    if not re.fullmatch(r"[A-Za-z0-9_.]+", name):  # a case's names are checked (op_checks.NAME_RE)
+    if not re.fullmatch(r"[A-Za-z0-9_.]+", name):  # a case's names are checked (values.NAME_RE)
         raise ValueError(f"not a program name: {name!r}")
     return "v_" + name.replace("_", "__").replace(".", "_d")
 

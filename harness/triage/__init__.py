@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.files import atomic_write
+from harness.fuzzing.run_loading import load_run
+from harness.triage import shared
 from harness.triage.store import RunDelta, TriageError, TriageStore, run_kind
 
 #: The store's file, beside the run folders (``reports/triage.sqlite``), unless given.
@@ -27,7 +29,6 @@ def record_folder(run_folder: str | Path, store: str | Path | None = None, optio
     (``shared``): the run is recorded there through a temporary copy; the local store beside the
     run folder is only read (to start an empty key from). Raises ``InputError`` (naming ``option``
     for a Redis store that cannot be used)."""
-    from harness.triage import shared
 
     if shared.is_shared(store):
         with tempfile.TemporaryDirectory(prefix="aliasfuzz-triage-") as tmp:
@@ -86,7 +87,6 @@ def read_delta(run_folder: str | Path) -> RunDelta | None:
 
 
 def _record(run_folder: str | Path, store: str | Path) -> RunDelta:
-    from harness.reporting.loading import load_run
 
     run = load_run(run_folder)
     started = datetime.fromtimestamp(float(run.state.get("started") or 0), UTC)

@@ -30,8 +30,11 @@ import numpy as np
 
 from harness.case.ir import Program, shapes_before
 from harness.errors import InputError
-from harness.judging.trace import Observation, StepResult, Trace, verdicts
+from harness.judging.verdicts import verdicts
 from harness.targets.registry import RELEASE_PACKAGE
+from harness.targets.reproducers import RUST_WRITERS, parse_output
+from harness.targets.rust_project import write_cargo_project
+from harness.targets.trace import Observation, StepResult, Trace
 from harness.versions import version_key
 
 #: The crate a framework's releases are listed under.
@@ -265,8 +268,6 @@ def cargo_observer(
     With a ``check`` (and the ``repro`` JSON of the installed run, so that an op that failed there
     is made inside the call that catches its error), the reproducer says whether the finding's
     divergence shows, and that decides the row."""
-    from harness.reporting.reproducers import RUST_WRITERS, parse_output
-    from harness.targets.rust_project import write_cargo_project
 
     def observe(version: str) -> Observed:
         dest = cache / f"{framework}-{version}"

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.errors import InputError
+from harness.fuzzing.replay import run_case
 from harness.judging.harness_errors import is_harness_error
 from harness.paths import ROOT
 from harness.triage.store import TriageStore
@@ -52,7 +53,6 @@ class Recheck:
 def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
     """Rechecks every baseline entry and every store cause with a case, records each result in
     ``store``, and returns them (baseline entries first, in baseline order)."""
-    from harness.reporting.repro import run_case
 
     versions = {t: dict(info.versions) for t, info in runner.infos.items()}
     installed = baseline.for_installed(runner.infos).installed

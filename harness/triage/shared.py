@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.files import atomic_write
+from harness.fuzzing.corpus import connect_redis
 from harness.triage.store import TriageError, TriageStore
 
 #: The key the store is kept under, in the URL's database.
@@ -101,6 +102,5 @@ def _copy_of(blob: bytes, work: Path, shown: str) -> Path:
 
 
 def _connect(url: str, option: str):
-    from harness.fuzzing.corpus import connect_redis
 
     return connect_redis(url, option)

@@ -1,6 +1,6 @@
 """The keys under which the torch target's model holds a case's tensors and layers.
 
-A case names its tensors and layers with any identifier (``harness.case.op_checks.is_identifier``):
+A case names its tensors and layers with any identifier (``harness.case.values.is_identifier``):
 ``training``, ``forward``, ``to``, ``state_dict``, ``_parameters``, ``class`` and ``__class__``
 included. ``nn.Module`` refuses to register a parameter, buffer or submodule under a name that is
 already one of its attributes (``register_parameter``: "attribute 'training' already exists"), an

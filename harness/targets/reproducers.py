@@ -43,7 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.case.ir import Program, load_case
+from harness.case.case_file import load_case
+from harness.case.ir import Program
 from harness.paths import PROBES_WORKSPACE
 from harness.targets.burn.reproducer import burn_main
 from harness.targets.candle.reproducer import SCAFFOLD as CANDLE_SCAFFOLD

@@ -9,7 +9,7 @@ The message envelope (requests, replies, observations) is written out here; ever
 program carries (tensor kinds, ops, their fields, snapshot methods) comes from
 ``harness.case.ops``.
 
-Run ``python -m harness.case.schema`` to print the schema, ``--write`` to update the file, and
+Run ``python -m harness.targets.schema`` to print the schema, ``--write`` to update the file, and
 ``--check`` to exit 1 when the file is stale.
 """
 

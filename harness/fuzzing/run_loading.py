@@ -1,4 +1,5 @@
-"""Loading a run folder for the reports (``report.md``, ``report.html``, the history page).
+"""Loading a run folder for the reports (``report.md``, ``report.html``, the history page) and for
+triage.
 
 The folder is read through ``RunFolder.open_read_only`` (its layout, and its checks of
 campaign.json and of every journal line, are the run folder's), never locked: a campaign may be
