@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import load_case
+from harness.case.case_file import load_case
 from harness.paths import cargo_target_dir, probe_binary
-from harness.reporting.reproducers import parse_output, prepare_cargo_build
 from harness.targets.burn.reproducer import SCAFFOLD as BURN
 from harness.targets.burn.reproducer import burn_main
 from harness.targets.candle.reproducer import SCAFFOLD as CANDLE
 from harness.targets.candle.reproducer import candle_main
 from harness.targets.reproducer_base import without_run
+from harness.targets.reproducers import parse_output, prepare_cargo_build
 from harness.targets.rust_project import cargo_toml, support_source
 from harness.targets.rust_reproducer import Scaffold, transcribe, transcribed
 from tests.conftest import CASES, need
@@ -36,22 +36,16 @@ SCAFFOLDS = {"candle": CANDLE, "burn": BURN}
 WRITERS = {"candle": candle_main, "burn": burn_main}
 #: The cases whose reproducer is the probe's transcript, at least. candle runs every case but two
 #: whose program_rng its CPU cannot seed (the probe refuses them: no calls, no transcript);
-#: burn's probe has not spelled batch norms outside f32 and failed calls on consumed values yet.
-TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 114}
+#: burn's probe has not spelled batch norms outside f32 yet.
+TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 124}
 #: Cases whose burn reproducer is the writer's and does not compile: a call that panics runs in a
 #: ``catch_unwind`` closure that moves a value the later ops read. A known defect of the writer,
 #: gone with it; a case that starts or stops compiling fails the test until this list says so.
-BURN_WRITER_DOES_NOT_COMPILE = {
-    "burn_add_refuses_an_operand_on_another_device.toml",
-    "burn_assign_across_devices.toml",
-    "burn_snapshot_before_a_move_makes_train_refuse.toml",
-    "burn_train_after_to_device.toml",
-    "candle_failed_load_sets_a_subset_in_hashmap_order.toml",
-}
+BURN_WRITER_DOES_NOT_COMPILE: set[str] = set()
 KNOWN_NOT_COMPILING = {"candle": set(), "burn": BURN_WRITER_DOES_NOT_COMPILE}
 #: Cases whose burn reproducer is the writer's and panics: a failed ``replace`` leaves the
 #: writer's placeholder in the model, where the probe's step goes on (the same writer defect).
-BURN_WRITER_PANICS = {"torch_step_moves_the_tensor_a_new_parameter_was_made_of.toml"}
+BURN_WRITER_PANICS: set[str] = set()
 KNOWN_PANICKING = {"candle": set(), "burn": BURN_WRITER_PANICS}
 
 

@@ -11,7 +11,9 @@ s = [1.0, 2.0]``, the lines the test suite compares with the probe's trace), and
 
 An op the probe reported an error for is made as it was: its lines up to the failed call run as
 they are, the failed call runs in a closure (``Result`` frameworks) or under ``catch_unwind``
-(frameworks that panic), and its error is printed. An op the framework does not support, or that
+(frameworks that panic), and its error is printed; the lines the transcript gives after the
+failure follow (what the probe keeps of a value the call consumed: a name it reads as lost, a
+model's slot it keeps). An op the framework does not support, or that
 was skipped, is a comment. A metamorphic case is two runs in two blocks, the second without the
 case's inert ops (``without: ...`` lines).
 
@@ -125,8 +127,10 @@ class _Run:
             if n in self.variables
         ]
 
-    def failed(self, label: str, lines: list[str]) -> list[str]:
-        """The op's lines, its last (the call that failed) caught and its error printed."""
+    def failed(self, label: str, lines: list[str], after: list[str]) -> list[str]:
+        """The op's lines, its last (the call that failed) caught and its error printed, then
+        ``after``: what the probe keeps of the values the call consumed (the transcript's
+        ``after_failure`` lines of the op)."""
         c = self.check
         shows = " divergence = true;" if c is not None and c.want is None and label == c.label() else ""
         *before, last = lines
@@ -141,6 +145,7 @@ class _Run:
                 ".or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();",
                 f'println!("{self.prefix}{label}: error: {{message}}");{shows}',
                 "}",
+                *after,
             ]
         return [
             *before,
@@ -149,6 +154,7 @@ class _Run:
             "Ok(())",
             "})();",
             f'if let Err(e) = failed {{ println!("{self.prefix}{label}: error: {{e}}");{shows} }}',
+            *after,
         ]
 
     def lines(self) -> list[str]:
@@ -171,7 +177,8 @@ class _Run:
             if status == "ok":
                 out += lines
             elif status == "error" and lines:
-                out += self.failed(f"op {i}", lines)
+                after = (self.transcript.get("after_failure") or {}).get(str(k), [])
+                out += self.failed(f"op {i}", lines, after)
                 continue
             else:
                 out += _comments(

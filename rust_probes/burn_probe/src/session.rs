@@ -12,10 +12,12 @@
 //! running statistic) is a borrow of its slot (`let w = &model.p1[0];`), made again after every
 //! call that rebinds the model or a slot; any other name is a variable of its own, rebound
 //! (`let x: Tensor<2> = x.neg();`) where burn gives a new value. A checkpoint is read back by
-//! loading it (`session/records.rs`). The ops not spelled yet (a batch norm in another dtype than
-//! f32, a module clone's statistic through a record, a model param given a tensor, and an op
-//! whose call failed on a value it consumed) run as before through `support.rs` and leave the
-//! transcript incomplete: `transcript()` then gives none.
+//! loading it (`session/records.rs`). A call that failed on a value it consumed is the last line
+//! of its op, which the reproducer runs apart; the transcript's `after_failure` lines then say
+//! what the probe keeps: the name lost (`let w = Lost;`), a model param's slot held by a stand-in.
+//! The ops not spelled yet (a module clone's statistic through a record, a model param given a
+//! tensor) run as before through `support.rs` and leave the transcript incomplete:
+//! `transcript()` then gives none.
 
 use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model};
 use crate::vals::IntoVal;
@@ -120,6 +122,7 @@ pub const RESERVED: &[&str] = &[
     "BatchNormConfig",
     "DropoutConfig",
     "Shown",
+    "Lost",
 ];
 
 pub struct BurnSession {
@@ -161,6 +164,8 @@ pub struct BurnSession {
     devices: DeviceSpelling,
     /// Whether the transcript has made the second device (`alt`).
     alt_spelled: bool,
+    /// Whether the model moved into a call that failed (the probe holds a stand-in since).
+    model_consumed: bool,
     /// The variable of each live optimizer, by its key, and whether the transcript's
     /// `accumulator` holds gradients.
     optim_vars: HashMap<String, String>,
@@ -209,6 +214,7 @@ impl BurnSession {
             complete: true,
             devices,
             alt_spelled: false,
+            model_consumed: false,
             optim_vars: HashMap::new(),
         };
         s.tx.line(format!("let dev = {};", s.devices.home));
@@ -293,6 +299,14 @@ impl BurnSession {
     /// layers' running statistics are read through these borrows, made again after every call
     /// that rebinds the model or one of its slots.
     fn reborrow(&mut self) {
+        for line in self.borrows() {
+            self.tx.line(line);
+        }
+    }
+
+    /// The lines of [`BurnSession::reborrow`].
+    fn borrows(&mut self) -> Vec<String> {
+        let mut lines = vec![];
         let names: Vec<String> = self.order.clone();
         for name in names {
             let place = match self.slots.get(&name) {
@@ -303,8 +317,16 @@ impl BurnSession {
                 _ => continue,
             };
             let v = self.tx.var(&name);
-            self.tx.line(format!("let {v} = {place};"));
+            lines.push(format!("let {v} = {place};"));
         }
+        lines
+    }
+
+    /// After a failed call that consumed the value of `name` (its variable `var`): the name reads
+    /// as lost in the reproducer too (`let w = Lost;`, the scaffolding's value that `show`s as
+    /// unreadable), as the probe observes it.
+    fn lost_after_failure(&mut self, var: &str) {
+        self.tx.after_failure(format!("let {var} = Lost;"));
     }
 
     /// The name's value as a tensor, as the transcript spells it: a param's `val()` (which
@@ -402,6 +424,11 @@ impl BurnSession {
     /// `let mut model = <call>;`: the model moved into a spelled call (`call(model)`) and rebound to
     /// what it gives; a panic loses every model param. The model's borrows are made again.
     fn spelled_model_op(&mut self, call: impl FnOnce(Model) -> Spelled<Model>) -> Outcome {
+        if self.model_consumed {
+            // The reproducer's `model` moved into a call that failed: a later call on the model
+            // is the probe's stand-in, which the reproducer does not have. Not spelled.
+            self.complete = false;
+        }
         let lens = (self.model.p1.len(), self.model.p2.len(), self.model.p3.len());
         let model = std::mem::replace(&mut self.model, Model::empty());
         let (r, text) = call(model);
@@ -419,10 +446,20 @@ impl BurnSession {
                     Outcome::Error(m) => m.clone(),
                     _ => String::new(),
                 };
-                // The model moved into a call that failed: the reproducer's `model` is gone with
-                // it, its params read `unreadable` here: not spelled yet.
-                self.complete = false;
+                // The model moved into the call that failed: every name it held reads as lost,
+                // here and in the reproducer.
+                let held: Vec<String> = self
+                    .order
+                    .iter()
+                    .filter(|n| matches!(self.slots.get(*n), Some(Slot::Model(..) | Slot::ModelStat(..))))
+                    .cloned()
+                    .collect();
                 self.lose_model(lens, &msg);
+                self.model_consumed = true;
+                for name in held {
+                    let var = self.tx.var(&name);
+                    self.lost_after_failure(&var);
+                }
                 o
             }
         }
@@ -479,15 +516,27 @@ impl BurnSession {
                             "{{ let {var} = model.p{r}.remove({i}); model.p{r}.insert({i}, {text}); }}"
                         ));
                         self.lost.insert((r, i));
-                        // The probe keeps the lost param's slot (a placeholder), the transcript's
-                        // list does not, and a lost name reads `unreadable`: not spelled yet.
-                        self.complete = false;
+                        // The model keeps the lost param's slot, so that the other params keep
+                        // their places (their borrows, the optimizers' view of the model): a
+                        // stand-in goes where the consumed param was, in the probe's model as in
+                        // the reproducer's, whose borrows of the model are made again after.
+                        let (stand_in, text) = match r {
+                            1 => erased(spelling::stand_in::<1>()),
+                            2 => erased(spelling::stand_in::<2>()),
+                            _ => erased(spelling::stand_in::<3>()),
+                        };
+                        self.tx.after_failure(format!("model.p{r}.insert({i}, {text});"));
+                        if let Ok(v) = stand_in {
+                            let _ = self.model.put(r, i, v);
+                        }
+                        self.lost_after_failure(&var);
+                        for line in self.borrows() {
+                            self.tx.after_failure(line);
+                        }
                     }
                     None => {
                         self.tx.line(format!("let {var}: {before} = {text};"));
-                        // The value moved into the failed call: the reproducer's variable is gone
-                        // with it, the name reads `unreadable` here: not spelled yet.
-                        self.complete = false;
+                        self.lost_after_failure(&var);
                     }
                 }
                 let msg = match &o {
@@ -830,6 +879,9 @@ impl BurnSession {
             "{}_model",
             base.trim_start_matches(|c: char| c.is_ascii_digit())
         ));
+        if self.model_consumed {
+            self.complete = false; // as in `spelled_model_op`
+        }
         let (clone, text) = call!([model = &self.model => "&model"] model.clone());
         self.tx.line(format!("let {clone_var} = {text};"));
         let clone = match clone {

@@ -19,6 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct Transcript {
     prologue: Vec<String>,
     ops: Vec<Vec<String>>,
+    /// By op: the statements that follow the op's failed call (see [`Transcript::after_failure`]).
+    after_failure: BTreeMap<usize, Vec<String>>,
     names: BTreeMap<String, String>,
     taken: BTreeSet<String>,
 }
@@ -54,6 +56,15 @@ impl Transcript {
             Some(op) => op.push(statement),
             None => self.prologue.push(statement),
         }
+    }
+
+    /// Records a statement that follows the current op's failed call (its last line) in the
+    /// reproducer, which runs that call apart (under `catch_unwind`, or in a closure): what the
+    /// probe keeps of the values the call consumed, so that the later ops read them as the probe
+    /// does.
+    pub fn after_failure(&mut self, statement: impl Into<String>) {
+        let op = self.ops.len().saturating_sub(1);
+        self.after_failure.entry(op).or_default().push(statement.into());
     }
 
     /// The variable of the case name `name`, given on its first use and kept after: the name with
@@ -103,7 +114,12 @@ impl Transcript {
 
     /// The transcript as the protocol's `transcript` field (`PROTOCOL.md`).
     pub fn to_json(&self) -> Value {
-        json!({"prologue": self.prologue, "ops": self.ops, "names": self.names})
+        let after_failure: BTreeMap<String, &Vec<String>> = self
+            .after_failure
+            .iter()
+            .map(|(op, lines)| (op.to_string(), lines))
+            .collect();
+        json!({"prologue": self.prologue, "ops": self.ops, "names": self.names, "after_failure": after_failure})
     }
 }
 

@@ -11,10 +11,10 @@ use crate::support::Edit;
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::transcript::{f32_lit, f32_vec};
 use aliasfuzz_protocol::{MapFn, Outcome};
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, ParamId};
 use burn::tensor::Tensor;
 #[allow(unused_imports)]
-use burn::tensor::{DType, Device, FloatDType, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Shape, TensorData};
 
 /// A spelled call's result and text.
 pub type Spelled<T> = (Result<T, Outcome>, String);
@@ -389,4 +389,18 @@ pub fn cache_put<const D: usize>(
 /// The first `end` rows of the cache `buffer`: `buffer.clone().slice([0..end])`.
 pub fn cache_rows<const D: usize>(buffer: &Tensor<D>, var: &str, end: usize) -> Spelled<Tensor<D>> {
     call!([buffer = buffer => var, range = 0..end => format!("0..{end}")] buffer.clone().slice([range]))
+}
+
+/// What a model slot holds after a failed call consumed its param: an uninitialised param of no
+/// elements, never read (the name is lost), so that the model keeps its layout.
+pub fn stand_in<const D: usize>() -> Spelled<Param<Tensor<D>>> {
+    let dims = [0usize; D];
+    call!([dims = dims => dims_lit(&dims)]
+    Param::uninitialized(
+        ParamId::new(),
+        move |device: &Device, _: bool| Tensor::zeros(dims, device),
+        Device::flex(),
+        false,
+        Shape::new(dims),
+    ))
 }
