@@ -1,9 +1,8 @@
 """Every case in tests/cases/ as a Rust probe's reproducer: each case's ``main.rs`` is a binary of
 one cargo project (one build for all of them), run, and its printed observations compared with
-the probe's own trace of the same case. candle's reproducer is its probe's transcript; burn's is
-its probe's transcript where the probe spelled every call of the case, else the burn writer's
-translation (``burn_main``), and a floor on how many cases are transcripts keeps that share from
-shrinking unnoticed.
+the probe's own trace of the same case. A reproducer is its probe's transcript of the case, and a
+floor on how many cases have one (a probe that has not spelled some call of a case gives none)
+keeps that share from shrinking unnoticed.
 
 The comparison is exact to 1e-5 for every name after every op the probe ran. Where the probe
 cannot repeat its own values (a uniform tensor on a device that cannot be seeded: candle's CPU),
@@ -27,7 +26,7 @@ from harness.targets.candle.reproducer import SCAFFOLD as CANDLE
 from harness.targets.candle.reproducer import candle_main
 from harness.targets.reproducer_base import without_run
 from harness.targets.reproducers import parse_output, prepare_cargo_build
-from harness.targets.rust_project import cargo_toml, support_source
+from harness.targets.rust_project import cargo_toml
 from harness.targets.rust_reproducer import Scaffold, transcribe, transcribed
 from tests.conftest import CASES, need
 
@@ -35,18 +34,9 @@ ALL_CASES = sorted(CASES.glob("*.toml"))
 SCAFFOLDS = {"candle": CANDLE, "burn": BURN}
 WRITERS = {"candle": candle_main, "burn": burn_main}
 #: The cases whose reproducer is the probe's transcript, at least. candle runs every case but two
-#: whose program_rng its CPU cannot seed (the probe refuses them: no calls, no transcript);
-#: burn's probe has not spelled batch norms outside f32 yet.
-TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 124}
-#: Cases whose burn reproducer is the writer's and does not compile: a call that panics runs in a
-#: ``catch_unwind`` closure that moves a value the later ops read. A known defect of the writer,
-#: gone with it; a case that starts or stops compiling fails the test until this list says so.
-BURN_WRITER_DOES_NOT_COMPILE: set[str] = set()
-KNOWN_NOT_COMPILING = {"candle": set(), "burn": BURN_WRITER_DOES_NOT_COMPILE}
-#: Cases whose burn reproducer is the writer's and panics: a failed ``replace`` leaves the
-#: writer's placeholder in the model, where the probe's step goes on (the same writer defect).
-BURN_WRITER_PANICS: set[str] = set()
-KNOWN_PANICKING = {"candle": set(), "burn": BURN_WRITER_PANICS}
+#: whose program_rng its CPU cannot seed (the probe refuses them: no calls, no transcript); burn
+#: runs and spells every case.
+TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 126}
 
 
 def _states(trace: dict, numbers: list[int]) -> dict[int | None, dict[str, object]]:
@@ -106,15 +96,13 @@ class _Built:
             try:
                 if transcribed(scaffold, program):
                     self.transcribed.add(case.name)
-                text = WRITERS[framework](program, _repro(scaffold, program))
+                text = WRITERS[framework](program)
             except Exception as e:  # reported by the case's own test
                 self.errors[case.name] = f"{type(e).__name__}: {e}"
                 continue
             folder = root / "src" / "bin" / f"case{i:03d}"
             folder.mkdir()
             (folder / "main.rs").write_text(text, encoding="utf-8")
-            if "mod support;" in text:  # the burn writer's reproducer calls the probe's helpers
-                shutil.copyfile(support_source(framework), folder / "support.rs")
             self.sources[case.name] = text
             self.binaries[case.name] = cargo_target_dir() / "debug" / f"case{i:03d}"
         env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
@@ -134,22 +122,6 @@ class _Built:
         }
 
 
-def _repro(scaffold: Scaffold, program) -> dict:
-    """The statuses the burn writer reads, as a finding's repro JSON holds them, from the probe's
-    own run of the case (and of its run without the inert ops)."""
-
-    def target(p) -> dict:
-        trace = transcribe(scaffold, p)
-        return {"ops": [{"status": s["status"], "message": s.get("message")} for s in trace.get("steps") or []]}
-
-    tid = f"{scaffold.framework}:{scaffold.device}"
-    out = {"targets": {tid: target(program)}}
-    second = without_run(program, None)
-    if second is not None:
-        out["without_inert"] = {"targets": {tid: target(second.program)}}
-    return out
-
-
 @pytest.fixture(scope="module", params=sorted(SCAFFOLDS))
 def built(request, tmp_path_factory) -> _Built:
     scaffold = SCAFFOLDS[request.param]
@@ -162,9 +134,7 @@ def built(request, tmp_path_factory) -> _Built:
 
 def test_every_reproducer_compiles_without_a_warning(built):
     assert not built.errors, built.errors
-    known = KNOWN_NOT_COMPILING[built.scaffold.framework]
-    assert built.not_compiling == known, "\n".join(built.diagnostics[:40])
-    assert not known & built.transcribed  # a transcript of these compiles: the list is the writer's
+    assert not built.not_compiling, "\n".join(built.diagnostics[:40])
 
 
 def test_the_transcribed_share_does_not_shrink(built):
@@ -175,17 +145,8 @@ def test_the_transcribed_share_does_not_shrink(built):
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.stem for c in ALL_CASES])
 def test_a_reproducer_prints_what_its_probe_observed(built, case):
     assert case.name not in built.errors, built.errors.get(case.name)
-    if case.name in KNOWN_NOT_COMPILING[built.scaffold.framework]:
-        # The compile test holds this case to the known list; there is no binary to run.
-        assert case.name in built.not_compiling
-        return
     binary = built.binaries[case.name]
     assert binary.exists(), f"{case.name}: not built:\n" + "\n".join(built.diagnostics[:20])
-    if case.name in KNOWN_PANICKING[built.scaffold.framework]:
-        assert case.name not in built.transcribed  # a known defect of the writer, not of a transcript
-        panicked = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
-        assert panicked.returncode == 101 and "panicked" in panicked.stderr, panicked.stderr[-2000:]
-        return
     ran = subprocess.run(
         [str(binary)], capture_output=True, text=True, timeout=300, env={**os.environ, "RUST_BACKTRACE": "0"}
     )

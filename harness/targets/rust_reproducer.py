@@ -163,6 +163,11 @@ class _Run:
                 f"{self.scaffold.framework} did not run the case: {self.trace.get('status')}: "
                 f"{self.trace.get('message') or ''}"
             )
+        if self.trace.get("transcript") is None:
+            return _comments(
+                f"the {self.scaffold.framework} probe has not spelled every call of this case: it gave no "
+                "transcript, so there is no reproducer to write"
+            )
         out = [*self.transcript["prologue"], *self.show("initial")]
         for k, step in enumerate(self.trace.get("steps") or []):
             i = self.numbers[k]

@@ -4,10 +4,8 @@
 //! The protocol (handshake, parsing, skipped ops, caught panics, delta encoding) is the shared
 //! `aliasfuzz_protocol::serve` driver; this crate implements `Probe` and `Session` only.
 
+mod model;
 mod session;
-// The reproducers of the old writer still copy support.rs; the probe calls part of it.
-#[allow(dead_code)]
-mod support;
 mod vals;
 
 use aliasfuzz_protocol::{DeviceInfo, Hello, Probe, Program, Refusal, ALL_OPS};

@@ -16,10 +16,10 @@
 //! of its op, which the reproducer runs apart; the transcript's `after_failure` lines then say
 //! what the probe keeps: the name lost (`let w = Lost;`), a model param's slot held by a stand-in.
 //! The ops not spelled yet (a module clone's statistic through a record, a model param given a
-//! tensor) run as before through `support.rs` and leave the transcript incomplete:
+//! tensor) run through `model.rs` and `vals.rs` and leave the transcript incomplete:
 //! `transcript()` then gives none.
 
-use crate::support::{cpu_device, placeholder, Checkpoints, Edit, Model};
+use crate::model::{cpu_device, placeholder, Checkpoints, Model};
 use crate::vals::IntoVal;
 use crate::vals::{obs_param, observe_val, KvCache, Val};
 use aliasfuzz_protocol::transcript::f32_vec;
@@ -180,7 +180,7 @@ mod training;
 use crate::on_val;
 use crate::vals::source_tensor;
 use layers::Stat;
-use spelling::{erased, Spelled};
+use spelling::{erased, Edit, Spelled};
 
 /// What a `save` kept.
 enum Saved {

@@ -5,7 +5,8 @@
 //! burn tensors carry their rank in the type (`Tensor<D>`); programs use ranks 1 to 3, so a bound
 //! value is one of six variants and each op is a generic function instantiated per rank.
 
-use crate::support::{placeholder, read_values, Edit, Model, RowCache};
+use crate::model::{placeholder, Model};
+use crate::session::spelling::Edit;
 use aliasfuzz_protocol::{Obs, CACHE_ROWS};
 use burn::module::Param;
 use burn::tensor::{DType, Device, Tensor};
@@ -77,7 +78,7 @@ impl Val {
     }
 }
 
-/// The model's slots: a param is addressed by (rank, index) (`support::Model`).
+/// The model's slots: a param is addressed by (rank, index) (`model::Model`).
 impl Model {
     /// Appends a param; returns its (rank, index) slot.
     pub fn push(&mut self, v: Val) -> Result<(usize, usize), String> {
@@ -282,7 +283,7 @@ pub fn to_rank<const R: usize, const D: usize>(t: Tensor<R>) -> Tensor<D> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// `append` into a KV cache (`support::RowCache`; a `cat` append is spelled in
+// `append` into a KV cache (`RowCache`; a `cat` append is spelled in
 // `session/spelling.rs`). A source of a rank less is one row: `source_tensor` unsqueezes it.
 
 /// A `RowCache` of the rank of the name it grows.
@@ -313,4 +314,56 @@ impl KvCache {
             KvCache::R3(c) => c.append(source_tensor(src)).into_val(),
         }
     }
+}
+
+/// `t` in `like`'s autodiff mode (one burn call takes tensors of one mode).
+fn in_mode_of<const D: usize>(like: &Tensor<D>, t: Tensor<D>) -> Tensor<D> {
+    if like.is_autodiff() {
+        t.autodiff()
+    } else {
+        t.without_autodiff()
+    }
+}
+
+/// `append` into a KV cache as burn users keep one (llama-burn's `AutoregressiveCache`): a
+/// preallocated tensor, each source `slice_assign`ed in after the filled rows, and the filled rows
+/// read back with `slice`. The buffer is moved into each `slice_assign` (a unique handle: burn's
+/// in-place path), where llama-burn's `self.cache.clone()` keeps a second handle.
+pub struct RowCache<const D: usize> {
+    /// `None` only while an append holds it.
+    buf: Option<Tensor<D>>,
+    rows: usize,
+}
+
+impl<const D: usize> RowCache<D> {
+    /// An empty cache of `capacity` rows shaped like `like`'s, on its device, in its dtype and
+    /// autodiff mode.
+    pub fn new(like: &Tensor<D>, capacity: usize) -> RowCache<D> {
+        let mut shape = like.dims();
+        shape[0] = capacity;
+        let buf = in_mode_of(like, Tensor::<D>::zeros(shape, (&like.device(), like.dtype())));
+        RowCache {
+            buf: Some(buf),
+            rows: 0,
+        }
+    }
+
+    /// Appends `src` (rows of the cache's rank) and returns the filled rows.
+    pub fn append(&mut self, src: Tensor<D>) -> Tensor<D> {
+        let buf = self.buf.take().expect("a cache holds its buffer between appends");
+        let src = in_mode_of(&buf, src);
+        let end = self.rows + src.dims()[0];
+        let buf = buf.slice_assign([self.rows..end], src);
+        self.rows = end;
+        let filled = buf.clone().slice([0..end]);
+        self.buf = Some(buf);
+        filled
+    }
+}
+
+/// The tensor's values, row-major, read to the host.
+pub fn read_values<const D: usize>(t: &Tensor<D>) -> Result<Vec<f32>, String> {
+    t.to_data()
+        .try_to_vec_as::<f32>()
+        .map_err(|e| format!("to_data: {e:?}"))
 }

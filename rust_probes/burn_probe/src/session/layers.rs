@@ -9,16 +9,15 @@
 use super::outcome_text;
 use super::spelling::{erased, type_of, Spelled};
 use super::{BurnSession, Slot};
-use crate::support::{batch_norm, dropout, record_round_trip, save_and_load, Model};
+use crate::model::{batch_norm, dropout, record_round_trip, save_and_load, Model};
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::transcript::f64_lit;
-use aliasfuzz_protocol::{panic_message, LayerKind, LayerSpec, Method, Outcome};
-use burn::module::RunningState;
+use aliasfuzz_protocol::{LayerKind, LayerSpec, Method, Outcome};
+use burn::module::{Module, ModuleMapper, Param, RunningState};
 use burn::nn::BatchNorm;
 use burn::nn::{BatchNormConfig, DropoutConfig};
 use burn::tensor::FloatDType;
 use burn::tensor::Tensor;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// One declared layer, in the case's order, and where the model holds it.
 pub(super) struct ModelLayer {
@@ -134,19 +133,33 @@ impl BurnSession {
 
     /// A batch norm as the case declares one, in the program's dtype:
     /// `BatchNormConfig::new(2).with_momentum(0.1).init(&dev)` (epsilon at its default, 1e-5).
-    /// In another dtype than f32 its floats are cast by a ModuleMapper (support.rs `in_dtype`):
-    /// not spelled yet.
+    /// The config makes its floats in the device's default dtype (f32) and burn-core 0.22.1 has
+    /// no module cast (store/mod.rs names a `module.cast` it lacks), so in another dtype they are
+    /// cast by a `ModuleMapper`: params by `Param::map` outside the graph (as burn's optimizer
+    /// updates one), running states by their own `map`.
     pub(super) fn new_batch_norm(&mut self, features: usize, momentum: f64) -> Spelled<BatchNorm> {
         if self.dtype == FloatDType::F32 {
             return call!([features = features => features.to_string(),
                 momentum = momentum => f64_lit(momentum), dev = &self.home => "&dev"]
                 BatchNormConfig::new(features).with_momentum(momentum).init(dev));
         }
-        self.complete = false;
-        let made = catch_unwind(AssertUnwindSafe(|| {
-            batch_norm(features, momentum, self.dtype, &self.home)
-        }));
-        (made.map_err(|p| Outcome::Error(panic_message(p))), String::new())
+        call!([features = features => features.to_string(), momentum = momentum => f64_lit(momentum),
+            dev = &self.home => "&dev", dtype = self.dtype => "dtype"]
+        {
+            struct Cast(FloatDType);
+            impl ModuleMapper for Cast {
+                fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                    let to = self.0;
+                    param.map(|t| {
+                        let (require_grad, autodiff) = (t.is_require_grad(), t.is_autodiff());
+                        let out = t.inner().cast(to);
+                        let out = if autodiff { Tensor::from_inner(out) } else { out };
+                        if require_grad { out.require_grad() } else { out }
+                    })
+                }
+            }
+            BatchNormConfig::new(features).with_momentum(momentum).init(dev).map(&mut Cast(dtype))
+        })
     }
 
     /// `forward`: `BatchNorm::forward(x)` / `Dropout::forward(x)` on a handle to the input (a

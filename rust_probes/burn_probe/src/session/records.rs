@@ -8,7 +8,7 @@
 use super::layers::{LayerAt, Stat};
 use super::spelling::{dims_lit, erased, Spelled};
 use super::BurnSession;
-use crate::support::Model;
+use crate::model::Model;
 use crate::vals::Val;
 use aliasfuzz_protocol::transcript::f64_lit;
 use aliasfuzz_protocol::Outcome;

@@ -4,8 +4,8 @@
 use super::records::{read_entry, Entry};
 use super::spelling::{dims_lit, erased, type_of, Spelled};
 use super::{BurnSession, Slot};
+use crate::model::Model;
 use crate::on_val;
-use crate::support::Model;
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::{Method, Outcome};
 use burn::module::Module;

@@ -7,7 +7,6 @@
 //! A placeholder never shares its name with a local of the spelled expression: the transcript
 //! replaces every free occurrence of a placeholder's name.
 
-use crate::support::Edit;
 use crate::vals::{IntoVal, Val};
 use aliasfuzz_protocol::transcript::{f32_lit, f32_vec};
 use aliasfuzz_protocol::{MapFn, Outcome};
@@ -15,6 +14,17 @@ use burn::module::{Module, Param, ParamId};
 use burn::tensor::Tensor;
 #[allow(unused_imports)]
 use burn::tensor::{DType, Device, FloatDType, Shape, TensorData};
+
+/// A write's f32 values are made in the target's dtype (`from_data(data, (device, t.dtype()))`).
+#[derive(Clone, Debug)]
+pub enum Edit {
+    /// `slice_assign` of row `index`, or whole-tensor replacement (`Tensor::from_data`).
+    Write { index: Option<usize>, value: Vec<f32> },
+    /// `slice_fill` over every row.
+    Fill(f32),
+    /// `mul_scalar`.
+    Scale(f32),
+}
 
 /// A spelled call's result and text.
 pub type Spelled<T> = (Result<T, Outcome>, String);
