@@ -1,7 +1,6 @@
-"""What every reproducer writer (``harness/targets/<framework>/reproducer.py``) shares: which ops
-the finding's repro result says a framework ran, the comment an op it did not run becomes, and
-the fields of a ``step`` with their defaults, a metamorphic case's second run, and the check that
-says whether a finding's divergence shows (``Check``)."""
+"""What the reproducer writers (``harness/targets/<framework>/reproducer.py``) share: the comment
+an op a framework did not run becomes, a metamorphic case's second run, and the check that says
+whether a finding's divergence shows (``Check``)."""
 
 from __future__ import annotations
 
@@ -11,22 +10,6 @@ from dataclasses import dataclass
 from harness.case.inert import check_inert, without
 from harness.case.ir import Program
 from harness.escaping import comment_text, visible
-
-
-def statuses(repro: dict | None, framework: str) -> dict[int, tuple[str, str | None]]:
-    """op index -> (status, message) over the targets of ``framework`` in the repro JSON; an op
-    that one device of the framework ran is ``ok`` (the reproducer emits it)."""
-    out: dict[int, tuple[str, str | None]] = {}
-    for tid, t in ((repro or {}).get("targets") or {}).items():
-        if tid.split(":", 1)[0] != framework:
-            continue
-        for i, s in enumerate(t.get("ops") or []):
-            st = s.get("status", "ok")
-            if st == "ok":
-                out[i] = ("ok", None)
-            elif out.get(i, ("",))[0] != "ok":
-                out[i] = (st, s.get("message"))
-    return out
 
 
 def op_text(op: dict) -> str:
@@ -47,36 +30,6 @@ def comment_lines(prefix: str, i: int, op: dict, status: str, message: str | Non
         f"{prefix}   not run: the framework reported `{visible(status)}`{msg}",
         *(f"{prefix}     {line.strip()}" for line in rest if line.strip()),
     ]
-
-
-def step_fields(op: dict) -> dict:
-    """The hyper-parameters of a ``step`` or ``set_lr`` (optimizer, lr, momentum, dampening,
-    betas, eps, weight_decay), defaults filled in."""
-    betas = op.get("betas") or [0.9, 0.999]
-    return {
-        "optimizer": op["optimizer"],
-        "lr": float(op.get("lr", 0.1)),
-        "momentum": float(op.get("momentum") or 0.0),
-        "dampening": float(op.get("dampening") or 0.0),
-        "betas": [float(b) for b in betas],
-        "eps": float(op.get("eps") if op.get("eps") is not None else 1e-8),
-        "weight_decay": float(op.get("weight_decay") or 0.0),
-    }
-
-
-def optimizer_key(op: dict, lr: float | None = None) -> tuple:
-    """The live optimizer a ``step`` or ``set_lr`` names (with learning rate ``lr`` instead of the
-    op's, given one), as the probes key theirs."""
-    f = step_fields(op)
-    return (
-        f["optimizer"],
-        float(f["lr"] if lr is None else lr),
-        f["momentum"],
-        f["dampening"],
-        tuple(f["betas"]),
-        f["eps"],
-        f["weight_decay"],
-    )
 
 
 @dataclass(frozen=True)
