@@ -113,7 +113,8 @@ def snapshot_call(program: Program, framework: str) -> str | None:
     var = (transcript.get("names") or {}).get("s")
     if trace is None or trace.get("status") != "ok" or not lines or var is None or trace["steps"][0]["status"] != "ok":
         return None
-    m = re.fullmatch(rf"(?:let )?{re.escape(var)} = (.+?);?", lines[-1])
+    # `let s = w.clone();`, or with its type where the framework's needs one (`let s: Tensor<2> = ...`)
+    m = re.fullmatch(rf"(?:let )?{re.escape(var)}(?:: [^=]+)? = (.+?);?", lines[-1])
     return m.group(1) if m else None
 
 

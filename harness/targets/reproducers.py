@@ -12,16 +12,13 @@ the CPU, and prints every bound name after every op:
     after op 0: s0 = [1.0, 2.0]
 
 (values row-major; ``uninitialized`` for a lazy param not yet created). The torch script and the
-candle project are the calls the target made, as it ran them (its transcript); so is the burn
-project where burn's probe spelled every call of the case, else the burn writer translates each
-op the way its probe does, and emits an op the framework reported ``unsupported`` in the
-finding's repro result as a comment.
+candle and burn projects are the calls the target made, as it ran them (its transcript); an op
+the framework reported ``unsupported`` or skipped is a comment.
 
 This module only dispatches: each framework's reproducer lives beside its target
 (``harness/targets/<framework>/reproducer.py``; the Rust transcripts are wrapped by
 ``harness/targets/rust_reproducer.py``), and the cargo project of the Rust ones is
-``harness/targets/rust_project.py``'s: ``src/main.rs``, with burn's the probe's own helper module
-``rust_probes/burn_probe/src/support.rs`` copied in as ``src/support.rs``.
+``harness/targets/rust_project.py``'s: a Cargo.toml with the exact versions and ``src/main.rs``.
 
 The Rust projects depend on their framework's crates only, pinned as in the probes, and use the
 probes' profile. Sharing the probes' ``CARGO_TARGET_DIR`` (with their Cargo.lock copied in,
@@ -46,6 +43,7 @@ from typing import Any
 from harness.case.case_file import load_case
 from harness.case.ir import Program
 from harness.paths import PROBES_WORKSPACE
+from harness.targets.burn.reproducer import SCAFFOLD as BURN_SCAFFOLD
 from harness.targets.burn.reproducer import burn_main
 from harness.targets.candle.reproducer import SCAFFOLD as CANDLE_SCAFFOLD
 from harness.targets.candle.reproducer import candle_main
@@ -83,7 +81,7 @@ def transcribe(framework: str, program: Program) -> dict | None:
 # The frameworks with a cargo reproducer, and the writer of its src/main.rs.
 RUST_WRITERS: dict[str, Callable[..., str]] = {"candle": candle_main, "burn": burn_main}
 # The Rust frameworks whose reproducer is their probe's transcript, and what wraps it.
-TRANSCRIPT_SCAFFOLDS = {"candle": CANDLE_SCAFFOLD}
+TRANSCRIPT_SCAFFOLDS = {"candle": CANDLE_SCAFFOLD, "burn": BURN_SCAFFOLD}
 
 
 def _frameworks(finding: dict) -> set[str]:
