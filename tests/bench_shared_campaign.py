@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import PY, ROOT, _redis_server
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 IGNORED = {"info", "config", "ping", "flushall"}  # the benchmark's own commands
 

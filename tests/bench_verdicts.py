@@ -4,7 +4,7 @@ the length of the program.
 Not a test (nothing is asserted on time); it prints figures. Run it with
 ``.venv/bin/python -m tests.bench_verdicts [--sizes 500 1000 2000 10000] [--seed 0]``.
 
-For each size, a program of that many snapshots (``tests.long_programs.long_program``: writes,
+For each size, a program of that many snapshots (``tests.support.long_programs.long_program``: writes,
 maps and replaces among them) and a trace of it (``storage_trace``, a TEST DOUBLE of a target's
 trace). Printed per size: the ops, the observations the trace holds, and the seconds taken by
 ``verdicts`` on a program object it has not seen (its per-program caches empty), then again on
@@ -18,7 +18,7 @@ import argparse
 import time
 
 from harness.judging.verdicts import verdicts
-from tests.long_programs import long_program, storage_trace
+from tests.support.long_programs import long_program, storage_trace
 
 
 def measure(n_snapshots: int, seed: int) -> str:

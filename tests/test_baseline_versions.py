@@ -14,7 +14,7 @@ import pytest
 from harness.fuzzing.baseline import BaselineError, load_baseline
 from harness.versions import VersionRange, version_key
 from tests.conftest import run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 
 @pytest.mark.parametrize(

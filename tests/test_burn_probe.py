@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from harness.targets.protocol import PROTOCOL_VERSION
-from tests.probe_client import ROOT, states
-from tests.probe_client import Probe as ProbeClient
+from tests.support.probe_client import ROOT, states
+from tests.support.probe_client import Probe as ProbeClient
 
 
 def _accelerators() -> list[str]:

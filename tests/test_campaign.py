@@ -13,24 +13,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from tests.conftest import PY, ROOT, run_cli
-
-FAKE = ROOT / "tests" / "fakes" / "fake_probe.py"
-
-
-def fake_probe_dir(tmp: Path, *flags: str) -> dict[str, str]:
-    """A probe directory whose ``candle_probe`` is the fake; returns the env to use it."""
-    d = tmp / "fakeprobe"
-    d.mkdir(exist_ok=True)
-    script = d / "candle_probe"
-    script.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} {" ".join(flags)} "$@"\n')
-    script.chmod(0o755)
-    return {"ALIASFUZZ_PROBE_DIR": str(d)}
+from tests.support.fake_targets import fake_probe_dir
 
 
 def journal_signatures(out: Path) -> list[str]:

@@ -20,9 +20,8 @@ import pytest
 from harness.fuzzing.campaign import usable_cpus
 from harness.fuzzing.options import MAX_CHUNK_SIZE, option_problem
 from tests.conftest import run_cli
-from tests.test_campaign import fake_probe_dir
-from tests.test_run_folder import one_line_error
-from tests.test_run_folder_links import unstarted_run_folder
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.run_folders import one_line_error, unstarted_run_folder
 
 FUZZ = (
     "fuzz",

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from harness.targets.protocol import PROTOCOL_VERSION
-from tests.probe_client import ROOT, states
-from tests.probe_client import Probe as ProbeClient
+from tests.support.probe_client import ROOT, states
+from tests.support.probe_client import Probe as ProbeClient
 
 W = [[1.0, 2.0], [3.0, 4.0]]  # the param most tests snapshot
 W_FLAT = [1.0, 2.0, 3.0, 4.0]

@@ -11,6 +11,7 @@ from harness.case.case_file import dump_case, load_case, parse_case
 from harness.case.ir import CaseError
 from harness.case.ops import snapshot_shape
 from tests.conftest import CASES, run_cli
+from tests.support.cases import BAD_CASES
 
 ALL_CASES = sorted(CASES.glob("*.toml"))
 
@@ -64,94 +65,6 @@ def test_snapshot_shapes():
     assert snapshot_shape("view_row", (2, 3)) == (1, 3)
     assert snapshot_shape("transpose", (4, 2, 3)) == (4, 3, 2)
     assert snapshot_shape("clone", (2, 3)) == (2, 3)
-
-
-HEADER = 'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[1.0, 2.0]] }\n'
-
-# (case text, the location the message must name, a fragment of the message)
-BAD_CASES = {
-    "bad_toml": ('format = "aliasfuzz-case/1"\n[tensors\n', "", "invalid TOML"),
-    "wrong_format": (
-        'format = "aliasfuzz-case/9"\n[tensors]\nw = { kind = "param", value = [1.0] }\n',
-        "format",
-        "must be",
-    ),
-    "no_tensors": ('format = "aliasfuzz-case/1"\n', "tensors", "missing"),
-    "bad_kind": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "weight", value = [1.0] }\n',
-        "tensors.w.kind",
-        "must be one of",
-    ),
-    "ragged_value": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[1.0], [1.0, 2.0]] }\n',
-        "tensors.w.value",
-        "ragged",
-    ),
-    "rank_4": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [[[[1.0]]]] }\n',
-        "tensors.w.value",
-        "rank",
-    ),
-    "grad_shape": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [1.0, 2.0], grad = [1.0] }\n',
-        "tensors.w.grad",
-        "shape",
-    ),
-    "unknown_op": (HEADER + '[[ops]]\nop = "explode"\n', "ops[0].op", "unknown op"),
-    "unknown_name": (
-        HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "nope"\nmethod = "clone"\n',
-        "ops[0].of",
-        "no tensor named",
-    ),
-    "unknown_method": (
-        HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = "photocopy"\n',
-        "ops[0].method",
-        "unknown method",
-    ),
-    "missing_field": (HEADER + '[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\n', "ops[0].method", "missing"),
-    "unknown_field": (
-        HEADER + '[[ops]]\nop = "fill"\ntarget = "w"\nvalue = 1.0\ncolour = "red"\n',
-        "ops[0].colour",
-        "unknown field",
-    ),
-    "shape_mismatch": (
-        HEADER + '[[ops]]\nop = "write"\ntarget = "w"\nindex = 0\nvalue = [1.0, 2.0, 3.0]\n',
-        "ops[0].value",
-        "does not match",
-    ),
-    "index_out_of_range": (
-        HEADER + '[[ops]]\nop = "write"\ntarget = "w"\nindex = 5\nvalue = [1.0, 2.0]\n',
-        "ops[0].index",
-        "integer in",
-    ),
-    "rebound_name": (
-        HEADER + '[[ops]]\nop = "snapshot"\nname = "w"\nof = "w"\nmethod = "clone"\n',
-        "ops[0].name",
-        "already bound",
-    ),
-    "transpose_rank1": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nw = { kind = "param", value = [1.0] }\n[[ops]]\nop = "snapshot"\nname = "s"\nof = "w"\nmethod = "transpose"\n',
-        "ops[0].method",
-        "rank 2",
-    ),
-    "move_buffer": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nb = { kind = "buffer", value = [1.0] }\n[[ops]]\nop = "move"\ntarget = "b"\ndevice = "cpu"\n',
-        "ops[0].target",
-        "takes a param",
-    ),
-    "bad_optimizer": (
-        HEADER + '[[ops]]\nop = "step"\noptimizer = "lion"\nlr = 0.1\n',
-        "ops[0].optimizer",
-        "unknown optimizer",
-    ),
-    "negative_lr": (HEADER + '[[ops]]\nop = "step"\noptimizer = "sgd"\nlr = -1.0\n', "ops[0].lr", "positive"),
-    "lazy_without_init": (
-        'format = "aliasfuzz-case/1"\n[tensors]\nl = { kind = "lazy", shape = [2] }\n',
-        "tensors.l.init",
-        "must be one of",
-    ),
-    "bad_device": (HEADER + '[[ops]]\nop = "move"\ntarget = "w"\ndevice = "tpu"\n', "ops[0].device", "unknown device"),
-}
 
 
 @pytest.mark.parametrize("name", sorted(BAD_CASES))

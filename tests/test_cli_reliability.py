@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CASES, PY, ROOT, run_cli
-from tests.test_reliability import _probe_dir
+from tests.support.fake_targets import probe_dir as _probe_dir
 
 CASE = CASES / "example_sgd_snapshots.toml"
 

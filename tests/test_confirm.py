@@ -12,8 +12,7 @@ from harness.fuzzing.engine import Engine
 from harness.targets.runner import Runner
 from tests.conftest import run_cli
 from tests.fakes.targets import fake_target
-from tests.test_campaign import fake_probe_dir
-from tests.test_engine_fake import PLANTED
+from tests.support.fake_targets import PLANTED, fake_probe_dir
 
 
 def _record(*planted_flags: str, confirm_runs: int = 3):

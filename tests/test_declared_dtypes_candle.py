@@ -38,8 +38,8 @@ from harness.case.case_file import parse_case, write_case
 from harness.case.methods import bf16_rounded
 from harness.judging.verdicts import verdicts
 from tests.conftest import clean_runs
-from tests.probe_client import Probe as ProbeClient
-from tests.test_reports import _cargo_reproducer
+from tests.support.probe_client import Probe as ProbeClient
+from tests.support.reproducers import cargo_reproducer as _cargo_reproducer
 
 TARGET = "candle:cpu"
 SGD = {"op": "step", "optimizer": "sgd", "lr": 0.5}

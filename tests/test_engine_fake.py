@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.case.ir import Program, TensorDecl, check_program
+from harness.case.ir import TensorDecl
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.engine import Engine
 from harness.fuzzing.generation import generate
@@ -17,6 +17,7 @@ from harness.judging.oracle import compare
 from harness.shrinking.minimize import canonical_names, is_one_minimal
 from harness.targets.runner import Runner
 from tests.fakes.targets import fake_target
+from tests.support.fake_targets import PLANTED, program
 
 
 @pytest.fixture(scope="module")
@@ -24,25 +25,6 @@ def fake_runner():
     r = Runner([fake_target("ref"), fake_target("planted")])
     yield r
     r.close()
-
-
-def program(tensors, ops) -> Program:
-    tensors = tuple(tensors)
-    return Program(tensors, check_program(tensors, ops))
-
-
-PLANTED = program(
-    [TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0)), TensorDecl("buf", "buffer", (3,), (0.0, 0.0, 0.0))],
-    [
-        {"op": "snapshot", "name": "a", "of": "buf", "method": "alias"},
-        {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-        {"op": "fill", "target": "buf", "value": 2.0},
-        {"op": "snapshot", "name": "d", "of": "buf", "method": "detach"},
-        {"op": "write", "target": "w", "index": 1, "value": [5.0, 6.0]},
-        {"op": "scale", "target": "a", "factor": 2.0},
-        {"op": "step", "optimizer": "sgd", "lr": 0.5},
-    ],
-)
 
 
 def signatures(runner, p):

@@ -66,7 +66,7 @@ def found(**over) -> FindingRecord:
 
 def test_a_found_record_serialises_in_the_journals_form():
     doc = found().to_json()
-    assert list(doc) == KEYS + ["confirmed", "confirm_runs"] + list(PATH_FIELDS)
+    assert list(doc) == KEYS + ["confirmed", "confirm_runs", "rule"] + list(PATH_FIELDS)
     assert doc["signature"] == FINDING.signature and doc["sentence"] == FINDING.sentence()
     assert doc["targets"] == ["candle:cpu", "torch:cpu"] and doc["sides"] == ["follows", "keeps"]
     assert doc["versions"] == {t: VERSIONS[t] for t in FINDING.targets}  # only the finding's targets
@@ -82,7 +82,7 @@ def test_a_found_record_serialises_in_the_journals_form():
 
 def test_a_known_record_names_its_baseline_case():
     doc = found(status="known", baseline="K1", baseline_case="tests/cases/x.toml").to_json()
-    assert list(doc) == KEYS + ["baseline_case", "confirmed", "confirm_runs"] + list(PATH_FIELDS)
+    assert list(doc) == KEYS + ["baseline_case", "confirmed", "confirm_runs", "rule"] + list(PATH_FIELDS)
     assert doc["baseline_case"] == "tests/cases/x.toml"
     assert "baseline_case" not in found(baseline_case="ignored without a baseline").to_json()
 

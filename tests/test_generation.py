@@ -22,7 +22,8 @@ from harness.case.ir import check_program
 from harness.fuzzing.engine import chunk_seed, hypothesis_shrink
 from harness.fuzzing.generation import generate, generate_given
 from harness.shrinking.minimize import cost
-from tests.test_campaign import fake_probe_dir, run_cli
+from tests.conftest import run_cli
+from tests.support.fake_targets import fake_probe_dir
 
 
 def replay(choices: tuple, profile: str):

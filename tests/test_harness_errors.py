@@ -25,7 +25,7 @@ from harness.judging.oracle import FAULT_ENV
 from harness.targets.runner import Runner
 from tests.conftest import run_cli
 from tests.fakes.targets import fake_target
-from tests.test_reliability import _probe_dir
+from tests.support.fake_targets import probe_dir as _probe_dir
 
 W = TensorDecl("w", "param", (2,), (1.0, 2.0))
 B = TensorDecl("b", "buffer", (3,), (0.0, 1.0, 2.0))

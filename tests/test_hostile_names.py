@@ -283,7 +283,7 @@ def test_torch_reproducers_of_hostile_names_run_and_print_what_torch_observed(tm
     import sys
 
     from harness.targets.reproducers import parse_output, torch_script, trace_states
-    from tests.test_reports import _compare
+    from tests.support.reproducers import compare_printed as _compare
 
     cases = hostile_cases()
     paths = [write_case(renamed, tmp_path / f"{k:03d}.toml") for k, (_, _, renamed, _) in enumerate(cases)]

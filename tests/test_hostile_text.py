@@ -23,49 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import need, run_cli
-from tests.test_report_reliability import make_run, record
-
-#: A payload each language would run if the text left its comment, docstring or literal.
-MARKER_NAME = "INJECTED-MARKER"
-PY_PAYLOAD = f"import pathlib; pathlib.Path({MARKER_NAME!r}).write_text('x'); raise SystemExit(99)"
-RS_PAYLOAD = "fn injected_by_aliasfuzz_text() {}"
-HOSTILE = (
-    f"title \"\"\"\n{PY_PAYLOAD}\n\"\"\" '''\n{PY_PAYLOAD}\n''' */ /* \r{RS_PAYLOAD}\r\n{RS_PAYLOAD}\u2028"
-    f'{RS_PAYLOAD}\u2029 back\\slash \\" \u202e\x1b[31m red <script>alert(1)</script>'
-)
-
-# A case whose names are legal but awkward: `class` (a Python keyword, the target of a replace),
-# `c_w` beside the `c.w` a save named `c` binds (one Rust variable before), `fn` (a Rust keyword).
-CASE = f"""format = "aliasfuzz-case/1"
-title = {json.dumps(HOSTILE)}
-
-[tensors]
-w = {{ kind = "param", value = [1.0, 2.0] }}
-class = {{ kind = "param", value = [3.0, 4.0] }}
-c_w = {{ kind = "buffer", value = [5.0, 6.0] }}
-fn = {{ kind = "buffer", value = [7.0, 8.0] }}
-
-[[ops]]
-op = "snapshot"
-name = "s"
-of = "w"
-method = "detach"
-
-[[ops]]
-op = "replace"
-target = "class"
-value = "w"
-how = "new"
-
-[[ops]]
-op = "save"
-name = "c"
-
-[[ops]]
-op = "scale"
-target = "fn"
-factor = 2.0
-"""
+from tests.support.cases import HOSTILE, HOSTILE_CASE, MARKER_NAME, PY_PAYLOAD, RS_PAYLOAD
+from tests.support.run_folders import make_run, record
 
 TARGETS = ["torch:cpu", "candle:cpu", "burn:flex"]
 
@@ -92,7 +51,7 @@ def _hostile_run(tmp_path: Path) -> tuple[Path, str]:
         op="scale`` <b>x</b>",
     )
     run = make_run(tmp_path / "run", [rec])
-    (run / rec["case"]).write_text(CASE, encoding="utf-8")
+    (run / rec["case"]).write_text(HOSTILE_CASE, encoding="utf-8")
     (run / rec["repro"]).write_text(json.dumps(_repro()), encoding="utf-8")
     r = run_cli("report", str(run))
     assert r.returncode == 0, r.stdout + r.stderr
@@ -110,7 +69,7 @@ def _benign_script(tmp_path: Path) -> str:
     from harness.targets.torch.reproducer import torch_script
 
     plain = tmp_path / "plain.toml"
-    plain.write_text(CASE.replace(f"title = {json.dumps(HOSTILE)}", 'title = "plain"'), encoding="utf-8")
+    plain.write_text(HOSTILE_CASE.replace(f"title = {json.dumps(HOSTILE)}", 'title = "plain"'), encoding="utf-8")
     repro = _repro()
     for t in repro["targets"].values():
         # The same status as the hostile one (not a plain `error`), so the op is the same comment.

@@ -15,8 +15,8 @@ import pytest
 
 from harness.reporting.matrix import MARKER
 from tests.conftest import run_cli
-from tests.test_campaign import fake_probe_dir
-from tests.test_run_folder import one_line_error, snapshot
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.run_folders import one_line_error, snapshot
 
 
 def matrix(tmp_path, out, timeout: float = 120):

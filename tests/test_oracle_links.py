@@ -9,7 +9,7 @@ from __future__ import annotations
 from harness.judging import rules
 from harness.judging.oracle import compare
 from harness.targets.trace import Trace
-from tests.test_oracle import P0, STEP, A, B, program, trace
+from tests.support.traces import P0, STEP, A, B, program, trace
 
 
 def test_a_write_reaching_a_sibling_view_of_a_rebound_source_names_the_written_views_relation():

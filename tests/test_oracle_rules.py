@@ -15,7 +15,7 @@ from harness.judging.finding import Finding, FindingRecord
 from harness.judging.oracle import compare
 from harness.targets.trace import Trace
 from tests.conftest import ROOT
-from tests.test_oracle import P0, STEP, A, B, program, trace
+from tests.support.traces import P0, STEP, A, B, program, trace
 
 CASE_RULES = [r for r in rules.RULES if r.shown_by.startswith("tests/cases/")]
 TEST_RULES = [r for r in rules.RULES if not r.shown_by.startswith("tests/cases/")]

@@ -17,8 +17,8 @@ import pytest
 
 from harness.files import atomic_write, output_file_problem
 from tests.conftest import CASES, run_cli
-from tests.test_campaign import fake_probe_dir
-from tests.test_run_folder import one_line_error
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.run_folders import one_line_error
 
 CASE = CASES / "example_sgd_snapshots.toml"
 

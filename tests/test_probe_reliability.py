@@ -25,7 +25,8 @@ from harness.targets.base import CANCELLED, HUNG_AFTER, SetupError
 from harness.targets.runner import Runner
 from tests.conftest import CASES, ROOT, run_cli
 from tests.fakes.targets import fake_target
-from tests.test_reliability import CLEAN, FILLS, _probe_dir, statuses
+from tests.support.fake_targets import CLEAN, FILLS, statuses
+from tests.support.fake_targets import probe_dir as _probe_dir
 
 
 def gone(pid: int) -> bool:
@@ -169,7 +170,7 @@ def test_the_interpreter_exits_with_a_runner_left_unclosed_mid_batch(tmp_path: P
         import time
         from harness.targets.runner import Runner
         from tests.fakes.targets import fake_target
-        from tests.test_probe_reliability import CLEAN
+        from tests.support.fake_targets import CLEAN
         runner = Runner([fake_target("ref", "--hang-always", timeout_s=20.0)])
         runner.submit([CLEAN] * 3)
         time.sleep(0.5)

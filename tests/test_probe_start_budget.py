@@ -13,8 +13,8 @@ import time
 
 from harness.fuzzing.campaign import DRAIN_S, usable_cpus
 from tests.conftest import run_cli
-from tests.test_campaign import fake_probe_dir
-from tests.test_run_folder import one_line_error
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.run_folders import one_line_error
 
 
 def test_fuzz_gives_up_on_a_silent_probe_when_the_budget_ends(tmp_path):

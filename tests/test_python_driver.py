@@ -22,7 +22,7 @@ from harness.paths import SCHEMA
 from harness.targets import driver
 from harness.targets.driver import Unsupported
 from harness.targets.protocol import PROTOCOL_VERSION, Malformed, observation, parse_op
-from tests.probe_client import named_observations
+from tests.support.probe_client import named_observations
 
 VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text()))
 

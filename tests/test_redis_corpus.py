@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.conftest import free_port, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 
 def test_second_campaign_replays_the_first(tmp_path, redis_url):

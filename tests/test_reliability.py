@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.ir import Program, TensorDecl, check_program
+from harness.case.ir import Program
 from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.campaign import CampaignError, RunFolder
 from harness.fuzzing.engine import Engine
@@ -30,24 +30,10 @@ from harness.targets.runner import Runner
 from harness.targets.trace import alike
 from tests.conftest import CASES, run_cli
 from tests.fakes.targets import FAKE, fake_target
-from tests.test_case_format import BAD_CASES
+from tests.support.cases import BAD_CASES
+from tests.support.fake_targets import CLEAN, FILLS, W, probe_dir, program, statuses
 
-
-def program(tensors, ops) -> Program:
-    tensors = tuple(tensors)
-    return Program(tensors, check_program(tensors, ops))
-
-
-W = TensorDecl("w", "param", (2,), (1.0, 2.0))
-CLEAN = program(
-    [W],
-    [
-        {"op": "snapshot", "name": "c", "of": "w", "method": "clone"},
-        {"op": "write", "target": "w", "index": None, "value": [3.0, 4.0]},
-    ],
-)
 SCALES = program([W], [{"op": "scale", "target": "w", "factor": 2.0}])
-FILLS = program([W], [{"op": "fill", "target": "w", "value": 5.0}])
 FAULT = Program((W,), ({"op": "_fault"},))  # the torch worker's fault hook (not a case-format op)
 # The same with a step after the fault, so that a torch variant (which is only sent programs with
 # a step) runs it too and can be the clean side of a comparison.
@@ -67,10 +53,6 @@ FAULT_THEN_STEP = Program(
         },
     ),
 )
-
-
-def statuses(traces):
-    return [t.status for t in traces]
 
 
 def same_trace(a, b) -> bool:
@@ -184,23 +166,13 @@ def test_malformed_handshake_is_one_line_asking_for_a_rebuild():
     assert "\n" not in message and proc.proc is None
 
 
-def _probe_dir(tmp_path: Path, *flags: str) -> Path:
-    """A probe folder whose ``candle_probe`` is the TEST DOUBLE fake probe with ``flags``."""
-    d = tmp_path / "probes"
-    d.mkdir(exist_ok=True)
-    script = d / "candle_probe"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} {' '.join(flags)}\n")
-    script.chmod(0o755)
-    return d
-
-
 @pytest.mark.parametrize("fault", ["missing", "stale", "bad-hello", "exit-at-start"])
 def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
     if fault == "missing":
         probes = tmp_path / "empty"
         probes.mkdir()
     else:
-        probes = _probe_dir(
+        probes = probe_dir(
             tmp_path, {"stale": "--protocol 1", "bad-hello": "--bad-hello", "exit-at-start": "--exit-at-start"}[fault]
         )
     result = run_cli(
@@ -280,7 +252,7 @@ def test_torch_target_killed_from_outside_mid_program_and_hanging():
 
 
 def _fuzz(tmp_path: Path, out: Path, *flags: str, budget=("--max-programs", "64")):
-    probes = _probe_dir(tmp_path, *flags)
+    probes = probe_dir(tmp_path, *flags)
     return run_cli(
         "fuzz",
         *budget,

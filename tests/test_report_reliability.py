@@ -21,17 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.case.case_file import load_case
-from harness.fuzzing.replay import ReproResult
-from harness.judging.verdicts import verdicts
 from harness.reporting.junit import write_junit
 from harness.reporting.report import ReportError, write_reports
 from harness.reporting.repro import table_rows
-from harness.targets.trace import Trace
-from tests.conftest import CASES, run_cli
+from tests.conftest import run_cli
+from tests.support.run_folders import DETACH_CASE, TARGETS, detach_result, make_run, record
 
-CASE = CASES / "candle_detach_returns_itself.toml"  # one buffer b, one snapshot s = b.detach()
-TARGETS = ("torch:cpu", "candle:cpu")
 TRACEBACK = (
     'Traceback (most recent call last):\n  File "harness/judging/oracle.py", line 310, in _value_finding\n'
     "    return values[k] < ```limit```\nIndexError: list index out of range <&>"
@@ -40,56 +35,6 @@ TRACEBACK = (
 
 # ------------------------------------------------------------------------------------------------
 # Building run folders by hand.
-
-
-def _obs(v: list[float]) -> dict:
-    return {
-        "shape": [len(v)],
-        "value": v,
-        "device": "cpu",
-        "requires_grad": False,
-        "identity": None,
-        "initialized": True,
-    }
-
-
-def detach_result(second_b: list[float]) -> ReproResult:
-    """CASE on two targets whose final ``b`` are [1, 2] and ``second_b``."""
-    program = load_case(CASE)
-    traces = {
-        tid: Trace.from_wire(
-            tid, {"status": "ok", "initial": {"b": _obs(b)}, "steps": [{"status": "ok", "changed": {"s": _obs(b)}}]}
-        )
-        for tid, b in zip(TARGETS, ([1.0, 2.0], second_b))
-    }
-    return ReproResult(program, {}, traces, [], verdict_maps={t: verdicts(program, tr) for t, tr in traces.items()})
-
-
-def record(n: int, **over) -> dict:
-    stem = f"{n:03d}-0000000{n}"
-    rec = {
-        "signature": f"framework|candle:cpu~torch:cpu|identity|detach|snapshot|same~new#{n}",
-        "kind": "framework",
-        "aspect": "identity",
-        "status": "new",
-        "baseline": None,
-        "targets": list(TARGETS),
-        "op": "snapshot",
-        "method": "detach",
-        "sentence": f"finding number {n}",
-        "detail": None,
-        "ops_before": 1,
-        "ops_after": 1,
-        "seconds_to_find": 0.5,
-        "shrink_seconds": 0.1,
-        "shrink_complete": True,
-        "shrink_runs": 3,
-        "case": f"cases/{stem}.toml",
-        "original_case": f"cases/{stem}.original.toml",
-        "repro": f"cases/{stem}.json",
-    }
-    rec.update(over)
-    return rec
 
 
 def harness_record(n: int) -> dict:
@@ -108,33 +53,6 @@ def harness_record(n: int) -> dict:
         shrink_complete=None,
         shrink_runs=None,
     )
-
-
-def make_run(d: Path, records: list[dict], repro: dict | None = None) -> Path:
-    """A run folder holding ``records``; each record's own case, original case and repro file
-    (those under cases/) are written, the repro being ``repro`` (default: the two targets agree)."""
-    (d / "cases").mkdir(parents=True)
-    state = {
-        "config": {"seed": 7, "profile": "quick", "budget_s": None, "max_programs": 8, "workers": 1, "db": None},
-        "programs": 8,
-        "elapsed_s": 2.0,
-        "started": 1.7e9,
-        "machine": {"cpu": "test"},
-        "targets": {t: {"versions": {"fw": "1.0"}} for t in TARGETS},
-        "next_chunk": 1,
-        "runs": [],
-        "unavailable": {},
-    }
-    (d / "campaign.json").write_text(json.dumps(state))
-    doc = repro if repro is not None else detach_result([1.0, 2.0]).to_json()
-    for r in records:
-        for key in ("case", "original_case", "repro"):
-            rel = r.get(key)
-            if isinstance(rel, str) and rel.startswith("cases/") and not (d / rel).exists():
-                (d / rel).write_text(json.dumps(doc) if key == "repro" else CASE.read_text())
-    (d / "findings.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (d / "findings.json").write_text(json.dumps(records))
-    return d
 
 
 def tree(d: Path) -> dict[str, bytes]:
@@ -159,7 +77,7 @@ def one_line(r: subprocess.CompletedProcess, *words: str) -> str:
 def test_a_case_path_out_of_the_run_folder_is_refused_for_that_finding(tmp_path, how):
     victim = tmp_path / "victim"
     victim.mkdir()
-    shutil.copy(CASE, victim / "x.toml")
+    shutil.copy(DETACH_CASE, victim / "x.toml")
     (victim / "x.json").write_text(json.dumps(detach_result([1.0, 2.0]).to_json()))
     before = tree(victim)
     run = tmp_path / "reports" / "run"

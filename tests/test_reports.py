@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from harness.case.case_file import load_case
-from harness.paths import cargo_target_dir, probe_binary
+from harness.paths import cargo_target_dir
 from harness.targets.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
 from tests.conftest import CASES, need, repro_json_alone, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.reproducers import cargo_reproducer, compare_printed
 
 
 @pytest.fixture(scope="module")
@@ -143,23 +144,6 @@ def test_report_html_renders_in_headless_chromium(fake_run, tmp_path):
 # Reproducers against the targets.
 
 
-def _compare(printed: dict, expected: dict, label: str, ops_status: list[dict]) -> None:
-    assert None in printed, f"{label}: no initial line"
-    for step, names in expected.items():
-        if step is not None and ops_status[step].get("status") != "ok":
-            continue
-        got = printed.get(step, {})
-        for name, want in names.items():
-            assert name in got, f"{label}: op {step}: {name} not printed"
-            have = got[name]
-            if isinstance(want, str) or isinstance(have, str):
-                assert have == want, f"{label}: op {step}: {name}: {have} != {want}"
-                continue
-            assert len(have) == len(want) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(have, want)), (
-                f"{label}: after op {step}: {name} printed {have}, the target observed {want}"
-            )
-
-
 TORCH_CASES = sorted(CASES.glob("*.toml"))
 
 
@@ -182,27 +166,7 @@ def test_torch_script_prints_what_the_worker_observed(case, tmp_path, torch_repr
     script.write_text(torch_script(load_case(case)))
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    _compare(parse_output(r.stdout), trace_states(tj), case.name, tj["ops"])
-
-
-def _cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
-    if not probe_binary(f"{framework}_probe").exists():
-        need(f"the {framework} probe", "build the probes with `make probes`")
-    if shutil.which("cargo") is None:
-        need("cargo", "install Rust from https://rustup.rs")
-    doc = repro_json_alone(case, target)
-    tj = doc["targets"][target]
-    assert tj["status"] == "ok", tj
-    # unify_with_probes: the probe workspace's dependency set, so the shared target dir's compiled
-    # candle/burn are reused and only the reproducer crate is built (seconds, not ~13 minutes).
-    proj = write_project(load_case(case), framework, tmp_path / f"repro-{framework}", doc, unify_with_probes=True)
-    prepare_cargo_build(proj)
-    env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
-    r = subprocess.run(["cargo", "run", "-q"], cwd=proj, env=env, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stderr[-4000:]
-    assert "warning" not in r.stderr, f"the generated {framework} code compiles with warnings:\n{r.stderr[-4000:]}"
-    _compare(parse_output(r.stdout), trace_states(tj), f"{framework} reproducer of {case.name}", tj["ops"])
-    return r.stdout, doc
+    compare_printed(parse_output(r.stdout), trace_states(tj), case.name, tj["ops"])
 
 
 def _without_run(doc: dict, target: str, n_ops: int, inert: list[int]) -> tuple[dict, list[dict]]:
@@ -220,10 +184,10 @@ def _without_run(doc: dict, target: str, n_ops: int, inert: list[int]) -> tuple[
 def test_reproducers_of_a_metamorphic_case_print_both_runs(tmp_path):
     case = CASES / "burn_unused_module_clone_stops_a_moved_lazy_training.toml"
     program = load_case(case)
-    out, doc = _cargo_reproducer("burn", case, "burn:flex", tmp_path)
+    out, doc = cargo_reproducer("burn", case, "burn:flex", tmp_path)
     states, statuses = _without_run(doc, "burn:flex", len(program.ops), list(program.inert))
     second = parse_output(out, "without: ")
-    _compare(second, states, "burn reproducer's run without the inert ops", statuses)
+    compare_printed(second, states, "burn reproducer's run without the inert ops", statuses)
     assert "== without the inert ops [0] ==" in out
     # The divergence itself, as burn prints it: with the clone l stays, without it l trains.
     assert parse_output(out)[2]["l"] == [0.5, 0.5] and second[2]["l"] == [-0.5, -0.5]
@@ -235,7 +199,7 @@ def test_reproducers_of_a_metamorphic_case_print_both_runs(tmp_path):
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     states, statuses = _without_run(tdoc, "torch:cpu", len(program.ops), list(program.inert))
-    _compare(parse_output(r.stdout, "without: "), states, "torch script's run without the inert ops", statuses)
+    compare_printed(parse_output(r.stdout, "without: "), states, "torch script's run without the inert ops", statuses)
     assert parse_output(r.stdout)[2]["l"] == parse_output(r.stdout, "without: ")[2]["l"] == [-0.5, -0.5]
 
 
@@ -244,26 +208,26 @@ def test_burn_reproducer_of_a_draw_order_case_prints_both_runs(tmp_path):
     # its draws are the probe's, in both runs (valid() initialises l0 first; without it, l1).
     case = CASES / "burn_valid_initialises_every_lazy_param.toml"
     program = load_case(case)
-    out, doc = _cargo_reproducer("burn", case, "burn:flex", tmp_path)
+    out, doc = cargo_reproducer("burn", case, "burn:flex", tmp_path)
     states, statuses = _without_run(doc, "burn:flex", len(program.ops), list(program.inert))
     second = parse_output(out, "without: ")
-    _compare(second, states, "burn reproducer's run without the inert ops", statuses)
+    compare_printed(second, states, "burn reproducer's run without the inert ops", statuses)
     assert parse_output(out)[2]["l0"] == second[2]["l1"]  # the first draw went to another param
 
 
 def test_candle_reproducer_prints_what_the_probe_observed(tmp_path):
-    _cargo_reproducer("candle", CASES / "candle_clone_shares_storage.toml", "candle:cpu", tmp_path)
+    cargo_reproducer("candle", CASES / "candle_clone_shares_storage.toml", "candle:cpu", tmp_path)
 
 
 def test_burn_reproducer_prints_what_the_probe_observed(tmp_path):
-    _cargo_reproducer("burn", CASES / "example_sgd_snapshots.toml", "burn:flex", tmp_path)
+    cargo_reproducer("burn", CASES / "example_sgd_snapshots.toml", "burn:flex", tmp_path)
 
 
 @pytest.mark.parametrize("framework,target", [("candle", "candle:cpu"), ("burn", "burn:flex")])
 def test_reproducer_translates_every_snapshot_method(framework, target, tmp_path):
     # Every snapshot method across a step, state_dict and save_load (burn: record round trip and
     # checkpoint file) included; methods the framework has no call for are comments.
-    _cargo_reproducer(framework, CASES / "methods_across_step.toml", target, tmp_path)
+    cargo_reproducer(framework, CASES / "methods_across_step.toml", target, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -276,7 +240,7 @@ def test_reproducer_translates_every_snapshot_method(framework, target, tmp_path
     ],
 )
 def test_reproducer_translates_assign(framework, target, case, tmp_path):
-    _cargo_reproducer(framework, CASES / case, target, tmp_path)
+    cargo_reproducer(framework, CASES / case, target, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -304,7 +268,7 @@ def test_reproducer_translates_assign(framework, target, case, tmp_path):
     ],
 )
 def test_reproducer_translates_the_training_loop_ops(framework, target, case, tmp_path):
-    _cargo_reproducer(framework, CASES / case, target, tmp_path)
+    cargo_reproducer(framework, CASES / case, target, tmp_path)
 
 
 FAILING_CALLS = {
@@ -323,11 +287,11 @@ def test_a_reproducer_makes_the_failing_call_and_prints_its_error(framework, tar
     failed = [i for i, s in enumerate(doc["targets"][target]["ops"]) if s["status"] == "error"]
     assert failed, doc["targets"][target]["ops"]
     if framework == "candle":
-        out, _ = _cargo_reproducer("candle", case, target, tmp_path)
+        out, _ = cargo_reproducer("candle", case, target, tmp_path)
         assert "flip(" in (tmp_path / "repro-candle" / "src" / "main.rs").read_text()
         assert f"op {failed[0]}: error: index-select only supports contiguous tensors" in out
     elif framework == "burn":
-        out, _ = _cargo_reproducer("burn", case, target, tmp_path)
+        out, _ = cargo_reproducer("burn", case, target, tmp_path)
         assert "Param::from_tensor(" in (tmp_path / "repro-burn" / "src" / "main.rs").read_text()
         assert f"op {failed[0]}: error: Can't convert a non leaf tensor into a tracked tensor" in out
     else:
@@ -398,7 +362,7 @@ def test_a_variant_script_runs_both_implementations_and_compares_them(case, show
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert r.returncode == (1 if shows else 0), r.stdout + r.stderr[-2000:]
     assert ("the divergence shows" if shows else "the divergence does not show") in r.stdout
-    _compare(
+    compare_printed(
         parse_output(r.stdout), trace_states(doc["targets"]["torch:cpu"]), case, doc["targets"]["torch:cpu"]["ops"]
     )
 

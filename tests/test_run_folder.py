@@ -27,84 +27,10 @@ from harness.fuzzing.campaign import CampaignConfig
 from harness.fuzzing.corpus import load_corpus, open_database, store_corpus
 from harness.fuzzing.run_folder import RunFolder
 from tests.conftest import CASES, PY, ROOT, free_port, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.run_folders import holder, one_line_error, run_folder_with, snapshot, state
 
 CASE = (CASES / "example_sgd_snapshots.toml").read_text()
-
-
-def one_line_error(r: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("aliasfuzz: "), r.stderr
-    for f in fragments:
-        assert f in lines[0], (f, lines[0])
-    return lines[0]
-
-
-def snapshot(path: Path) -> dict[str, bytes | None]:
-    """Every file under ``path`` and its bytes (folders as None)."""
-    return (
-        {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in sorted(path.rglob("*"))}
-        if path.exists()
-        else {}
-    )
-
-
-def state(out: Path, **changes) -> dict:
-    config = CampaignConfig(
-        out=str(out), seed=3, max_programs=8, targets=["candle"], profile="quick", shrink_time_s=5.0
-    ).to_json()
-    doc = {
-        "config": config,
-        "started": time.time(),
-        "next_chunk": 0,
-        "programs": 0,
-        "elapsed_s": 0.0,
-        "replayed": 0,
-        "machine": {},
-        "targets": {},
-        "unavailable": {},
-        "runs": [],
-    }
-    doc.update(changes)
-    return doc
-
-
-def run_folder_with(tmp_path: Path, n: int, name: str = "run") -> RunFolder:
-    """A run folder holding ``n`` findings, written the way a campaign writes them."""
-    folder = RunFolder(tmp_path / name)
-    folder.create()
-    folder.save_state(state(folder.path, programs=64 * n, next_chunk=n))
-    records: list[dict] = []
-    for i in range(n):
-        folder.add_finding(
-            {"signature": f"sig-{i:02d}", "kind": "device", "status": "new"},
-            f"# case {i}\n",
-            f"# original {i}\n",
-            {"i": i},
-            records,
-        )
-    return folder
-
-
-def holder(path: Path, how: str = "lock") -> subprocess.Popen:
-    """Another process that holds ``path``'s lock until killed; returns once it holds it."""
-    code = (
-        "import sys; from harness.fuzzing.run_folder import RunFolder\n"
-        f"f = RunFolder.create_new(sys.argv[1]) if {how == 'create_new'!r} else RunFolder(sys.argv[1])\n"
-        "f.acquire(); print('locked', flush=True); sys.stdin.read()\n"
-    )
-    proc = subprocess.Popen(
-        [PY, "-c", code, str(path)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert proc.stdout.readline().strip() == "locked", "the holder did not get the lock"
-    return proc
 
 
 # == 1. one campaign at a time ===================================================================

@@ -11,49 +11,15 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from harness.errors import CampaignError
-from harness.fuzzing.campaign import CampaignConfig
 from harness.fuzzing.run_folder import RunFolder
 from tests.conftest import run_cli
-from tests.test_campaign import fake_probe_dir
-from tests.test_run_folder import one_line_error, snapshot
-
-
-def unstarted_run_folder(tmp_path: Path) -> Path:
-    """A run folder as a campaign leaves it before its first chunk: a resume runs chunk 0 on."""
-    out = tmp_path / "run"
-    folder = RunFolder(out)
-    folder.create()
-    config = CampaignConfig(
-        out=str(out),
-        seed=7,
-        max_programs=16,
-        targets=["candle"],
-        profile="quick",
-        chunk_size=8,
-        shrink_time_s=2.0,
-        confirm_runs=0,
-    ).to_json()
-    folder.save_state(
-        {
-            "config": config,
-            "started": time.time(),
-            "next_chunk": 0,
-            "programs": 0,
-            "elapsed_s": 0.0,
-            "replayed": 0,
-            "machine": {},
-            "targets": {},
-            "unavailable": {},
-            "runs": [],
-        }
-    )
-    return out
+from tests.support.fake_targets import fake_probe_dir
+from tests.support.run_folders import one_line_error, snapshot, unstarted_run_folder
 
 
 def resume(tmp_path: Path, out: Path):

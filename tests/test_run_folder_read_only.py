@@ -10,7 +10,7 @@ import pytest
 
 from harness.errors import CampaignError
 from harness.fuzzing.run_folder import RunFolder
-from tests.test_run_folder import holder, run_folder_with, snapshot
+from tests.support.run_folders import holder, run_folder_with, snapshot
 
 
 def test_a_folder_another_campaign_holds_is_read_without_its_lock(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 
 from harness.escaping import md_text
 from tests.conftest import PY, ROOT, free_port, need, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 SECRET = "s3cr3t-PASSWORD-4711"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PY, ROOT, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 CHUNK, CHUNKS = 8, 24
 NAME = "nightly"

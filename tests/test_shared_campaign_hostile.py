@@ -20,7 +20,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 NAME = "hostile"
 P = f"aliasfuzz:campaign:{NAME}:"

@@ -23,7 +23,7 @@ import jsonschema
 import pytest
 
 from harness.targets.protocol import PROTOCOL_VERSION
-from tests.probe_client import named_observations
+from tests.support.probe_client import named_observations
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -300,7 +300,7 @@ def expected_shape(method: str) -> list[int]:
 
 def test_follow_and_keep_tables_cover_every_method():
     # The shape-derived views (expand, select, ...) take other shapes than 2x2: tests/test_views.py.
-    from tests.test_views import TORCH_DOCS
+    from tests.support.torch_docs import TORCH_DOCS
 
     assert set(FOLLOWS) | set(KEEPS) | set(TORCH_DOCS) == set(SCHEMA["$defs"]["method"]["enum"])
     assert not set(FOLLOWS) & set(KEEPS) and not (set(FOLLOWS) | set(KEEPS)) & set(TORCH_DOCS)

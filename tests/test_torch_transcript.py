@@ -56,7 +56,7 @@ def test_a_failed_call_is_the_last_line_of_its_op_and_an_unsupported_op_has_none
 
 
 def test_a_keyword_name_is_a_variable_and_a_model_key_of_its_own(tmp_path):
-    from tests.test_hostile_text import CASE
+    from tests.support.cases import HOSTILE_CASE as CASE
 
     case = tmp_path / "c.toml"
     case.write_text(CASE.replace("title = ", "title = 'plain' #"), encoding="utf-8")

@@ -14,7 +14,7 @@ import pytest
 from harness.judging.finding import FindingRecord
 from harness.triage.store import TriageError, TriageStore
 from tests.conftest import CASES, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 
 def _record(signature: str, status: str = "new", baseline: str | None = None, version: str = "0.11.1"):

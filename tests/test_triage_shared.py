@@ -13,7 +13,7 @@ from pathlib import Path
 
 from harness.triage import shared
 from tests.conftest import PY, ROOT, free_port, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 
 def campaign(tmp_path: Path, machine: str, seed: int, triage: str, env) -> Path:

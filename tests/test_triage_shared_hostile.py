@@ -12,7 +12,7 @@ import redis
 
 from harness.triage import shared
 from tests.conftest import CASES, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 
 def _campaign(tmp_path: Path, out: Path, seed: int, triage: str | None = None) -> Path:

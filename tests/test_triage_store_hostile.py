@@ -19,7 +19,7 @@ import pytest
 from harness.judging.finding import FindingRecord
 from harness.triage.store import TriageStore
 from tests.conftest import PY, ROOT, run_cli
-from tests.test_campaign import fake_probe_dir
+from tests.support.fake_targets import fake_probe_dir
 
 
 def _record(signature: str, status: str = "new", baseline: str | None = None):

@@ -33,7 +33,7 @@ from harness.judging.verdicts import (
 )
 from harness.targets.trace import Observation, StepResult, Trace
 from tests.conftest import targets_runner
-from tests.long_programs import long_program, storage_trace
+from tests.support.long_programs import long_program, storage_trace
 
 # ---------------------------------------------------------------------------------------------
 # The reference: each relation walks every later op.
