@@ -9,7 +9,6 @@ import os
 import queue
 import subprocess
 import threading
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -17,8 +16,8 @@ import pytest
 from harness.paths import SCHEMA as SCHEMA_PATH
 from harness.paths import probe_binary
 from harness.targets.protocol import OBS_FIELDS, PROTOCOL_VERSION
+from tests.conftest import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
