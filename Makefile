@@ -15,7 +15,7 @@ BUDGET ?= 2m
 # the nightly workflow passes its run number.
 SEED   ?= 1
 
-.PHONY: all fuzz latest test lint probes venv bench schema matrix drafts clean distclean
+.PHONY: all fuzz latest test unit lint probes venv bench schema matrix drafts clean distclean
 
 all: test
 
@@ -63,6 +63,10 @@ test: probes lint
 	$(PY) -m harness.build --cargo-test
 	$(PY) -m pytest -q
 
+# The unit tier alone (tests/unit/: no probe build, no process, no service), for a quick check.
+unit: $(STAMP)
+	$(PY) -m pytest -q -m unit
+
 # The formatters decide the layout and ruff's rule set holds (pyproject.toml, rust_probes/rustfmt.toml).
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
@@ -75,7 +79,7 @@ schema: $(STAMP)
 	$(PY) -m harness.targets.schema --write
 
 # The porting table in docs/ (every snapshot method x every op that can change its source, run on
-# every CPU target); tests/test_matrix.py fails when it is stale.
+# every CPU target); tests/probes/test_matrix.py fails when it is stale.
 matrix: probes
 	$(VENV)/bin/aliasfuzz matrix --out docs/matrix
 

@@ -153,7 +153,7 @@ def mutator_groups(data: ConjectureData) -> list[set[tuple[int, int]]]:
     """Hypothesis's ``data.spans.mutator_groups`` (the spans of one label, as (start, end) choice
     indices, where a label has two or more), from what ``FastDraw.finish`` recorded when the data's
     one top-level draw was made through one ``FastDraw``; else from Hypothesis's spans. Walking the
-    spans was a fifth of the cost of drawing a program. ``tests/test_choices.py`` checks that the
+    spans was a fifth of the cost of drawing a program. ``tests/unit/fuzzing/test_choices.py`` checks that the
     two agree on drawn programs."""
     groups = _GROUPS.get(data)
     return groups if groups is not None else data.spans.mutator_groups

@@ -391,7 +391,7 @@ def _draw_forward(draw, p: _Drawn) -> None:
 
 
 #: How each op kind of the op table is drawn; an op with no fields is drawn as itself.
-#: ``tests/test_generators.py`` checks that every op of the table can be drawn.
+#: ``tests/unit/case/test_op_table.py`` checks that every op of the table can be drawn.
 DRAWERS = {
     "snapshot": _draw_snapshot,
     "write": _draw_write,
@@ -451,7 +451,7 @@ class ProgramStrategy(SearchStrategy):
         menu = _menu(prof)
         # No span per op: Hypothesis's shrinker then took a shrinkable finding (a clone written
         # by a fill) to a local minimum of three ops rather than the two it needs
-        # (tests/test_engine_fake.py), and the mutator copies an op's fields, not whole ops.
+        # (tests/e2e/test_engine_fake.py), and the mutator copies an op's fields, not whole ops.
         for _ in range(n_ops):
             draw_op(draw, draw(menu), drawn)
         dtype = draw(dtypes(prof.dtype_share))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import NoReturn
 
@@ -32,6 +33,32 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 600, cwd=ROOT)
     )
 
 
+def run_cli_in_process(
+    *args: str, env: dict | None = None, timeout: float | None = None, cwd=ROOT
+) -> subprocess.CompletedProcess:
+    """Runs the ``aliasfuzz`` command line's ``main`` in this process, as the unit tier does:
+    the same exit status and the same standard output and error as ``run_cli``, with no process
+    started. ``env`` is set and ``cwd`` entered for the call alone; ``timeout`` is accepted for
+    ``run_cli``'s signature and not enforced."""
+    from harness.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.update(env or {})
+    os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                status = main(list(args))
+            except SystemExit as e:  # argparse: a usage error
+                status = e.code if isinstance(e.code, int) else 2
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["aliasfuzz", *args], status, out.getvalue(), err.getvalue())
+
+
 def repro_json_alone(case, target: str) -> dict:
     """The ``repro --json`` document of ``case`` on ``target`` alone. One target is no
     comparison (exit 2, one line saying so) unless the case is metamorphic (compared with its run
@@ -40,6 +67,26 @@ def repro_json_alone(case, target: str) -> dict:
     alone = r.returncode == 2 and [f"only {target} ran the case" in line for line in r.stderr.splitlines()] == [True]
     assert r.returncode in (0, 1) or alone, r.stderr
     return json.loads(r.stdout)
+
+
+TIERS = {
+    "unit": "the harness's own logic in-process: no process, network, service or framework (under a minute)",
+    "probes": "the real frameworks: the Rust probes and the torch session",
+    "e2e": "whole runs in real processes: the command line, campaigns, fake probes, Redis, Chromium, make",
+}
+
+
+def pytest_configure(config):
+    for tier, what in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: {what}")
+
+
+def pytest_collection_modifyitems(items):
+    """Marks each test with its tier, the folder under tests/ it lives in (``pytest -m unit``)."""
+    for item in items:
+        tier = item.path.relative_to(ROOT / "tests").parts[0]
+        if tier in TIERS:
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -2,8 +2,9 @@
 what each method is, which sources it may be taken of, and what a snapshot that shares its
 source's storage shows of it (``view``), which the oracle compares a following snapshot against.
 
-Invariant, which ``tests/test_op_table.py`` checks with the rest of the table: the schema file,
-the Rust protocol's ``Method`` enum and every probe's handshake name exactly these methods.
+Invariant, which ``tests/unit/case/test_op_table.py`` checks with the rest of the table (and
+``tests/probes/test_op_table.py`` against each probe's handshake): the schema file, the Rust
+protocol's ``Method`` enum and every probe's handshake name exactly these methods.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ betas     two numbers in [0, 1)                                        leaves th
 flag      ``true`` or ``false``                                        tries ``false``
 ========  ===========================================================  ===========================
 
-Invariants, which ``tests/test_op_table.py`` checks:
+Invariants, which ``tests/unit/case/test_op_table.py`` checks:
 
 - an op's fields are listed in canonical order (the order of its canonical dict and of the
   fields a written case file shows); ``op`` itself is not a field;

@@ -8,7 +8,7 @@ reports), so that a surprising attribution can be traced to the code and the rea
 table is ``markdown()`` (``python -m harness.judging.rules`` prints it; a test keeps the two equal).
 
 A rule's ``shown_by`` is a case in ``tests/cases/`` whose run on the CPU targets makes a finding by
-that rule (``tests/test_oracle_rules.py`` runs each one), or, for the rules no framework shows
+that rule (``tests/probes/test_oracle_rules.py`` runs each one), or, for the rules no framework shows
 today, the test that plants the difference in a test double.
 
 Invariants: rule names are unique, kebab-case and never reused for another meaning (a finding
@@ -47,7 +47,7 @@ PROGRAM_FAILS = Rule(
     "status",
     "A target that crashed, timed out or failed the whole program while another ran it: one"
     " finding per target, whatever the others did.",
-    "tests/test_oracle_rules.py::test_a_target_that_crashed_on_the_program_is_a_program_fails_finding",
+    "tests/unit/judging/test_oracle_rules.py::test_a_target_that_crashed_on_the_program_is_a_program_fails_finding",
 )
 SNAPSHOT_RELATION_DIFFERS = Rule(
     "snapshot-relation-differs",
@@ -83,7 +83,7 @@ COMMON_SOURCE_CARRIES_THE_WRITE = Rule(
     "value",
     "A tensor moved on one target with a sibling the op wrote, both made from an object since"
     " bound again: the link to that common source carried the write.",
-    "tests/test_oracle_links.py::test_a_snapshot_of_a_sibling_that_saw_it_move_on_one_side_is_the_siblings_finding",
+    "tests/unit/judging/test_oracle_links.py::test_a_snapshot_of_a_sibling_that_saw_it_move_on_one_side_is_the_siblings_finding",
 )
 VALUE_DIFFERS = Rule(
     "value-differs",
@@ -97,7 +97,7 @@ MOVED_BY_AN_EARLIER_DIVERGENCE = Rule(
     "value",
     "A value that differs because an earlier finding set its name apart is that finding's"
     " consequence: said in the cause's detail, never a finding of its own.",
-    "tests/test_oracle.py::test_a_snapshot_taken_of_a_name_after_it_diverged_is_that_divergences_consequence",
+    "tests/unit/judging/test_oracle.py::test_a_snapshot_taken_of_a_name_after_it_diverged_is_that_divergences_consequence",
 )
 IDENTITY_DIFFERS = Rule(
     "identity-differs",
@@ -111,7 +111,7 @@ DTYPE_DIFFERS = Rule(
     "dtype",
     "A name held in another dtype on each target, at the op that made it so: one framework changed"
     " or made a tensor in another dtype than the case's.",
-    "tests/test_oracle.py::test_a_tensor_one_framework_holds_in_another_dtype_is_a_dtype_finding",
+    "tests/unit/judging/test_oracle.py::test_a_tensor_one_framework_holds_in_another_dtype_is_a_dtype_finding",
 )
 SHARING_CHANGES = Rule(
     "sharing-changes",
@@ -139,7 +139,7 @@ HARNESS_ERROR = Rule(
     "harness",
     "aliasfuzz itself raised while judging, shrinking or recording a program: a bug of the"
     " harness, kept as a finding so that it is shrunk and reported like any other.",
-    "tests/test_harness_errors.py::test_an_oracle_exception_is_a_harness_error_finding_with_its_traceback",
+    "tests/e2e/test_harness_errors.py::test_an_oracle_exception_is_a_harness_error_finding_with_its_traceback",
 )
 
 #: Every rule, in the order the oracle applies them to a pair (then the per-target rules).

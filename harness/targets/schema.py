@@ -2,8 +2,9 @@
 
 ``rust_probes/protocol/schema/protocol.schema.json`` is this module's output, kept in the tree
 for the probes' authors and for validators that do not run Python. ``make schema`` rewrites it;
-``tests/test_op_table.py`` fails when the file, the Rust protocol's enums (through the protocol
-crate's own test of the file) or a probe's handshake disagree with the table.
+``tests/unit/case/test_op_table.py`` fails when the file or the Rust protocol's enums (through the
+protocol crate's own test of the file) disagree with the table, and ``tests/probes/test_op_table.py``
+when a probe's handshake does.
 
 The message envelope (requests, replies, observations) is written out here; everything a
 program carries (tensor kinds, ops, their fields, snapshot methods) comes from

@@ -1,4 +1,4 @@
-"""Long programs and their traces, for the verdict scaling test (tests/test_verdict_scaling.py) and
+"""Long programs and their traces, for the verdict scaling test (tests/probes/test_verdict_scaling.py) and
 benchmark (tests/bench_verdicts.py).
 
 ``long_program(n, seed)`` is a valid program of ``n`` snapshots of two declared tensors and of

@@ -2,7 +2,7 @@
 the torch session (``harness.targets.driver``, ``harness.targets.torch.session``).
 
 ``ALIASFUZZ_TORCH_FAULT`` (``segfault`` or ``hang``) arms the driver's fault hook, a TEST DOUBLE
-for the harness's reliability tests (``tests/test_reliability.py``): see ``driver``.
+for the harness's reliability tests (``tests/e2e/test_reliability.py``): see ``driver``.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ name under itself: a reproducer reads ``model.w``, as its user wrote it, and ``m
 The mapping is a bijection: a name that already starts with the prefix is prefixed too, so every
 key the model reports (``named_parameters``, ``state_dict``, a layer's ``<layer>.running_mean``
 path) maps back to exactly one case name (``case_name``). No attribute of ``nn.Module`` starts with
-the prefix (``tests/test_hostile_names.py`` checks it against the installed torch).
+the prefix (``tests/probes/test_hostile_names.py`` checks it against the installed torch).
 
 Only the first component of a dotted name is a module attribute (``bn`` of ``bn.running_mean``;
 ``running_mean`` is ``BatchNorm1d``'s own), so only it is mapped. The names the session binds

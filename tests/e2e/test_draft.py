@@ -1,0 +1,82 @@
+"""``aliasfuzz draft``: the reproducers and the upstream report draft of any case file, made by the
+code a campaign's report uses, on the real frameworks.
+
+The tests of this subject that run in-process are in tests/unit/reporting/test_draft.py.
+"""
+
+from __future__ import annotations
+
+from tests.conftest import CASES, run_cli
+
+
+def test_draft_of_a_candidate_names_the_call_and_makes_it(tmp_path):
+    r = run_cli("draft", str(CASES / "candle_flip_of_a_strided_tensor_fails.toml"), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    stem = "candle_flip_of_a_strided_tensor_fails"
+    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
+    title = draft.splitlines()[0]
+    assert title.startswith("# candle: `flip` fails on a tensor made by `transpose`"), title
+    main = (tmp_path / f"{stem}-candle" / "src" / "main.rs").read_text(encoding="utf-8")
+    assert ".flip(&[0])?" in main and 'println!("op 1: error: {e}")' in main
+    body = main[main.index("fn main()") :]
+    body = body[: body.index("\n}\n")]
+    statements = [line for line in body.splitlines() if line.rstrip().endswith(";")]
+    assert len(statements) <= 15, body  # the size target of a reproducer a maintainer reads
+    assert main.strip() in draft  # the reproducer inline
+    assert "op 1: error: index-select only supports contiguous tensors" in draft  # what it prints
+    assert "- Where the expectation comes from: the reference framework, PyTorch (`torch:cpu`)" in draft
+    assert (tmp_path / f"{stem}.toml").read_text() == (CASES / f"{stem}.toml").read_text()
+
+
+def test_a_case_with_only_known_divergences_has_nothing_to_draft_unless_asked(tmp_path):
+    case = CASES / "candle_clone_shares_storage.toml"
+    r = run_cli("draft", str(case), "--out", str(tmp_path / "plain"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert str(case) in r.stderr and "nothing to draft: every divergence is known" in r.stderr
+    assert not list((tmp_path / "plain").glob("*.issue.md"))
+    r = run_cli("draft", str(case), "--known", "--out", str(tmp_path / "known"))
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "known").glob("*.issue.md"))
+
+
+def test_draft_of_an_optimizer_variant_names_the_class_and_its_keywords(tmp_path):
+    stem = "torch_foreach_adamw_with_aliased_parameters"
+    r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
+    assert draft.splitlines()[0] == (
+        "# torch: `torch.optim.AdamW` gives different values with `foreach=False` and `foreach=True`"
+    )
+    script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
+    assert "run('', foreach=False)" in script and "run('foreach: ', foreach=True)" in script
+    assert script.strip() in draft  # the reproducer inline
+
+
+def test_a_value_torch_alone_computes_is_drafted_against_torch(tmp_path):
+    """candle and burn normalize the values passed to a training batch norm alike; torch alone
+    differs (its input is a view of the running_var it updates first): the draft is torch's, its
+    reproducer the torch script checked against candle's values."""
+    stem = "torch_batch_norm_normalizes_an_input_it_updated"
+    r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
+    assert draft.startswith("# torch: `forward` gives other values than candle:cpu"), draft[:200]
+    assert "- Observed, on `torch:cpu`:" in draft and "agree with each other where PyTorch alone differs" in draft
+    script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
+    assert "divergence |= check_values('s1', s1, [0.0, 0.0], 'candle:cpu')" in script and script.strip() in draft
+
+
+def test_identity_that_torch_alone_keeps_apart_is_not_drafted_against_torch(tmp_path):
+    """candle and burn both keep one object where torch makes two: a design difference, so the
+    draft stays addressed to the framework beside torch."""
+    r = run_cli(
+        "draft",
+        str(CASES / "candle_failed_load_sets_a_subset_in_hashmap_order.toml"),
+        "--known",
+        "--out",
+        str(tmp_path),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    titles = [p.read_text(encoding="utf-8").splitlines()[0] for p in sorted(tmp_path.glob("*.issue.md"))]
+    assert titles and not [t for t in titles if t.startswith("# torch: ")], titles
+    assert any("two names are same objects (torch:cpu: distinct)" in t for t in titles), titles

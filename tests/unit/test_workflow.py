@@ -1,0 +1,82 @@
+"""The nightly workflow and the Makefile agree with what aliasfuzz writes.
+
+``.github/workflows/nightly.yml`` reads ``reports/latest``, which ``make fuzz`` maintains (the
+``link_latest`` recipe, also ``make latest RUN=...``). These tests run the workflow's junit step
+verbatim against a run folder written by a real short campaign, and the Makefile's recipes against
+temporary folders. Nothing here builds, installs or touches the checkout's ``reports/``.
+
+The tests here run in this process, as the
+unit tier requires; those that need real processes are in tests/e2e/test_workflow.py.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from tests.support.workflow import step, steps_by_text, workflow_steps
+
+JOBS = ("linux-cpu", "macos-metal")
+
+
+# ------------------------------------------------------------------------------------------------
+# Reading the workflow: PyYAML when it is installed, else the few lines of it these tests need.
+
+
+def test_the_text_reader_reads_this_workflow_as_yaml_would():
+    """The fallback reader is what runs here when PyYAML is missing: check it on a snippet in
+    the workflow's layout, block scalars and comments included."""
+    text = textwrap.dedent("""\
+        jobs:
+          a:
+            steps:
+              - uses: actions/checkout@v4
+              - name: junit
+                # a comment
+                id: junit
+                run: |
+                  one "two"
+
+                  three
+              - name: last
+                run: echo hi
+        """)
+    assert steps_by_text(text) == {
+        "a": [
+            {"uses": "actions/checkout@v4"},
+            {"name": "junit", "id": "junit", "run": 'one "two"\n\nthree\n'},
+            {"name": "last", "run": "echo hi"},
+        ]
+    }
+
+
+def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
+    steps = workflow_steps()
+    assert set(JOBS) <= set(steps)
+    runs = {job: step(job, "junit")["run"] for job in JOBS}
+    assert runs["linux-cpu"] == runs["macos-metal"]
+    assert "reports/latest/findings.json" in runs["linux-cpu"]
+    for job in JOBS:
+        names = [s.get("name", "") for s in steps[job]]
+        fuzz = next(i for i, n in enumerate(names) if n.startswith("fuzz"))
+        assert steps[job][fuzz]["run"].startswith("make fuzz")
+        # make fuzz alone fixes its seed; each night must draw new programs.
+        assert 'SEED="${{ github.run_number }}"' in steps[job][fuzz]["run"]
+        store = "restore the triage store (root causes across nightly runs)"
+        fail = "fail on new, regressed or changed root causes"
+        assert (
+            names.index(store)
+            < fuzz
+            < names.index("junit")
+            < names.index("recheck")
+            < names.index("save the triage store")
+            < names.index(fail)
+        )
+        assert step(job, fail)["if"] == (
+            "steps.junit.outputs.failures != '0' || steps.recheck.outputs.changed != '0'"
+            " || steps.recheck.outputs.regressed != '0'"
+        )
+    assert step("linux-cpu", "recheck")["run"] == step("macos-metal", "recheck")["run"]
+
+
+# ------------------------------------------------------------------------------------------------
+# (b) The Makefile's recipes.
