@@ -26,10 +26,6 @@ needs_make = pytest.mark.skipif(MAKE is None, reason="make is not installed")
 
 
 # ------------------------------------------------------------------------------------------------
-# Reading the workflow: PyYAML when it is installed, else the few lines of it these tests need.
-
-
-# ------------------------------------------------------------------------------------------------
 # (a) The junit step, verbatim, against a real run folder.
 
 

@@ -76,7 +76,3 @@ def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
             " || steps.recheck.outputs.regressed != '0'"
         )
     assert step("linux-cpu", "recheck")["run"] == step("macos-metal", "recheck")["run"]
-
-
-# ------------------------------------------------------------------------------------------------
-# (b) The Makefile's recipes.

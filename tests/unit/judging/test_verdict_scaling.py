@@ -34,10 +34,6 @@ from tests.support.verdict_scaling import (
 )
 
 # ---------------------------------------------------------------------------------------------
-# The reference: each relation walks every later op.
-
-
-# ---------------------------------------------------------------------------------------------
 # Random traces: any subset of the bound names changed at any op, values from a small set (so
 # that coincidences, follows and keeps all occur), some steps not ok, some names never observed.
 

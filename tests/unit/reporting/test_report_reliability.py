@@ -115,10 +115,6 @@ def test_odd_field_types_are_shown_not_a_traceback(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------
-# 2. An unwritable destination: one line, the journal intact, the old report whole.
-
-
-# ------------------------------------------------------------------------------------------------
 # 3. Damaged run folders.
 
 

@@ -15,10 +15,6 @@ from __future__ import annotations
 from tests.support.torch_target import FOLLOWS, KEEPS, SCHEMA
 
 # ---------------------------------------------------------------------------------------------
-# Program helpers: ops with every field present (the harness fills defaults).
-
-
-# ---------------------------------------------------------------------------------------------
 # Snapshot methods across an in-place update of the param.
 #
 # "follows" = the snapshot shares memory with the param, so the in-place SGD update
