@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from harness.cli.exits import EXIT_OK
+from harness.targets.registry import RUST_SCAFFOLDS
 
 
 def register(sub) -> None:
@@ -20,7 +21,7 @@ def register(sub) -> None:
         "where its divergence appears or disappears",
     )
     p.add_argument("case", metavar="CASE.toml")
-    p.add_argument("--framework", required=True, choices=("candle", "burn"))
+    p.add_argument("--framework", required=True, choices=tuple(RUST_SCAFFOLDS))
     p.add_argument("--versions", required=True, help="A..B (every release from crates.io between them) or A,B,C")
     p.add_argument(
         "--cache",
@@ -33,10 +34,6 @@ def register(sub) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(handler=cmd_bisect)
-
-
-#: The framework's target a bisection checks the case on, for the installed release.
-CPU_TARGET = {"candle": "candle:cpu", "burn": "burn:flex"}
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -59,7 +56,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     program = load_case(args.case)
     cache = check_cache(Path(args.cache) if args.cache else cache_dir())
     versions = parse_versions(args.versions, lambda: published(args.framework))
-    installed = CPU_TARGET[args.framework]
+    # The target a bisection checks the case on, for the installed release.
+    installed = RUST_SCAFFOLDS[args.framework].cpu_target
     runner, found = open_runner(["torch:cpu", installed])
     try:
         if "torch:cpu" not in runner.ids:
@@ -80,7 +78,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             f"{args.case}: no divergence on {installed} to check and no snapshot verdict to compare, "
             "so there is nothing to bisect"
         )
-    observer = cargo_observer(program, args.framework, cache, repro=repro if check else None, check=check)
+    observer = cargo_observer(program, args.framework, cache, check=check)
     result = bisect(
         args.framework,
         versions,

@@ -165,6 +165,7 @@ def _chosen(path: Path, result, known: bool, candidate: bool) -> list:
     framework is one report). A candidate case whose divergences are all known is drafted by its
     known ones of the framework its file is named after (``candle_...``)."""
     from harness.judging.harness_errors import is_harness_error
+    from harness.judging.pairs import REFERENCE_FRAMEWORK
 
     real = [f for f in result.findings if not is_harness_error(f)]
     chosen = [f for f in real if known or result.known.get(f.signature) is None]
@@ -174,7 +175,8 @@ def _chosen(path: Path, result, known: bool, candidate: bool) -> list:
             f
             for f in real
             if framework in {t.split(":", 1)[0] for t in f.targets}
-            and next((t.split(":", 1)[0] for t in f.targets if not t.startswith("torch")), "torch") == framework
+            and next((fw for t in f.targets if (fw := t.split(":", 1)[0]) != REFERENCE_FRAMEWORK), REFERENCE_FRAMEWORK)
+            == framework
         ]
     out, seen = [], set()
     for f in chosen:

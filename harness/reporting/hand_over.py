@@ -218,7 +218,7 @@ def _write_draft(
     reproducer = None
     if code.is_file():
         reproducer = (shown_in + code.relative_to(folder).as_posix(), language, code.read_text(encoding="utf-8"))
-    shown = framework if language == "rust" else "torch"
+    shown = framework if language == "rust" else REFERENCE_FRAMEWORK
     output = observed_output(repro, shown, record.targets)
     checked = check is not None and shown == framework
     if output is not None and checked:

@@ -169,7 +169,7 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         }.get(rec.aspect or "", "results")
         keywords = [_IMPL_KEYWORDS.get(t.split("+", 1)[1] if "+" in t else "plain") for t in (a, b)]
         optimizer = _OPTIMIZER_CLASSES.get((rec.op or "").removeprefix("step:"))
-        if rec.kind == "variant" and fw == "torch" and optimizer and all(keywords):
+        if rec.kind == "variant" and fw == REFERENCE_FRAMEWORK and optimizer and all(keywords):
             # The two implementations are keywords of one optimizer: name the class and them.
             text = f"`torch.optim.{optimizer}` gives different {what} with `{keywords[0]}` and `{keywords[1]}`"
         else:

@@ -25,8 +25,8 @@ from harness.files import atomic_write, output_file_problem
 from harness.judging.pairs import REFERENCE_FRAMEWORK, split_target_id
 from harness.judging.verdicts import verdicts
 from harness.reporting.html import CSS, escape
-from harness.targets.reproducers import RUST_WRITERS, torch_script, transcribe
-from harness.targets.rust_project import write_cargo_project
+from harness.targets.registry import RUST_SCAFFOLDS
+from harness.targets.reproducers import torch_script, transcribe, write_rust_project
 from harness.targets.trace import Trace
 
 #: The line that marks ``matrix.md`` and ``matrix.html`` as written by ``aliasfuzz matrix`` (an
@@ -325,8 +325,8 @@ def _reproducers(r: Row, cases: Path, targets: Sequence[str]) -> list[Path]:
     script.write_text(torch_script(r.program), encoding="utf-8")
     out = [script]
     frameworks = {split_target_id(t)[0] for t in targets}
-    for fw, writer in RUST_WRITERS.items():
+    for fw in RUST_SCAFFOLDS:
         if fw in frameworks:
             pkg = f"matrix_{r.stem}_{fw}".replace("-", "_")
-            out.append(write_cargo_project(cases / f"{r.stem}-{fw}", pkg, fw, writer(r.program)))
+            out.append(write_rust_project(cases / f"{r.stem}-{fw}", pkg, fw, r.program))
     return out

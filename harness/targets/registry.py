@@ -1,8 +1,9 @@
 """Target discovery: which frameworks exist (one plugin module each) and which devices they open.
 
-A framework plugin is a module with ``FRAMEWORK``, ``BUILD_HINT``, ``CWD`` and ``command()``; the
-process it starts speaks the probe protocol and names its devices in the handshake. Adding a
-framework means adding one module here and one line to ``PLUGINS``.
+A framework plugin is a module with ``FRAMEWORK``, ``RELEASE_PACKAGE``, ``BUILD_HINT``, ``CWD``,
+``command()`` and ``REPRODUCER_SCAFFOLD``; the process it starts speaks the probe protocol and
+names its devices in the handshake. Adding a framework means adding one module here and one line
+to ``PLUGINS``: nothing else in the harness names a framework, but for torch, the reference.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from types import ModuleType
 from harness.targets import burn, candle, torch
 from harness.targets.base import ProbeProcess, SetupError, Target, TargetInfo
 from harness.targets.runner import Runner
+from harness.targets.rust_reproducer import Scaffold
 
 PLUGINS: tuple[ModuleType, ...] = (torch, candle, burn)
 #: The frameworks' names, as target ids and handshakes' versions spell them.
 FRAMEWORKS: tuple[str, ...] = tuple(p.FRAMEWORK for p in PLUGINS)
 #: framework -> the package whose version is the framework's version.
 RELEASE_PACKAGE: dict[str, str] = {p.FRAMEWORK: p.RELEASE_PACKAGE for p in PLUGINS}
+#: framework -> what wraps its probe's transcript into a cargo reproducer, for the frameworks whose
+#: reproducer is a Rust program (the ones a bisection can pin to a crates.io release).
+RUST_SCAFFOLDS: dict[str, Scaffold] = {p.FRAMEWORK: p.REPRODUCER_SCAFFOLD for p in PLUGINS if p.REPRODUCER_SCAFFOLD}
 
 
 @dataclass

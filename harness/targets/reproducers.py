@@ -33,30 +33,25 @@ so the compiled artifacts, are the workspace's own and only the reproducer crate
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.case.case_file import load_case
 from harness.case.ir import Program
 from harness.paths import PROBES_WORKSPACE
-from harness.targets.burn.reproducer import SCAFFOLD as BURN_SCAFFOLD
-from harness.targets.burn.reproducer import burn_main
-from harness.targets.candle.reproducer import SCAFFOLD as CANDLE_SCAFFOLD
-from harness.targets.candle.reproducer import candle_main
+from harness.targets.registry import RUST_SCAFFOLDS
 from harness.targets.reproducer_base import Check
 from harness.targets.rust_project import write_cargo_project
+from harness.targets.rust_reproducer import rust_main
 from harness.targets.rust_reproducer import transcribe as rust_transcribe
+from harness.targets.torch import FRAMEWORK as TORCH
 from harness.targets.torch.reproducer import torch_script, variant_of
 from harness.targets.torch.reproducer import transcribe as torch_transcribe
 
 __all__ = [
     "Check",
-    "burn_main",
-    "candle_main",
     "parse_output",
     "prepare_cargo_build",
     "torch_script",
@@ -64,6 +59,7 @@ __all__ = [
     "transcribe",
     "write_project",
     "write_reproducers",
+    "write_rust_project",
 ]
 
 LINE_RE = re.compile(r"^(initial|after op (\d+)): (\S+) = (.*)$")
@@ -72,16 +68,27 @@ LINE_RE = re.compile(r"^(initial|after op (\d+)): (\S+) = (.*)$")
 def transcribe(framework: str, program: Program) -> dict | None:
     """``framework``'s trace of ``program`` on its CPU with the transcript of its calls (PROTOCOL.md),
     or None where its reproducer is not a transcript."""
-    if framework == "torch":
+    if framework == TORCH:
         return torch_transcribe(program)
-    scaffold = TRANSCRIPT_SCAFFOLDS.get(framework)
+    scaffold = RUST_SCAFFOLDS.get(framework)
     return rust_transcribe(scaffold, program) if scaffold is not None else None
 
 
-# The frameworks with a cargo reproducer, and the writer of its src/main.rs.
-RUST_WRITERS: dict[str, Callable[..., str]] = {"candle": candle_main, "burn": burn_main}
-# The Rust frameworks whose reproducer is their probe's transcript, and what wraps it.
-TRANSCRIPT_SCAFFOLDS = {"candle": CANDLE_SCAFFOLD, "burn": BURN_SCAFFOLD}
+def write_rust_project(
+    dest: Path,
+    package: str,
+    framework: str,
+    program: Program,
+    check: Check | None = None,
+    unify_with_probes: bool = False,
+    version: str | None = None,
+) -> Path:
+    """The cargo reproducer of ``program`` for the Rust framework ``framework`` at ``dest``: its
+    probe's transcript wrapped in a ``main`` (``check``: exit 1 when the divergence shows), and a
+    Cargo.toml with the framework's crates (at ``version`` when given, for a bisection)."""
+    scaffold = RUST_SCAFFOLDS[framework]
+    main_rs = rust_main(scaffold, program, check)
+    return write_cargo_project(dest, package, framework, scaffold.crates, main_rs, unify_with_probes, version)
 
 
 def _frameworks(finding: dict) -> set[str]:
@@ -99,12 +106,6 @@ def write_reproducers(
     run_dir = Path(run_dir)
     case_path = run_dir / finding["case"]
     program = load_case(case_path)
-    repro = None
-    if finding.get("repro"):
-        try:
-            repro = json.loads((run_dir / finding["repro"]).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            repro = None
     stem = case_path.name[: -len(".toml")]
     out: list[Path] = []
     script = case_path.with_name(f"{stem}.torch.py")
@@ -117,31 +118,24 @@ def write_reproducers(
         and {t.split("+", 1)[0] for t in targets} == {targets[0].split("+", 1)[0]}
     ):
         variants = (variant_of(targets[0]), variant_of(targets[1]))
-    script.write_text(torch_script(program, check if checked == "torch" else None, variants), encoding="utf-8")
+    script.write_text(torch_script(program, check if checked == TORCH else None, variants), encoding="utf-8")
     out.append(script)
     fws = _frameworks(finding)
-    for fw, writer in RUST_WRITERS.items():
+    for fw in RUST_SCAFFOLDS:
         if fw in fws:
             pkg = re.sub(r"[^a-z0-9_]", "_", f"repro_{stem}_{fw}".lower())
-            main = writer(program, repro, check if checked == fw else None)
-            out.append(write_cargo_project(case_path.with_name(f"{stem}-{fw}"), pkg, fw, main))
+            dest = case_path.with_name(f"{stem}-{fw}")
+            out.append(write_rust_project(dest, pkg, fw, program, check if checked == fw else None))
     return out
 
 
 def write_project(
-    program: Program,
-    framework: str,
-    dest: Path,
-    repro: dict | None = None,
-    unify_with_probes: bool = False,
-    check: Check | None = None,
+    program: Program, framework: str, dest: Path, unify_with_probes: bool = False, check: Check | None = None
 ) -> Path:
-    """One cargo project for ``framework`` (candle or burn) at ``dest`` (used by the tests).
+    """One cargo project for the Rust framework ``framework`` at ``dest`` (used by the tests).
     ``unify_with_probes``: depend on the whole probe workspace's dependency set, so that a build
     sharing the probes' CARGO_TARGET_DIR compiles only this crate (see the module docstring)."""
-    return write_cargo_project(
-        dest, f"repro_{framework}", framework, RUST_WRITERS[framework](program, repro, check), unify_with_probes
-    )
+    return write_rust_project(dest, f"repro_{framework}", framework, program, check, unify_with_probes)
 
 
 def prepare_cargo_build(project: Path) -> None:

@@ -19,18 +19,23 @@ from typing import Any
 from harness.escaping import toml_str
 from harness.paths import PROBES_WORKSPACE
 
-# The crates a reproducer of each framework depends on (their version and features are read from
-# the probe's Cargo.toml); everything else a probe depends on is the harness's, not the user's.
-FRAMEWORK_CRATES = {"candle": ("candle-core", "candle-nn", "half"), "burn": ("burn",)}
-
 
 def write_cargo_project(
-    dest: Path, package: str, framework: str, main_rs: str, unify_with_probes: bool = False, version: str | None = None
+    dest: Path,
+    package: str,
+    framework: str,
+    crates: tuple[str, ...],
+    main_rs: str,
+    unify_with_probes: bool = False,
+    version: str | None = None,
 ) -> Path:
-    """Writes the project at ``dest`` (created if missing) and returns ``dest``. ``version``: the
-    framework's crates at exactly that release instead of the probe's (a bisection)."""
+    """Writes the project at ``dest`` (created if missing) and returns ``dest``. ``crates``: the
+    framework's crates the program uses (its scaffold's); ``version``: the framework's crates at
+    exactly that release instead of the probe's (a bisection)."""
     (dest / "src").mkdir(parents=True, exist_ok=True)
-    (dest / "Cargo.toml").write_text(cargo_toml(package, framework, unify_with_probes, version), encoding="utf-8")
+    (dest / "Cargo.toml").write_text(
+        cargo_toml(package, framework, crates, unify_with_probes, version), encoding="utf-8"
+    )
     (dest / "src" / "main.rs").write_text(main_rs, encoding="utf-8")
     return dest
 
@@ -163,32 +168,36 @@ _UNIFIED_NOTE = [
 ]
 
 
-def _dependencies(framework: str, unify_with_probes: bool) -> tuple[dict[str, dict], dict[str, dict]]:
-    """(dependencies, build-dependencies) of a reproducer of ``framework``."""
+def _dependencies(
+    framework: str, crates: tuple[str, ...], unify_with_probes: bool
+) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(dependencies, build-dependencies) of a reproducer of ``framework`` using ``crates``."""
     probe_deps = _member_deps(PROBES_WORKSPACE / f"{framework}_probe")
-    deps = {name: probe_deps[name] for name in FRAMEWORK_CRATES[framework]}
+    deps = {name: probe_deps[name] for name in crates}
     if not unify_with_probes:
         return deps, {}
     workspace = _workspace_deps("dependencies")
-    for name in FRAMEWORK_CRATES[framework]:
+    for name in crates:
         deps[name] = _merge_spec(name, probe_deps[name], workspace[name])
     return {**deps, **{k: v for k, v in workspace.items() if k not in deps}}, _workspace_deps("build-dependencies")
 
 
-def cargo_toml(package: str, framework: str, unify_with_probes: bool = False, version: str | None = None) -> str:
+def cargo_toml(
+    package: str,
+    framework: str,
+    crates: tuple[str, ...],
+    unify_with_probes: bool = False,
+    version: str | None = None,
+) -> str:
     """The reproducer's Cargo.toml: its framework's crates, pinned as in the probe (or at exactly
     ``version``), the probe's features and the probe workspace's profiles. ``unify_with_probes``
     (test builds only) lists the whole probe workspace's dependency set instead (see the module
     docstring)."""
-    deps, build_deps = _dependencies(framework, unify_with_probes)
+    deps, build_deps = _dependencies(framework, crates, unify_with_probes)
     if version is not None:
         # The framework's own crates share its release number (`half`, say, does not).
         deps = {
-            k: (
-                {**spec, "version": f"={version}"}
-                if k in FRAMEWORK_CRATES[framework] and k.startswith(framework)
-                else spec
-            )
+            k: ({**spec, "version": f"={version}"} if k in crates and k.startswith(framework) else spec)
             for k, spec in deps.items()
         }
     feats = _load_toml(PROBES_WORKSPACE / f"{framework}_probe" / "Cargo.toml").get("features", {})

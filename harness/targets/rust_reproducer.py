@@ -49,6 +49,9 @@ class Scaffold:
     framework: str
     #: The probe binary that transcribes a case.
     probe: str
+    #: The crates a reproducer depends on (their versions and features are the probe's); everything
+    #: else the probe depends on is the harness's, not the user's.
+    crates: tuple[str, ...]
     #: The ``use`` lines of ``main.rs``.
     uses: tuple[str, ...]
     #: ``fn values(..) -> Vec<f32>`` (what ``show`` prints and a check compares) and
@@ -67,6 +70,11 @@ class Scaffold:
     values_of: str = "values(&{var})"
     #: The CPU device the probe transcribes a case on.
     device: str = "cpu"
+
+    @property
+    def cpu_target(self) -> str:
+        """The target id of that device (what a bisection runs the installed release on)."""
+        return f"{self.framework}:{self.device}"
 
 
 def transcribe(scaffold: Scaffold, program: Program, device: str | None = None) -> dict:

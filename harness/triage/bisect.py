@@ -31,14 +31,14 @@ import numpy as np
 from harness.case.ir import Program, shapes_before
 from harness.errors import InputError
 from harness.judging.verdicts import verdicts
-from harness.targets.registry import RELEASE_PACKAGE
-from harness.targets.reproducers import RUST_WRITERS, parse_output
-from harness.targets.rust_project import write_cargo_project
+from harness.targets.registry import RELEASE_PACKAGE, RUST_SCAFFOLDS
+from harness.targets.reproducers import parse_output, write_rust_project
 from harness.targets.trace import Observation, StepResult, Trace
 from harness.versions import version_key
 
-#: The crate a framework's releases are listed under.
-RELEASE_CRATE = {fw: RELEASE_PACKAGE[fw] for fw in ("candle", "burn")}
+#: The crate a framework's releases are listed under, for the frameworks whose reproducer is a
+#: cargo project (a release is pinned in its Cargo.toml).
+RELEASE_CRATE = {fw: RELEASE_PACKAGE[fw] for fw in RUST_SCAFFOLDS}
 
 
 class BisectError(InputError):
@@ -262,17 +262,16 @@ def cache_dir() -> Path:
 
 
 def cargo_observer(
-    program: Program, framework: str, cache: Path, timeout_s: float = 3600, repro: dict | None = None, check=None
+    program: Program, framework: str, cache: Path, timeout_s: float = 3600, check=None
 ) -> Callable[[str], Observed]:
     """Builds and runs ``program``'s reproducer against one release, in ``cache/<fw>-<release>``.
-    With a ``check`` (and the ``repro`` JSON of the installed run, so that an op that failed there
-    is made inside the call that catches its error), the reproducer says whether the finding's
-    divergence shows, and that decides the row."""
+    With a ``check``, the reproducer says whether the finding's divergence shows, and that decides
+    the row."""
 
     def observe(version: str) -> Observed:
         dest = cache / f"{framework}-{version}"
         pkg = f"bisect_{framework}"
-        write_cargo_project(dest, pkg, framework, RUST_WRITERS[framework](program, repro, check), version=version)
+        write_rust_project(dest, pkg, framework, program, check, version=version)
         env = {**os.environ, "CARGO_TARGET_DIR": str(dest / "target")}
         start = time.monotonic()
         b = subprocess.run(

@@ -40,8 +40,9 @@ from harness.case.case_file import load_case
 from harness.case.ir import Program, TensorDecl, check_program
 from harness.case.layers import LayerDecl
 from harness.paths import cargo_target_dir, probe_binary
-from harness.targets.burn.reproducer import burn_main
+from harness.targets.burn.reproducer import SCAFFOLD
 from harness.targets.reproducers import parse_output, prepare_cargo_build, trace_states, write_project
+from harness.targets.rust_reproducer import rust_main
 from tests.conftest import need, repro_json_alone, targets_runner
 
 W = TensorDecl("w", "param", (2, 2), (1.0, 2.0, 3.0, 4.0))
@@ -302,7 +303,7 @@ def test_the_reproducer_declares_the_dtype():
 
     if not probe_binary("burn_probe").exists():
         need("the burn probe", "build the probes with `make probes`")
-    text = "".join(burn_main(parse_case(tomllib.loads(CASE))).split())  # rustfmt's breaks aside
+    text = "".join(rust_main(SCAFFOLD, parse_case(tomllib.loads(CASE))).split())  # rustfmt's breaks aside
     assert "letdtype=FloatDType::BF16;" in text
     for call in (
         "Param::from_tensor(Tensor::from_data(TensorData::new(",  # Param::from_data takes no dtype
@@ -328,7 +329,7 @@ def test_the_bf16_reproducer_prints_what_the_probe_observed(tmp_path):
     doc = repro_json_alone(case, "burn:flex")
     tj = doc["targets"]["burn:flex"]
     assert tj["status"] == "ok" and all(s["status"] == "ok" for s in tj["ops"]), tj
-    proj = write_project(load_case(case), "burn", tmp_path / "repro-burn", doc, unify_with_probes=True)
+    proj = write_project(load_case(case), "burn", tmp_path / "repro-burn", unify_with_probes=True)
     prepare_cargo_build(proj)
     env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
     run = subprocess.run(["cargo", "run", "-q"], cwd=proj, env=env, capture_output=True, text=True, timeout=1800)

@@ -305,16 +305,15 @@ def test_a_reproducer_makes_the_failing_call_and_prints_its_error(framework, tar
         assert f"op {failed[0]}: error: RuntimeError: " in r.stdout, r.stdout
 
 
-def _checked(framework: str, case: Path, target: str, check, tmp_path: Path) -> subprocess.CompletedProcess:
+def _checked(framework: str, case: Path, check, tmp_path: Path) -> subprocess.CompletedProcess:
     """The reproducer of ``case`` with ``check``, built and run (torch: the script)."""
-    doc = repro_json_alone(case, target)
     tmp_path.mkdir(parents=True, exist_ok=True)
     if framework == "torch":
         script = tmp_path / "checked.torch.py"
         script.write_text(torch_script(load_case(case), check))
         return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     proj = write_project(
-        load_case(case), framework, tmp_path / f"checked-{framework}", doc, unify_with_probes=True, check=check
+        load_case(case), framework, tmp_path / f"checked-{framework}", unify_with_probes=True, check=check
     )
     prepare_cargo_build(proj)
     env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
@@ -344,9 +343,9 @@ def test_a_checked_reproducer_exits_1_exactly_when_the_divergence_shows(framewor
         mine = own[op][subject]
         shows = Check(op, subject, tuple(v + 1.0 for v in mine), "another value")
         agrees = Check(op, subject, tuple(mine), target)
-    r = _checked(framework, CASES / case, target, shows, tmp_path / "shows")
+    r = _checked(framework, CASES / case, shows, tmp_path / "shows")
     assert r.returncode == 1 and "the divergence shows" in r.stdout, r.stdout + r.stderr[-2000:]
-    r = _checked(framework, CASES / case, target, agrees, tmp_path / "agrees")
+    r = _checked(framework, CASES / case, agrees, tmp_path / "agrees")
     assert r.returncode == 0 and "the divergence does not show" in r.stdout, r.stdout + r.stderr[-2000:]
 
 

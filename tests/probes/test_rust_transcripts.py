@@ -21,18 +21,15 @@ import pytest
 from harness.case.case_file import load_case
 from harness.paths import cargo_target_dir, probe_binary
 from harness.targets.burn.reproducer import SCAFFOLD as BURN
-from harness.targets.burn.reproducer import burn_main
 from harness.targets.candle.reproducer import SCAFFOLD as CANDLE
-from harness.targets.candle.reproducer import candle_main
 from harness.targets.reproducer_base import without_run
 from harness.targets.reproducers import parse_output, prepare_cargo_build
 from harness.targets.rust_project import cargo_toml
-from harness.targets.rust_reproducer import Scaffold, transcribe, transcribed
+from harness.targets.rust_reproducer import Scaffold, rust_main, transcribe, transcribed
 from tests.conftest import CASES, need
 
 ALL_CASES = sorted(CASES.glob("*.toml"))
 SCAFFOLDS = {"candle": CANDLE, "burn": BURN}
-WRITERS = {"candle": candle_main, "burn": burn_main}
 #: The cases whose reproducer is the probe's transcript, at least. candle runs every case but two
 #: whose program_rng its CPU cannot seed (the probe refuses them: no calls, no transcript); burn
 #: runs and spells every case.
@@ -87,16 +84,17 @@ class _Built:
     def __init__(self, scaffold: Scaffold, root: Path):
         self.scaffold, self.binaries, self.sources, self.errors = scaffold, {}, {}, {}
         self.transcribed: set[str] = set()
-        framework = scaffold.framework
         (root / "src" / "bin").mkdir(parents=True)
-        (root / "Cargo.toml").write_text(cargo_toml(f"transcripts_{scaffold.framework}", scaffold.framework, True))
+        (root / "Cargo.toml").write_text(
+            cargo_toml(f"transcripts_{scaffold.framework}", scaffold.framework, scaffold.crates, True)
+        )
         prepare_cargo_build(root)
         for i, case in enumerate(ALL_CASES):
             program = load_case(case)
             try:
                 if transcribed(scaffold, program):
                     self.transcribed.add(case.name)
-                text = WRITERS[framework](program)
+                text = rust_main(scaffold, program)
             except Exception as e:  # reported by the case's own test
                 self.errors[case.name] = f"{type(e).__name__}: {e}"
                 continue

@@ -40,7 +40,7 @@ def cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
     assert tj["status"] == "ok", tj
     # unify_with_probes: the probe workspace's dependency set, so the shared target dir's compiled
     # candle/burn are reused and only the reproducer crate is built (seconds, not ~13 minutes).
-    proj = write_project(load_case(case), framework, tmp_path / f"repro-{framework}", doc, unify_with_probes=True)
+    proj = write_project(load_case(case), framework, tmp_path / f"repro-{framework}", unify_with_probes=True)
     prepare_cargo_build(proj)
     env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
     r = subprocess.run(["cargo", "run", "-q"], cwd=proj, env=env, capture_output=True, text=True, timeout=1800)

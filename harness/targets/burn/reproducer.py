@@ -6,13 +6,12 @@ helper, and the set-up a program may not read."""
 
 from __future__ import annotations
 
-from harness.case.ir import Program
-from harness.targets.reproducer_base import Check
-from harness.targets.rust_reproducer import Scaffold, rust_main
+from harness.targets.rust_reproducer import Scaffold
 
 SCAFFOLD = Scaffold(
     framework="burn",
     probe="burn_probe",
+    crates=("burn",),
     device="flex",
     uses=(
         "use burn::module::{Module, ModuleMapper, Param, ParamId, RunningState};",
@@ -94,10 +93,3 @@ SCAFFOLD = Scaffold(
     set_up=(("model", r"let mut model = "), ("dtype", r"let dtype = ")),
     unread_lets=r"let (?P<var>\w+_grad\d*) = ",
 )
-
-
-def burn_main(program: Program, repro: dict | None = None, check: Check | None = None) -> str:
-    """``src/main.rs`` of ``program``'s burn reproducer (``repro`` is not read: the transcript is
-    the probe's own run of the case on the CPU); ``check``: what says whether the finding's
-    divergence shows (exit 1 when it does)."""
-    return rust_main(SCAFFOLD, program, check)

@@ -5,13 +5,12 @@ the ``use`` lines, the print helper, and the set-up a program may not read."""
 
 from __future__ import annotations
 
-from harness.case.ir import Program
-from harness.targets.reproducer_base import Check
-from harness.targets.rust_reproducer import Scaffold, rust_main
+from harness.targets.rust_reproducer import Scaffold
 
 SCAFFOLD = Scaffold(
     framework="candle",
     probe="candle_probe",
+    crates=("candle-core", "candle-nn", "half"),
     uses=(
         "use candle_core::{DType, Device, IndexOp, Tensor, Var};",
         "use candle_nn::{Init, ModuleT, Optimizer, VarMap};",
@@ -41,10 +40,3 @@ SCAFFOLD = Scaffold(
     unread_lets=r"let (?P<var>\w+_grad\d*) = ",
     values_of="values(&{var})?",
 )
-
-
-def candle_main(program: Program, repro: dict | None = None, check: Check | None = None) -> str:
-    """``src/main.rs`` of ``program``'s candle reproducer (``repro`` is not read: the transcript
-    is the probe's own run of the case on the CPU); ``check``: what says whether the finding's
-    divergence shows (exit 1 when it does)."""
-    return rust_main(SCAFFOLD, program, check)

@@ -13,6 +13,8 @@ FRAMEWORK = "torch"
 #: The package whose version is the framework's (a key of the handshake's versions).
 RELEASE_PACKAGE = "torch"
 BUILD_HINT = "install the Python dependencies with `make venv`"
+#: None: its reproducer is a Python script, the session's transcript (``reproducer.py``).
+REPRODUCER_SCAFFOLD = None
 
 
 def command() -> list[str]:
