@@ -20,7 +20,6 @@ ALSO_SHOWS = {
         "candle-module-clone-shares-vars",
         "candle-varmap-entry-is-the-var",
         "candle-varmap-set-refuses-its-own-vars",
-        #: Findings of a baseline case that no entry explains, each a candidate bug with a case of its own.
     },
     "burn_assign_between_backends": {"candle-slice-set-refuses-assign-whole"},
     "burn_layer_refuses_an_input_on_the_other_cpu_backend": {"burn-running-state-lags-one-update-and-is-biased"},
@@ -103,6 +102,7 @@ ALSO_SHOWS = {
 }
 
 
+#: Findings of a baseline case that no entry explains, each a candidate bug with a case of its own.
 UNEXPLAINED = {
     # torch AdamW's foreach and for-loop steps disagree over two Parameters on one storage:
     # tests/cases/torch_foreach_adamw_over_two_parameters_on_one_storage.toml

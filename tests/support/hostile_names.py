@@ -126,13 +126,13 @@ def back(trace: Trace, old_of: dict[str, str]) -> Trace:
         trace.message,
         names(trace.initial),
         [StepResult(s.status, s.message, names(s.changed)) for s in trace.steps],
-        #: Cases whose outcome on a target is drawn afresh on every run, so that two runs which agree
-        #: say nothing about a third: candle's VarMap visits its vars in the order of a HashMap with its
-        #: own random hasher keys (the case is about that order).
         trace.elapsed_us,
     )
 
 
+#: Cases whose outcome on a target is drawn afresh on every run, so that two runs which agree
+#: say nothing about a third: candle's VarMap visits its vars in the order of a HashMap with its
+#: own random hasher keys (the case is about that order).
 DRAWN_PER_RUN = {"candle_failed_load_sets_a_subset_in_hashmap_order.toml"}
 
 
