@@ -93,33 +93,13 @@ def test_repro_reports_the_same_divergences_for_a_case_with_hostile_names(tmp_pa
     assert results[1]["targets"]["torch:cpu"]["status"] == "ok"
 
 
-#: Runs each reproducer given on the command line in one interpreter (torch imported once), each
-#: in a namespace of its own as ``python repro.torch.py`` would, and prints, as JSON, what each
-#: printed and the error it ended with (None: it ran to its end).
-_RUN_SCRIPTS = r"""
-import contextlib, io, json, sys, traceback
-out = {}
-for path in sys.argv[1:]:
-    buf, error = io.StringIO(), None
-    try:
-        with contextlib.redirect_stdout(buf):
-            exec(compile(open(path, encoding="utf-8").read(), path, "exec"), {"__name__": "__main__"})
-    except BaseException:
-        error = traceback.format_exc()[-3000:]
-    out[path] = [buf.getvalue(), error]
-print(json.dumps(out))
-"""
-
-
 def test_torch_reproducers_of_hostile_names_run_and_print_what_torch_observed(tmp_path):
     # The reproducer registers each tensor and layer under its model key, as the torch target
     # does: a tensor named `training`, `forward` or `class` is a parameter like any other, and
     # the script prints, under the case's names, what the torch target observed.
-    import subprocess
-    import sys
-
     from harness.targets.reproducers import parse_output, torch_script, trace_states
     from tests.support.reproducers import compare_printed as _compare
+    from tests.support.reproducers import run_torch_scripts
 
     cases = hostile_cases()
     paths = [write_case(renamed, tmp_path / f"{k:03d}.toml") for k, (_, _, renamed, _) in enumerate(cases)]
@@ -133,11 +113,7 @@ def test_torch_reproducers_of_hostile_names_run_and_print_what_torch_observed(tm
         script = path.with_suffix(".torch.py")
         script.write_text(torch_script(renamed), encoding="utf-8")
         scripts.append(str(script))
-    run = subprocess.run(
-        [sys.executable, "-c", _RUN_SCRIPTS, *scripts], capture_output=True, text=True, timeout=600, cwd=tmp_path
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    printed = json.loads(run.stdout)
+    printed = run_torch_scripts(scripts, tmp_path)
     for script, path, (name, _, _, _) in zip(scripts, paths, cases):
         stdout, error = printed[script]
         assert error is None, (name, error)

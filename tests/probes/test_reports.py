@@ -21,7 +21,7 @@ from harness.paths import cargo_target_dir
 from harness.targets.reproducers import parse_output, prepare_cargo_build, torch_script, trace_states, write_project
 from tests.conftest import CASES, need, repro_json_alone, run_cli
 from tests.support.fake_targets import fake_probe_dir
-from tests.support.reproducers import cargo_reproducer, compare_printed
+from tests.support.reproducers import cargo_reproducer, compare_printed, run_torch_scripts
 
 
 @pytest.fixture(scope="module")
@@ -160,16 +160,27 @@ def torch_repro_docs() -> dict[str, dict]:
     return {Path(d["case"]).name: d for d in json.loads(r.stdout)["cases"]}
 
 
+@pytest.fixture(scope="module")
+def torch_script_runs(tmp_path_factory) -> dict[str, tuple[str, str | None]]:
+    """What the torch script of every bundled case printed, and its error, by case file name:
+    all of them run in one interpreter (``run_torch_scripts``), each in its own namespace."""
+    folder = tmp_path_factory.mktemp("torch-scripts")
+    scripts = {}
+    for case in TORCH_CASES:
+        scripts[case.name] = folder / f"{case.stem}.torch.py"
+        scripts[case.name].write_text(torch_script(load_case(case)), encoding="utf-8")
+    ran = run_torch_scripts(list(scripts.values()), folder)
+    return {name: ran[str(script)] for name, script in scripts.items()}
+
+
 @pytest.mark.parametrize("case", TORCH_CASES, ids=[c.stem for c in TORCH_CASES])
-def test_torch_script_prints_what_the_worker_observed(case, tmp_path, torch_repro_docs):
+def test_torch_script_prints_what_the_worker_observed(case, torch_repro_docs, torch_script_runs):
     doc = torch_repro_docs[case.name]
     tj = doc["targets"]["torch:cpu"]
     assert tj["status"] == "ok", tj
-    script = tmp_path / "repro.torch.py"
-    script.write_text(torch_script(load_case(case)))
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    compare_printed(parse_output(r.stdout), trace_states(tj), case.name, tj["ops"])
+    printed, error = torch_script_runs[case.name]
+    assert error is None, error
+    compare_printed(parse_output(printed), trace_states(tj), case.name, tj["ops"])
 
 
 def _without_run(doc: dict, target: str, n_ops: int, inert: list[int]) -> tuple[dict, list[dict]]:

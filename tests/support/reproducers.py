@@ -1,10 +1,13 @@
-"""Building and running a finding's cargo reproducer, and comparing what it prints."""
+"""Building and running a finding's reproducers (cargo projects, torch scripts), and comparing what
+they print with what the target observed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from harness.case.case_file import load_case
@@ -48,3 +51,32 @@ def cargo_reproducer(framework: str, case: Path, target: str, tmp_path: Path):
     assert "warning" not in r.stderr, f"the generated {framework} code compiles with warnings:\n{r.stderr[-4000:]}"
     compare_printed(parse_output(r.stdout), trace_states(tj), f"{framework} reproducer of {case.name}", tj["ops"])
     return r.stdout, doc
+
+
+#: Runs each torch script given on the command line in one interpreter (torch imported once),
+#: each in a namespace of its own as ``python repro.torch.py`` would, and prints, as JSON, what
+#: each printed and the error it ended with (None: it ran to its end).
+_RUN_SCRIPTS = r"""
+import contextlib, io, json, sys, traceback
+out = {}
+for path in sys.argv[1:]:
+    buf, error = io.StringIO(), None
+    try:
+        with contextlib.redirect_stdout(buf):
+            exec(compile(open(path, encoding="utf-8").read(), path, "exec"), {"__name__": "__main__"})
+    except BaseException:
+        error = traceback.format_exc()[-3000:]
+    out[path] = [buf.getvalue(), error]
+print(json.dumps(out))
+"""
+
+
+def run_torch_scripts(scripts: list[Path], cwd: Path) -> dict[str, tuple[str, str | None]]:
+    """What each torch script printed, and the error it ended with (None when it ran to its end),
+    by its path as a string: all of them run in one Python process, so torch is imported once
+    rather than once per script."""
+    run = subprocess.run(
+        [sys.executable, "-c", _RUN_SCRIPTS, *map(str, scripts)], capture_output=True, text=True, timeout=900, cwd=cwd
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {path: (printed, error) for path, (printed, error) in json.loads(run.stdout).items()}
