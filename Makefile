@@ -59,9 +59,10 @@ latest:
 	@[ "$(origin RUN)" = "command line" ] || { echo "make latest: give RUN=<a run folder>" >&2; exit 2; }; \
 	$(call link_latest,$(RUN))
 
+# Every tier; the run ends with its 20 slowest tests, so that what the suite's time goes to shows.
 test: probes lint
 	$(PY) -m harness.build --cargo-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=20
 
 # The unit tier alone (tests/unit/: no probe build, no process, no service), for a quick check.
 unit: $(STAMP)
