@@ -33,7 +33,7 @@ SCAFFOLDS = {"candle": CANDLE, "burn": BURN}
 #: The cases whose reproducer is the probe's transcript, at least. candle runs every case but two
 #: whose program_rng its CPU cannot seed (the probe refuses them: no calls, no transcript); burn
 #: runs and spells every case.
-TRANSCRIBED_AT_LEAST = {"candle": 124, "burn": 126}
+TRANSCRIBED_AT_LEAST = {"candle": 126, "burn": 128}
 
 
 def _states(trace: dict, numbers: list[int]) -> dict[int | None, dict[str, object]]:
