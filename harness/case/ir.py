@@ -1,10 +1,12 @@
 """The program IR: what a case is, how it is read from and written to a TOML case file, and the
 wire form sent to targets.
 
-A program is a list of named tensor declarations and a flat list of ops. Ops are kept as plain
-dicts in *canonical form*: every field present, defaults filled in, values flattened row-major.
-That one form is what the generator produces, what the minimizer edits, what targets receive
-(``Program.to_wire``) and what ``dump_case`` writes back to TOML, so nothing is converted twice.
+A program is a list of named tensor declarations and a flat list of ops. Each op is an
+``ops.Op``: parsed against the op table, read by field name (``op.target``), and a read-only dict
+in *canonical form*: every field present, defaults filled in, values flattened row-major. That one
+form is what the generator produces, what the minimizer edits (into a changed copy), what targets
+receive (``Program.to_wire``) and what ``dump_case`` writes back to TOML, so nothing is converted
+twice.
 
 Which ops exist and what their fields are is the op table's (``harness.case.ops``); one op is
 checked in ``harness.case.op_checks``. Validation happens once, here (reading files and checking
@@ -90,13 +92,21 @@ class Program:
     each target compared with itself."""
 
     tensors: tuple[TensorDecl, ...]
-    ops: tuple[Mapping[str, Any], ...]
+    ops: tuple[ops.Op, ...]
     title: str = ""
     meta: Mapping[str, Any] = field(default_factory=dict)
     layers: tuple[LayerDecl, ...] = ()
     inert: tuple[int, ...] = ()
     #: The dtype of every tensor and layer state (``ops.DTYPES``).
     dtype: str = "f32"
+
+    def __post_init__(self) -> None:
+        # Every op a program holds is an ``ops.Op``, whoever built the program (a case file, the
+        # generator, the minimizer, a test): readers name fields, never keys.
+        if not all(type(o) is ops.Op for o in self.ops):
+            object.__setattr__(self, "ops", tuple(ops.as_op(o) for o in self.ops))
+        elif not isinstance(self.ops, tuple):
+            object.__setattr__(self, "ops", tuple(self.ops))
 
     def to_wire(self) -> dict[str, Any]:
         out = {"tensors": [t.to_wire() for t in self.tensors], "ops": [dict(o) for o in self.ops]}

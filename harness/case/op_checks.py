@@ -28,9 +28,10 @@ class Scope:
         self.checkpoints: set[str] = set()  # taken by a ``save`` so far
 
 
-def check_op(raw: Mapping[str, Any], i: int, scope: Scope, err) -> dict[str, Any]:
-    """Validates one op against the op table and the names bound so far and returns its canonical
-    form (every field of the table, in its order); updates ``scope`` with the names it binds."""
+def check_op(raw: Mapping[str, Any], i: int, scope: Scope, err) -> ops.Op:
+    """Validates one op against the op table and the names bound so far and returns it parsed, in
+    canonical form (every field of the table, in its order); updates ``scope`` with the names it
+    binds."""
     where = f"ops[{i}]"
     if not isinstance(raw, Mapping):
         raise err(where, "expected a table")
@@ -59,7 +60,7 @@ def check_op(raw: Mapping[str, Any], i: int, scope: Scope, err) -> dict[str, Any
     grown = ops.grown(op)
     if grown is not None:
         scope.bound[grown] = (ops.grown_shape(op, check.shapes(ops.reads(op))), scope.bound[grown][1])
-    return op
+    return ops.Op(op)
 
 
 class _FieldCheck:

@@ -48,6 +48,8 @@ Invariants, which ``tests/unit/case/test_op_table.py`` checks:
 
 from __future__ import annotations
 
+import copy
+import keyword
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -410,6 +412,83 @@ OP_KINDS = tuple(OPS)
 WRITE_OPS = tuple(spec.kind for spec in OP_TABLE if any(f.writes for f in spec.fields))
 
 
+class Op(dict):
+    """One op, parsed against the op table: its ``kind`` and every field of that kind, read as
+    attributes (``op.target``, ``op.lr``; the field ``from``, a Python keyword, is ``op.from_``).
+
+    Reading a field that the op's kind does not have raises ``AttributeError``, naming the kind
+    and its fields, where a plain dict would hand back ``None`` from ``get`` or fail with a bare
+    ``KeyError`` far from the mistake. That is the point of the type: code outside the case package
+    says which field it reads, and the table says whether the op has it.
+
+    An ``Op`` is also the op's canonical form as a read-only dict (``op`` then the fields, in the
+    table's order): the form case files, the wire and program keys are written from, so
+    ``json.dumps``, ``dict(op)`` and ``{**op, field: value}`` keep working. Changing a field
+    makes a new op (``with_field``); ``Program`` turns any mapping it is given into an ``Op``, so
+    every op a program holds is one. Parsing checks only the kind's structure; what the values
+    must be is ``harness.case.op_checks``'s, once, when a case is loaded or built.
+
+    A kind outside the table (only the driver's test hook ``_fault``) has no fields: every other
+    key it carries is kept, and no attribute reads one.
+    """
+
+    __slots__ = ("spec",)
+
+    def __init__(self, raw: Mapping[str, Any]):
+        found = spec(raw)
+        ordered = {"op": found.kind}
+        for f in found.fields:
+            if f.name in raw:
+                ordered[f.name] = raw[f.name]
+        # Keys outside the kind's fields stay, after them: only a kind outside the table has any
+        # in a checked op, and check_op refuses them in a case.
+        ordered.update((k, v) for k, v in raw.items() if k not in ordered)
+        super().__init__(ordered)
+        object.__setattr__(self, "spec", found)
+
+    @property
+    def kind(self) -> str:
+        """The op's kind (its ``op`` key): ``write``, ``step``, ..."""
+        return self.spec.kind
+
+    def __getattr__(self, attr: str) -> Any:
+        name = attr[:-1] if attr.endswith("_") and keyword.iskeyword(attr[:-1]) else attr
+        if attr.startswith("_") or attr == "spec" or name not in _FIELD_NAMES.get(self.spec.kind, ()):
+            fields = ", ".join(f.name for f in self.spec.fields) or "none"
+            raise AttributeError(f"a `{self.spec.kind}` op has no field `{name}` (its fields: {fields})")
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"this `{self.spec.kind}` op was built without its field `{name}`") from None
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("an Op is read-only: `with_field` or `{**op, field: value}` makes a changed one")
+
+    __setitem__ = __delitem__ = __setattr__ = __delattr__ = _read_only
+    clear = pop = popitem = setdefault = update = __ior__ = _read_only
+
+    def __reduce__(self):
+        return (Op, (dict(self),))
+
+    def __copy__(self) -> Op:
+        return self
+
+    def __deepcopy__(self, memo) -> Op:
+        return Op(copy.deepcopy(dict(self), memo))
+
+    def __repr__(self) -> str:
+        return f"Op({dict.__repr__(self)})"
+
+
+#: Every op kind's field names, for ``Op``'s attribute check.
+_FIELD_NAMES: dict[str, frozenset[str]] = {s.kind: frozenset(f.name for f in s.fields) for s in OP_TABLE}
+
+
+def as_op(raw: Mapping[str, Any]) -> Op:
+    """``raw`` as an ``Op``: itself when it is one."""
+    return raw if isinstance(raw, Op) else Op(raw)
+
+
 # ------------------------------------------------------------------------------------------------
 # What an op does with names. ``op`` is in canonical form (every field present).
 
@@ -418,6 +497,8 @@ def spec(op: Mapping[str, Any]) -> OpSpec:
     """The table's entry for ``op``. A kind outside the table (only a target's own test hook,
     ``_fault``, in a program built in code: case validation refuses any other) has no fields, so
     it reads, binds and writes nothing."""
+    if isinstance(op, Op):
+        return op.spec
     found = OPS.get(op["op"])
     return found if found is not None else OpSpec(op["op"], (), "not an op of the case format")
 
@@ -425,6 +506,13 @@ def spec(op: Mapping[str, Any]) -> OpSpec:
 def reads(op: Mapping[str, Any]) -> tuple[str, ...]:
     """The names ``op`` needs bound before it runs (what the Rust driver's ``Op::uses`` lists)."""
     return tuple(op[f.name] for f in spec(op).fields if f.kind == "name")
+
+
+def subject(op: Mapping[str, Any]) -> str | None:
+    """The tensor ``op`` acts on itself: the one it writes, fills, moves, grows or remakes (its
+    ``target``), or the one a snapshot is taken of (``of``); None for an op on the model or a
+    layer (a step, a load, a forward). No op has both fields."""
+    return op.get("target", op.get("of"))
 
 
 def checkpoints_read(op: Mapping[str, Any]) -> tuple[str, ...]:

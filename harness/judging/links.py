@@ -50,7 +50,7 @@ def _derived_from(program: Program, inits: tuple[str, ...]) -> frozenset[str]:
                 out.add(ops.remade(op))
             if ops.spec(op).acts_on_layer and any(n in out for n in ops.reads(op)):
                 # A training forward moves its layer's running statistics by its input's values.
-                out.update(n for layer in program.layers if layer.name == op["layer"] for n, _, _ in layer.states())
+                out.update(n for layer in program.layers if layer.name == op.layer for n, _, _ in layer.states())
             target = ops.written(op)
             if target is not None and any(n in out for n in ops.reads(op) if n != target):
                 seen: set[str] = set()
@@ -148,7 +148,7 @@ def _written(program: Program, op_index: int) -> list[str]:
     """The names op ``op_index`` writes: every trainable tensor for a ``step``, else the one a
     write-like op writes, if any."""
     op = program.ops[op_index]
-    if op["op"] == "step":
+    if op.kind == "step":
         return [t.name for t in program.tensors if t.trainable]
     return [] if ops.written(op) is None else [ops.written(op)]
 
@@ -239,7 +239,7 @@ MODE_OPS = ("train", "valid", "freeze")
 def model_mode(program: Program, i: int) -> str | None:
     """The mode op op ``i`` runs under: ``valid`` or ``freeze`` where that is the model's last mode
     op before it, None where it is ``train`` or there is none (a model starts in training)."""
-    modes = [o["op"] for o in program.ops[:i] if o["op"] in MODE_OPS]
+    modes = [o.kind for o in program.ops[:i] if o.kind in MODE_OPS]
     return modes[-1] if modes and modes[-1] != "train" else None
 
 
@@ -249,10 +249,10 @@ def frozen_layer(program: Program, i: int, name: str) -> str | None:
     training off as well as gradients, torch's ``requires_grad_(False)`` leaves the mode alone, so
     what the forward does to its state differs by that op. None otherwise."""
     op = program.ops[i]
-    if op["op"] != "forward":
+    if op.kind != "forward":
         return None
     holders = [layer.name for layer in program.layers if name in {n for n, _, _ in layer.states()}]
-    if holders != [op["layer"]]:
+    if holders != [op.layer]:
         return None
     return "freeze" if model_mode(program, i) == "freeze" else None
 
@@ -262,8 +262,8 @@ def status_method(program: Program, i: int) -> str | None:
     trains (a step, a backward pass), the mode it ran under (``model_mode``: burn's ``valid()``
     model is on the backend without autodiff, and cannot train); else None."""
     op = program.ops[i]
-    if op["op"] == "snapshot":
-        return op.get("method")
-    if op["op"] in ("step", "backward"):
+    if op.kind == "snapshot":
+        return op.method
+    if op.kind in ("step", "backward"):
         return model_mode(program, i)
     return None

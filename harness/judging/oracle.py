@@ -243,7 +243,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
         return _DERIVED
     op = ctx.program.ops[k]
     on_snap = writes_into(op, snap.name)
-    if not on_snap and op["op"] == "step" and _acts_on(ctx.program, op, snap.name):
+    if not on_snap and op.kind == "step" and _acts_on(ctx.program, op, snap.name):
         # A step acts on a trainable snapshot (a replaced param) itself: one that trains it on one
         # side only is the finding; one that trains it on both moved the source through its link.
         on_snap = _moved_at(a, k, snap.name) != _moved_at(b, k, snap.name)
@@ -251,7 +251,7 @@ def _one_sided(ctx: PairContext, snap: SnapshotInfo, k: int, hidden: set[int]):
     # A load writes every entry into its object: where two entries are one object on one side
     # only, that object takes both there, the last in the load's own order (a HashMap's, in
     # candle-nn), as a write into one of two names that are one object moves the other.
-    written = ctx.program.model_names if op["op"] == "load" else (ops.written(op),)
+    written = ctx.program.model_names if op.kind == "load" else (ops.written(op),)
     if any(identity.written_on_one_side(ctx.traces, w, name, k) for w in written):
         return _DERIVED  # that identity divergence is the finding (``_compare_identity``)
     drawn = nondeterministic_names(ctx.program)
@@ -303,8 +303,8 @@ def _acts_on(program: Program, op: Mapping[str, Any], name: str) -> bool:
     if ops.spec(op).acts_on_params:
         return any(t.name == name and t.trainable for t in program.tensors)
     if ops.spec(op).acts_on_layer:
-        return name in {n for layer in program.layers if layer.name == op["layer"] for n, _, _ in layer.states()}
-    return name in (op.get("target"), op.get("of"))
+        return name in {n for layer in program.layers if layer.name == op.layer for n, _, _ in layer.states()}
+    return name == ops.subject(op)
 
 
 def _value_method(program: Program, i: int, name: str) -> str | None:
@@ -478,7 +478,7 @@ def _moved_from_apart(program: Program, i: int, apart: set[str], changed: set[st
         edges = {(s.source, s.name) for s in snapshots(program)}
         return changed & _closure(apart, edges | {(b, a) for a, b in edges})
     if spec.acts_on_layer:
-        layer = next((la for la in program.layers if la.name == op.get("layer")), None)
+        layer = next((la for la in program.layers if la.name == op.layer), None)
         states = {n for n, _, _ in layer.states()} if layer is not None else set()
         return set(changed) if apart & states else set()
     return set()
@@ -625,7 +625,7 @@ class InjectedFault(RuntimeError):
 
 def injected_fault(program: Program) -> None:
     op = os.environ.get(FAULT_ENV)
-    if op and any(o.get("op") == op for o in program.ops):
+    if op and any(o.kind == op for o in program.ops):
         raise InjectedFault(f"injected by {FAULT_ENV}={op}")
 
 

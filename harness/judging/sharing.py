@@ -38,16 +38,16 @@ def _copied_names(program: Program, op: Mapping, state: Mapping[str, Observation
     """Model name -> the name that holds its copy after ``op``: ``<prefix>.<name>`` for a clone or
     a checkpoint, the name itself for a load (which writes into, or replaces, the model's slots)."""
     model = program.model_names
-    if op["op"] == "load":
+    if op.kind == "load":
         return {n: n for n in model}
-    prefix = op["name"]
+    prefix = op.name
     return {n: f"{prefix}.{n}" for n in model if f"{prefix}.{n}" in state}
 
 
 @per_program
 def _copies_the_model(program: Program) -> bool:
     """Whether any op of ``program`` is one of ``COPIES`` (most programs have none)."""
-    return any(op["op"] in COPIES for op in program.ops)
+    return any(op.kind in COPIES for op in program.ops)
 
 
 def _together(before: Observation, other: Observation, aspect: str) -> bool | None:
@@ -64,11 +64,11 @@ def changes(program: Program, trace: Trace) -> list[Finding]:
         return []
     found: dict[str, Finding] = {}
     for k, (op, step) in enumerate(zip(program.ops, trace.steps)):
-        if op["op"] not in COPIES or step.status != "ok":
+        if op.kind not in COPIES or step.status != "ok":
             continue
         before, after = trace.state_after(k - 1), trace.state_after(k)
         copies = _copied_names(program, op, after)
-        aspects = ("identity", "storage") if COPIES[op["op"]] else ("storage",)
+        aspects = ("identity", "storage") if COPIES[op.kind] else ("storage",)
         for aspect in aspects:
             for p, q in combinations(sorted(copies), 2):
                 if p not in before or q not in before:

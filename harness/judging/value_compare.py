@@ -35,9 +35,9 @@ def tolerance(program: Program) -> Tolerance | None:
     ``adam``/``adamw`` steps (bias correction), or 1 for a program with a batch-norm ``forward`` (a
     division by a square root, which every kernel rounds its own way), whichever is larger; none
     when neither is in the program. In f16 and bf16: the dtype's (``DTYPE_RTOL``), always."""
-    lrs = [op["lr"] for op in program.ops if op["op"] == "step" and op["optimizer"] in ("adam", "adamw")]
+    lrs = [op.lr for op in program.ops if op.kind == "step" and op.optimizer in ("adam", "adamw")]
     norms = {layer.name for layer in program.layers if layer.kind == "batch_norm"}
-    if any(op["op"] == "forward" and op["layer"] in norms for op in program.ops):
+    if any(op.kind == "forward" and op.layer in norms for op in program.ops):
         lrs.append(1.0)
     floor = max(lrs, default=0.0)
     if program.dtype in DTYPE_RTOL:

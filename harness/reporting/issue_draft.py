@@ -25,6 +25,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from harness.case import ops
 from harness.case.ir import Program
 from harness.escaping import md_code, md_fence, md_text
 from harness.judging.finding import FindingRecord
@@ -119,10 +120,10 @@ def _made_by(program: Program | None, divergence: Mapping[str, Any] | None) -> s
     index = divergence.get("op_index")
     if not isinstance(index, int) or not 0 <= index < len(program.ops):
         return ""
-    source = program.ops[index].get("of") or program.ops[index].get("target")
+    source = ops.subject(program.ops[index])
     for op in reversed(program.ops[:index]):
-        if op.get("op") == "snapshot" and op.get("name") == source:
-            return f" on a tensor made by `{op.get('method')}`"
+        if op.kind == "snapshot" and op.name == source:
+            return f" on a tensor made by `{op.method}`"
     return ""
 
 

@@ -36,7 +36,8 @@ MARKER = "<!-- written by `aliasfuzz matrix`: the next run replaces this file --
 #: The pages ``write`` puts in its folder (beside ``cases/``).
 PAGES = ("matrix.md", "matrix.html")
 
-#: The op classes of the rows: the ops that change the source after the snapshot is taken.
+#: The op classes of the rows: the ops that change the source after the snapshot is taken, as a
+#: case file spells them (``check_program`` makes them ops).
 OP_CLASSES: dict[str, tuple[dict, ...]] = {
     "write": ({"op": "write", "target": "w", "value": None},),
     "fill": ({"op": "fill", "target": "w", "value": 9.0},),
@@ -68,8 +69,8 @@ def row_case(method: str, op_class: str) -> Program | None:
             n *= d
         w = TensorDecl("w", "param", shape, tuple(float(i + 1) for i in range(n)))
         changes = [
-            dict(op, value=[float(10 + i) for i in range(n)]) if op["op"] == "write" else dict(op)
-            for op in OP_CLASSES[op_class]
+            dict(raw, value=[float(10 + i) for i in range(n)]) if raw["op"] == "write" else dict(raw)
+            for raw in OP_CLASSES[op_class]
         ]
         try:
             program_ops = check_program((w,), [{"op": "snapshot", "name": "s", "of": "w", "method": method}, *changes])
@@ -99,7 +100,7 @@ def cell(program: Program, trace: Trace) -> str:
         return snap.status if snap else "error"
     for i, step in enumerate(trace.steps[1:], start=1):
         if step.status != "ok":
-            return f"{step.status} at {program.ops[i]['op']}"
+            return f"{step.status} at {program.ops[i].kind}"
     return verdicts(program, trace)["s"].summary
 
 

@@ -39,7 +39,7 @@ def table_rows(result: ReproResult) -> list[tuple[str, list[str], bool]]:
 def _terminal_note(program: Program, n: Note) -> str:
     if n.op is None:
         return f"  {n.target}: {n.status}: {n.message}"
-    return f"  {n.target} op {n.op} ({program.ops[n.op]['op']}): {n.status}" + (f": {n.message}" if n.message else "")
+    return f"  {n.target} op {n.op} ({program.ops[n.op].kind}): {n.status}" + (f": {n.message}" if n.message else "")
 
 
 def render(result: ReproResult, console=None) -> None:

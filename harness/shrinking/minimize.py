@@ -113,7 +113,7 @@ def without_layer(program: Program, name: str) -> Program | None:
     gone = set(stats)
     kept = []
     for op in program.ops:
-        if _uses(op) & gone or (op["op"] == "forward" and op["layer"] == name):
+        if _uses(op) & gone or (op.kind == "forward" and op.layer == name):
             gone |= _bound_by(op, params)
             continue
         gone.update(f"{op[f.name]}.{s}" for f in ops.spec(op).of_kind("prefix") for s in stats)

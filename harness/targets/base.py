@@ -519,7 +519,7 @@ class Target:
         """False when ``program`` has none of the ops where this variant differs from its plain
         device: its trace would be the plain device's, so a campaign need not run it here."""
         ops = self.info.differs_on
-        return ops is None or any(op.get("op") in ops for op in program.ops)
+        return ops is None or any(op.kind in ops for op in program.ops)
 
     def run(self, program: Program) -> Trace:
         return self.run_batch([program])[0]

@@ -307,7 +307,7 @@ def is_op_kind(name: str) -> bool:
     return name in op_table.OPS
 
 
-def parse_op(raw: dict) -> dict:
+def parse_op(raw: dict) -> op_table.Op:
     """A raw op whose ``op`` is an op kind (``is_op_kind``) -> the op with every field parsed, in
     the table's field order; ``Malformed`` for an unknown, missing or mistyped field."""
     spec = op_table.OPS[raw["op"]]
@@ -315,10 +315,7 @@ def parse_op(raw: dict) -> dict:
     for key in raw:
         if key != "op" and key not in fields:
             raise Malformed(f"unknown field `{key}`, expected one of {', '.join(f'`{f}`' for f in fields) or 'none'}")
-    op = {"op": spec.kind}
-    for f in spec.fields:
-        op[f.name] = _FIELD_PARSERS[f.kind](raw, f)
-    return op
+    return op_table.Op({"op": spec.kind} | {f.name: _FIELD_PARSERS[f.kind](raw, f) for f in spec.fields})
 
 
 def uses(op: dict) -> tuple[str, ...]:

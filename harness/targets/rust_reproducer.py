@@ -186,7 +186,7 @@ class _Run:
                     self.bound.append(n)
             status = step.get("status", "ok")
             out.append("")
-            out += _comments(f"op {i}: {visible(op.get('op'))}")
+            out += _comments(f"op {i}: {visible(op.kind)}")
             if status == "ok":
                 out += lines
             elif status == "error" and lines:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from harness.case.layers import RUNNING_STATS
+from harness.case.ops import Op
 from harness.targets.torch.names import model_key
 from harness.targets.torch.observe import DTYPE_SOURCE
 
@@ -32,22 +33,22 @@ class LayerOps:
             self.layer_stats.append(name)
             self._set(name, f"model.{model_key(name)}")
 
-    def _op_forward(self, op: dict) -> None:
+    def _op_forward(self, op: Op) -> None:
         # `y = layer(x)` as a training loop writes it. BatchNorm1d in training mode normalises with
         # the batch's statistics and updates its running buffers in place (running_var with the
         # unbiased variance); in eval mode it reads them. nn.Dropout returns its input itself when
         # p = 0 or in eval mode (ATen Dropout.cpp `_dropout_impl`), and input * 0 when p = 1.
-        self._set(op["name"], f"model.{model_key(op['layer'])}({self.tx.var(op['input'])})")
+        self._set(op.name, f"model.{model_key(op.layer)}({self.tx.var(op.input)})")
         # The batch_norm kernel updates the running buffers without bumping their version
         # counters: forget their last observations, so that they and every name over their
         # storage are read again (``observe``).
         for name in self.layer_stats:
             self._seen.pop(name, None)
 
-    def _op_valid(self, op: dict) -> None:
+    def _op_valid(self, op: Op) -> None:
         self.tx.run("model.eval()")  # the training flag of the model and every layer
 
-    def _op_train(self, op: dict) -> None:
+    def _op_train(self, op: Op) -> None:
         self.tx.run("model.train()")
 
     def _stat_tensors(self) -> dict:

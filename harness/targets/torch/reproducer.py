@@ -126,7 +126,7 @@ class _Script:
                 out += [
                     self.indent + line
                     for line in _comments(
-                        f"op {i} ({visible(self.ops[k].get('op'))}): not run: torch reported `{visible(status)}`: "
+                        f"op {i} ({visible(self.ops[k].kind)}): not run: torch reported `{visible(status)}`: "
                         f"{step.get('message') or ''}"
                     )
                 ]

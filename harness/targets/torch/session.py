@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from harness.case import ops as op_table
+from harness.case.ops import Op
 from harness.targets.driver import OpError, Unsupported
 from harness.targets.protocol import PROGRAM_SEED, WireProgram, unreadable
 from harness.targets.torch.elementwise import ElementwiseOps
@@ -198,15 +199,15 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     def transcript(self) -> dict:
         return self.tx.to_json()
 
-    def apply(self, op: dict) -> None:
+    def apply(self, op: Op) -> None:
         self._round = None  # the op may change any tensor: the next observe recomputes the keys
-        run = getattr(self, "_op_" + op["op"], None)
+        run = getattr(self, "_op_" + op.kind, None)
         if run is None:  # an op of the table this session has no method for yet: not in OPS
-            raise Unsupported(f"the torch target does not interpret {op['op']!r}")
+            raise Unsupported(f"the torch target does not interpret {op.kind!r}")
         run(op)
 
-    def _op_snapshot(self, op: dict) -> None:
-        self._set(op["name"], self._take(op["of"], op["method"]))
+    def _op_snapshot(self, op: Op) -> None:
+        self._set(op.name, self._take(op.of, op.method))
 
     def _take(self, of: str, method: str) -> str:
         """The source of snapshot ``method`` of ``of`` (lines it needs first are run here)."""
@@ -269,38 +270,38 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             return f"torch.load({buf})"  # default weights_only=True: tensors and Parameters load
         raise Unsupported(f"method {method!r}")  # pragma: no cover - parse_op checks the enum
 
-    def _op_write(self, op: dict) -> None:
-        v, t = self.tx.var(op["target"]), self.bound[op["target"]]
-        if op["index"] is None:
-            self.tx.run(f"with torch.no_grad(): {v}.copy_({self._tensor_source(op['value'], list(t.shape), t)})")
+    def _op_write(self, op: Op) -> None:
+        v, t = self.tx.var(op.target), self.bound[op.target]
+        if op.index is None:
+            self.tx.run(f"with torch.no_grad(): {v}.copy_({self._tensor_source(op.value, list(t.shape), t)})")
         else:
             # row shape = shape[1:]; a 0-d scalar for a rank-1 tensor
-            row = self._tensor_source(op["value"], list(t.shape[1:]), t)
-            self.tx.run(f"with torch.no_grad(): {v}[{op['index']}] = {row}")
+            row = self._tensor_source(op.value, list(t.shape[1:]), t)
+            self.tx.run(f"with torch.no_grad(): {v}[{op.index}] = {row}")
 
-    def _op_assign(self, op: dict) -> None:
-        v, src = self.tx.var(op["target"]), self.tx.var(op["source"])
-        if op["source_index"] is not None:
-            src = f"{src}[{op['source_index']}]"  # a view of the row: dst[i] = src[j]
-        if op["index"] is None:
+    def _op_assign(self, op: Op) -> None:
+        v, src = self.tx.var(op.target), self.tx.var(op.source)
+        if op.source_index is not None:
+            src = f"{src}[{op.source_index}]"  # a view of the row: dst[i] = src[j]
+        if op.index is None:
             # "Copies the elements from src into self" (Tensor.copy_)
             self.tx.run(f"with torch.no_grad(): {v}.copy_({src})")
         else:
-            self.tx.run(f"with torch.no_grad(): {v}[{op['index']}] = {src}")  # copy_ into the row view
+            self.tx.run(f"with torch.no_grad(): {v}[{op.index}] = {src}")  # copy_ into the row view
 
-    def _op_replace(self, op: dict) -> None:
-        name, value = op["target"], self.tx.var(op["value"])
+    def _op_replace(self, op: Op) -> None:
+        name, value = op.target, self.tx.var(op.value)
         key = model_key(name)
         old = self.model._parameters[key]
         # The name reads the model's slot from now on when it read the old parameter.
         also = f" = {self.tx.var(name)}" if self.bound.get(name) is old else ""
-        if op["how"] == "new":
+        if op.how == "new":
             # `model.w = nn.Parameter(v)`: a new Parameter over v's storage (no copy,
             # pytorch/pytorch#22821); nn.Module.__setattr__ puts it in _parameters.
             self.tx.run(f"model.{key}{also} = nn.Parameter({value})")
-        elif op["how"] == "data":
+        elif op.how == "data":
             self.tx.run(f"model.{key}.data = {value}")  # the same object, now over v's storage
-        elif op["how"] == "set":
+        elif op.how == "set":
             self.tx.run(f"with torch.no_grad(): model.{key}.set_({value})")  # rebound to v's storage
         else:
             # `model.b = model.a`: the same Parameter in two slots (tied weights). Module.__setattr__
@@ -309,13 +310,13 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         if also:
             self._bind(name)
 
-    def _op_append(self, op: dict) -> None:
-        name, t, s = op["target"], self.bound[op["target"]], self.bound[op["source"]]
-        v, src = self.tx.var(name), self.tx.var(op["source"])
+    def _op_append(self, op: Op) -> None:
+        name, t, s = op.target, self.bound[op.target], self.bound[op.source]
+        v, src = self.tx.var(name), self.tx.var(op.source)
         rows = 1 if s.dim() < t.dim() else s.shape[0]
         if s.dim() < t.dim():
             src = f"{src}.unsqueeze(0)"  # one row: a view of shape [1, rest]
-        if op["how"] == "cat":
+        if op.how == "cat":
             self.caches.pop(name, None)
             self._set(name, f"torch.cat([{v}, {src}])")  # a new tensor (torch.cat)
             return
@@ -334,19 +335,19 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self.caches[name] = (cache, n + rows)
         self._set(name, f"{cache}[:{n + rows}]")  # basic slicing: a view of the buffer
 
-    def _op_fill(self, op: dict) -> None:
-        self.tx.run(f"with torch.no_grad(): {self.tx.var(op['target'])}.fill_({literal(op['value'])})")
+    def _op_fill(self, op: Op) -> None:
+        self.tx.run(f"with torch.no_grad(): {self.tx.var(op.target)}.fill_({literal(op.value)})")
 
-    def _op_scale(self, op: dict) -> None:
-        self.tx.run(f"with torch.no_grad(): {self.tx.var(op['target'])}.mul_({literal(op['factor'])})")
+    def _op_scale(self, op: Op) -> None:
+        self.tx.run(f"with torch.no_grad(): {self.tx.var(op.target)}.mul_({literal(op.factor)})")
 
-    def _op_move(self, op: dict) -> None:
-        if op["method"] == "fork":
+    def _op_move(self, op: Op) -> None:
+        if op.method == "fork":
             raise Unsupported("fork is burn only (torch has no such call)")
-        dev = {"home": self.home, "cpu": "cpu", "alt": self.alt}[op["device"]]
+        dev = {"home": self.home, "cpu": "cpu", "alt": self.alt}[op.device]
         if dev is None:
             raise Unsupported(f"no second device next to {self.home}")
-        name = op["target"]
+        name = op.target
         t = self.bound[name]
         for module, m in self.modules:
             for key, p in module._parameters.items():
@@ -382,18 +383,18 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
             if self.bound.get(n) is old:
                 self._set(n, f"{m}.{key}")
 
-    def _op_module_clone(self, op: dict) -> None:
-        clone = self.tx.helper(op["name"])
+    def _op_module_clone(self, op: Op) -> None:
+        clone = self.tx.helper(op.name)
         self.tx.run(f"{clone} = copy.deepcopy(model)")
         module = self.tx.ns[clone]
         self.modules.append((module, clone))
-        self.clone_prefix[id(module)] = op["name"] + "."
+        self.clone_prefix[id(module)] = op.name + "."
         for key, _ in module.named_parameters(remove_duplicate=False):  # a tied one under each name
-            self._set(f"{op['name']}.{case_name(key)}", f"{clone}.{key}")
+            self._set(f"{op.name}.{case_name(key)}", f"{clone}.{key}")
         for stat in self.layer_stats:  # deepcopy copies the layers' buffers too
-            self._set(f"{op['name']}.{stat}", f"{clone}.{model_key(stat)}")
+            self._set(f"{op.name}.{stat}", f"{clone}.{model_key(stat)}")
 
-    def _op_no_grad(self, op: dict) -> None:
+    def _op_no_grad(self, op: Op) -> None:
         # torch has no module-level no-grad or freeze flag: both are requires_grad_(False) on every
         # parameter (SEMANTICS.md); torch.no_grad() is a context, not a model state.
         p = self.tx.helper("p")
@@ -401,7 +402,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     _op_freeze = _op_no_grad
 
-    def _op_read(self, op: dict) -> None:
+    def _op_read(self, op: Op) -> None:
         pass  # torch tensors are always materialised; observing reads every name anyway
 
     # ---- observation ------------------------------------------------------------------------

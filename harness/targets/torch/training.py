@@ -14,6 +14,7 @@ import inspect
 
 import torch
 
+from harness.case.ops import Op
 from harness.targets.driver import Skipped, Unsupported
 from harness.targets.torch.names import case_name, model_key
 
@@ -21,9 +22,9 @@ from harness.targets.torch.names import case_name, model_key
 SGD_HAS_FUSED = "fused" in inspect.signature(torch.optim.SGD.__init__).parameters
 
 
-def optimizer_key(op: dict, lr: float) -> tuple:
+def optimizer_key(op: Op, lr: float) -> tuple:
     """The hyper-parameters a live optimizer is filed under, with learning rate ``lr``."""
-    return (op["optimizer"], lr, op["momentum"], op["dampening"], op["betas"], op["eps"], op["weight_decay"])
+    return (op.optimizer, lr, op.momentum, op.dampening, op.betas, op.eps, op.weight_decay)
 
 
 class TrainingOps:
@@ -43,10 +44,10 @@ class TrainingOps:
 
     # ---- optimizers -----------------------------------------------------------------------
 
-    def _optimizer(self, op: dict) -> str:
+    def _optimizer(self, op: Op) -> str:
         """The variable of the live optimizer ``op`` names, made (where the program first steps
         with these hyper-parameters) over what the model holds now (SEMANTICS.md)."""
-        key = optimizer_key(op, op["lr"])
+        key = optimizer_key(op, op.lr)
         opt = self.optimizers.get(key)
         if opt is None:
             var = self.tx.helper("opt")
@@ -55,8 +56,8 @@ class TrainingOps:
             self.optimizer_vars[id(opt)] = var
         return self.optimizer_vars[id(opt)]
 
-    def _new_optimizer(self, op: dict) -> str:
-        kind = op["optimizer"]
+    def _new_optimizer(self, op: Op) -> str:
+        kind = op.optimizer
         if self.variant == "plain":
             impl = "foreach=False"
         elif self.variant == "foreach":
@@ -65,23 +66,23 @@ class TrainingOps:
             if kind.startswith("sgd") and not SGD_HAS_FUSED:
                 raise Unsupported(f"torch {torch.__version__} has no fused SGD")
             impl = "fused=True"
-        lr = f"lr={op['lr']!r}"
+        lr = f"lr={op.lr!r}"
         if kind == "sgd":
             return f"torch.optim.SGD(model.parameters(), {lr}, {impl})"
         if kind == "sgd_momentum":
             # torch skips dampening on the first momentum step (pytorch#152833: the buffer starts
             # as the gradient itself).
             return (
-                f"torch.optim.SGD(model.parameters(), {lr}, momentum={op['momentum']!r}, "
-                f"dampening={op['dampening']!r}, {impl})"
+                f"torch.optim.SGD(model.parameters(), {lr}, momentum={op.momentum!r}, "
+                f"dampening={op.dampening!r}, {impl})"
             )
         cls = "Adam" if kind == "adam" else "AdamW"
         return (
-            f"torch.optim.{cls}(model.parameters(), {lr}, betas={tuple(op['betas'])!r}, eps={op['eps']!r}, "
-            f"weight_decay={op['weight_decay']!r}, {impl})"
+            f"torch.optim.{cls}(model.parameters(), {lr}, betas={tuple(op.betas)!r}, eps={op.eps!r}, "
+            f"weight_decay={op.weight_decay!r}, {impl})"
         )
 
-    def _op_step(self, op: dict) -> None:
+    def _op_step(self, op: Op) -> None:
         opt = self._optimizer(op)
         loss = self._loss()
         if not self.accumulating:
@@ -93,7 +94,7 @@ class TrainingOps:
         self.tx.run(f"{opt}.zero_grad()")
         self.accumulating = False
 
-    def _op_backward(self, op: dict) -> None:
+    def _op_backward(self, op: Op) -> None:
         """Gradient accumulation as the torch docs write it: ``zero_grad()`` before the first
         backward pass, ``loss.backward()`` adding into every ``.grad`` until a step consumes them."""
         loss = self._loss()
@@ -119,43 +120,43 @@ class TrainingOps:
             raise ValueError("the model has no parameters")
         return f"({' + '.join(terms)})" if len(terms) > 1 else terms[0]
 
-    def _op_set_lr(self, op: dict) -> None:
+    def _op_set_lr(self, op: Op) -> None:
         opt = self._optimizer(op)
         # What the torch docs and LR schedulers do: every param group's "lr" entry, in place.
         group = self.tx.helper("group")
-        self.tx.run(f'for {group} in {opt}.param_groups: {group}["lr"] = {op["to"]!r}')
-        live = self.optimizers.pop(optimizer_key(op, op["lr"]))
-        self.optimizers[optimizer_key(op, op["to"])] = live
+        self.tx.run(f'for {group} in {opt}.param_groups: {group}["lr"] = {op.to!r}')
+        live = self.optimizers.pop(optimizer_key(op, op.lr))
+        self.optimizers[optimizer_key(op, op.to)] = live
 
     # ---- checkpoints ----------------------------------------------------------------------
 
-    def _op_save(self, op: dict) -> None:
+    def _op_save(self, op: Op) -> None:
         # Module.state_dict() as returned: param.detach() and the buffers themselves, no copy.
-        entries = self.tx.helper(op["name"])
-        if op["to"] == "memory":
+        entries = self.tx.helper(op.name)
+        if op.to == "memory":
             self.tx.run(f"{entries} = model.state_dict()")
-            self.checkpoints[op["name"]] = ("memory", entries)
+            self.checkpoints[op.name] = ("memory", entries)
         else:
-            file = self.tx.helper(f"{op['name']}_file")
+            file = self.tx.helper(f"{op.name}_file")
             self.tx.run(f"{file} = io.BytesIO()")
             self.tx.run(f"torch.save(model.state_dict(), {file})")
-            self.checkpoints[op["name"]] = ("file", file)
+            self.checkpoints[op.name] = ("file", file)
             # what the file holds, as a user reading it sees it (default weights_only=True)
             self.tx.run(f"{entries} = torch.load(io.BytesIO({file}.getvalue()))")
         for p in [*self.grads, *self.layer_stats]:  # the model's names, in declaration order
-            self._set(f"{op['name']}.{p}", f"{entries}[{model_key(p)!r}]")
+            self._set(f"{op.name}.{p}", f"{entries}[{model_key(p)!r}]")
 
-    def _op_load(self, op: dict) -> None:
-        taken = self.checkpoints.get(op["from"])
+    def _op_load(self, op: Op) -> None:
+        taken = self.checkpoints.get(op.from_)
         if taken is None:
-            raise Skipped(f"no checkpoint named {op['from']} (its save did not run here)")
+            raise Skipped(f"no checkpoint named {op.from_} (its save did not run here)")
         how, held = taken
         sd = held if how == "memory" else f"torch.load(io.BytesIO({held}.getvalue()))"
         before = {**self.model._parameters, **self.model._buffers, **self._stat_tensors()}
         # assign=False copies into the existing tensors in place (param.copy_(input) under
         # no_grad); assign=True installs the loaded tensors (wrapped in new Parameters where the
         # model held Parameters) in the model's slots (Module._load_from_state_dict).
-        self.tx.run(f"model.load_state_dict({sd}, assign={op['assign']!r})")
+        self.tx.run(f"model.load_state_dict({sd}, assign={op.assign!r})")
         after = {**self.model._parameters, **self.model._buffers, **self._stat_tensors()}
         for key, old in before.items():  # model keys (``harness.targets.torch.names``)
             if after[key] is not old:
