@@ -8,6 +8,42 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The default profiles' share for torch's ``compile`` variant: it compiles each new line and
+#: shape (about 40 ms each), and a warm program costs it several times what eager torch takes;
+#: ``aliasfuzz bench`` measures what this share costs (docs/PERFORMANCE.md).
+COMPILE_SHARE = 0.1
+
+#: How often each op is drawn, relative to the others, in the default profile.
+DEFAULT_WEIGHTS: tuple[tuple[str, int], ...] = (
+    ("snapshot", 8),
+    ("write", 4),
+    ("fill", 2),
+    ("scale", 2),
+    ("step", 5),
+    ("move", 2),
+    ("module_clone", 1),
+    ("valid", 1),
+    ("train", 1),
+    ("no_grad", 1),
+    ("freeze", 1),
+    ("read", 1),
+    ("assign", 3),
+    ("save", 2),
+    ("load", 2),
+    ("set_lr", 2),
+    ("replace", 2),
+    ("backward", 2),
+    ("append", 2),
+    ("forward", 3),
+    ("map", 2),
+    ("add", 2),
+)
+
+
+def _weights(**changed: int) -> tuple[tuple[str, int], ...]:
+    """``DEFAULT_WEIGHTS`` with some ops' weights changed."""
+    return tuple((kind, changed.get(kind, w)) for kind, w in DEFAULT_WEIGHTS)
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -23,30 +59,11 @@ class Profile:
     layer_probability: float = 0.3
     #: In how many programs of ten the case's dtype is not float32 (one bf16, one f16 at 2).
     dtype_share: int = 2
-    weights: tuple[tuple[str, int], ...] = (
-        ("snapshot", 8),
-        ("write", 4),
-        ("fill", 2),
-        ("scale", 2),
-        ("step", 5),
-        ("move", 2),
-        ("module_clone", 1),
-        ("valid", 1),
-        ("train", 1),
-        ("no_grad", 1),
-        ("freeze", 1),
-        ("read", 1),
-        ("assign", 3),
-        ("save", 2),
-        ("load", 2),
-        ("set_lr", 2),
-        ("replace", 2),
-        ("backward", 2),
-        ("append", 2),
-        ("forward", 3),
-        ("map", 2),
-        ("add", 2),
-    )
+    #: The share of programs each target variant runs, where its plain device runs too (a
+    #: variant absent here runs every program it is needed for): what a costly variant may take
+    #: of a campaign. Which programs is decided by each program's key (``Runner.submit``).
+    variant_shares: tuple[tuple[str, float], ...] = (("compile", COMPILE_SHARE),)
+    weights: tuple[tuple[str, int], ...] = DEFAULT_WEIGHTS
 
     def op_menu(self) -> tuple[str, ...]:
         return tuple(kind for kind, w in self.weights for _ in range(w))
@@ -58,30 +75,7 @@ PROFILES = {
     "deep": Profile(
         "deep",
         max_ops=40,
-        weights=(
-            ("snapshot", 8),
-            ("write", 5),
-            ("fill", 2),
-            ("scale", 2),
-            ("step", 6),
-            ("move", 3),
-            ("module_clone", 1),
-            ("valid", 1),
-            ("train", 1),
-            ("no_grad", 1),
-            ("freeze", 1),
-            ("read", 1),
-            ("assign", 4),
-            ("save", 2),
-            ("load", 3),
-            ("set_lr", 2),
-            ("replace", 2),
-            ("backward", 2),
-            ("append", 3),
-            ("forward", 3),
-            ("map", 3),
-            ("add", 3),
-        ),
+        weights=_weights(write=5, step=6, move=3, assign=4, load=3, append=3, map=3, add=3),
     ),
     # Around lazy initialisation: a lazy tensor in every program, and the ops whose effect on it
     # depends on when it is first read (moves, module clones, reads, steps).
@@ -116,6 +110,30 @@ PROFILES = {
     ),
     # Every program in bf16 or f16 (half each): the kernels and conversions of the narrow dtypes.
     "dtypes": Profile("dtypes", max_ops=16, dtype_share=10),
+    # Aimed at torch.compile: every program the variant is needed for runs compiled, and most
+    # ops are the ones it compiles (views, writes through them, element-wise ops, layers), with
+    # fewer model-level ops between them. ``aliasfuzz fuzz --profile compile --targets torch``.
+    "compile": Profile(
+        "compile",
+        max_ops=12,
+        variant_shares=(("compile", 1.0),),
+        weights=_weights(
+            snapshot=10,
+            write=5,
+            step=2,
+            move=1,
+            save=1,
+            load=1,
+            set_lr=1,
+            replace=1,
+            backward=1,
+            append=3,
+            forward=4,
+            assign=4,
+            map=3,
+            add=3,
+        ),
+    ),
 }
 
 

@@ -265,7 +265,12 @@ class Engine:
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         batch, pairs = self.plan(programs)
-        return self.judge(programs, pairs, self.runner.run(batch))
+        return self.judge(programs, pairs, self.runner.run(batch, shares=self.variant_shares))
+
+    @property
+    def variant_shares(self) -> dict[str, float]:
+        """The share of programs each target variant runs (the profile's ``variant_shares``)."""
+        return dict(get_profile(self.profile).variant_shares)
 
     def plan(self, programs: Sequence[Program]) -> tuple[list[Program], list[variants.Pair]]:
         """The batch that runs ``programs``: them, then their metamorphic variants."""
@@ -463,7 +468,7 @@ def _pipeline(engine: Engine, chunks: Iterable[Sequence[Program]], ahead: int):
                 following = next(it, None)
                 more = following is not None
                 if more:
-                    queued.append((following, engine.runner.submit(following[1])))
+                    queued.append((following, engine.runner.submit(following[1], shares=engine.variant_shares)))
             if not queued:
                 return
             (programs, _batch, pairs), wait = queued.popleft()

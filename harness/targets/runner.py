@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from harness.case.ir import Program
@@ -97,6 +98,13 @@ def _cancelled(target_id: str, n: int) -> list[Trace]:
     return [Trace.failed(target_id, CANCELLED, f"{target_id}: cancelled before it gave a trace") for _ in range(n)]
 
 
+def in_share(program: Program, share: float) -> bool:
+    """Whether ``program`` is among the ``share`` of programs a variant runs. Decided by the
+    program's key, so one program is in or out wherever and whenever it is drawn (a resumed
+    campaign, another machine of a shared one)."""
+    return share >= 1.0 or zlib.crc32(program.key().encode()) < share * 2**32
+
+
 class Runner:
     """One thread per target: each thread only waits on its own process's pipe, so the targets
     compute concurrently while the GIL is free. A target's batches run in the order they were
@@ -142,12 +150,14 @@ class Runner:
 
     # -- running --------------------------------------------------------------------------------
 
-    def run(self, programs: Sequence[Program], *, every_target: bool = False) -> list[dict[str, Trace]]:
+    def run(
+        self, programs: Sequence[Program], *, every_target: bool = False, shares: Mapping[str, float] | None = None
+    ) -> list[dict[str, Trace]]:
         """One ``{target id: trace}`` per program, in program order."""
-        return self.submit(programs, every_target=every_target)()
+        return self.submit(programs, every_target=every_target, shares=shares)()
 
     def submit(
-        self, programs: Sequence[Program], *, every_target: bool = False
+        self, programs: Sequence[Program], *, every_target: bool = False, shares: Mapping[str, float] | None = None
     ) -> Callable[[], list[dict[str, Trace]]]:
         """Starts ``programs`` on every target and returns at once; calling the result waits for
         the traces (as ``run`` returns them; calling it again returns the same lists). On each
@@ -155,8 +165,9 @@ class Runner:
         consumer may run programs while a pipeline has submitted the next chunks.
 
         A variant target whose plain device runs here too is only sent the programs it is
-        ``needed`` for (those with an op it declares it ``differs_on``); the others have no trace
-        from it, so the oracle does not compare it there. ``every_target`` runs every program
+        ``needed`` for (those with an op it declares it ``differs_on``), and of those only its
+        share (``shares``: variant name -> share, ``in_share``); the others have no trace from
+        it, so the oracle does not compare it there. ``every_target`` runs every program
         everywhere (a replayed case shows every column).
 
         Once cancelled (``cancel``, the deadline, ``close``), every trace is ``CANCELLED``."""
@@ -170,7 +181,8 @@ class Runner:
             if every_target or t.info.differs_on is None or plain == t.id or plain not in ids:
                 plan.append((t, range(len(programs))))
             else:
-                picked = [i for i, p in enumerate(programs) if t.needed(p)]
+                share = (shares or {}).get(t.id.partition("+")[2], 1.0)
+                picked = [i for i, p in enumerate(programs) if t.needed(p) and in_share(p, share)]
                 if picked:
                     plan.append((t, picked))
         futures: list[tuple[str, Sequence[int], Future | None]] = []
