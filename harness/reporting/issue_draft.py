@@ -30,6 +30,7 @@ from harness.case.ir import Program
 from harness.escaping import md_code, md_fence, md_text
 from harness.judging.finding import FindingRecord
 from harness.judging.pairs import REFERENCE_FRAMEWORK
+from harness.targets.torch import COMPILE_KWARGS
 
 #: A title longer than this is cut at a word (GitHub shows about this much in a list).
 TITLE_CHARS = 120
@@ -173,6 +174,9 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         if rec.kind == "variant" and fw == REFERENCE_FRAMEWORK and optimizer and all(keywords):
             # The two implementations are keywords of one optimizer: name the class and them.
             text = f"`torch.optim.{optimizer}` gives different {what} with `{keywords[0]}` and `{keywords[1]}`"
+        elif rec.kind == "variant" and fw == REFERENCE_FRAMEWORK and any(t.endswith("+compile") for t in (a, b)):
+            # Eager and compiled torch must agree: name the mode, not the device ids.
+            text = f"{call} gives different {what} in eager mode and under `torch.compile(backend={COMPILE_KWARGS['backend']!r})`"
         else:
             text = f"{call} gives different {what} on `{a}` and `{b}`"
     elif rec.aspect == "status":

@@ -8,7 +8,9 @@ import json
 from harness.case.case_file import load_case
 from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.engine import Engine
+from harness.fuzzing.generation import generate
 from harness.shrinking.minimize import is_one_minimal
+from harness.targets.runner import in_share
 from tests.conftest import CASES, run_cli
 
 
@@ -56,6 +58,20 @@ def test_the_foreach_variant_runs_only_programs_with_a_step(runner):
     assert list(sub.run_one(no_step, every_target=True)) == ["torch:cpu", "torch:cpu+foreach"]
     for traces in got:
         assert all(tr.ok for tr in traces.values())
+
+
+def test_the_compile_variant_runs_only_its_share_of_the_programs_it_is_needed_for(runner):
+    # A profile's ``variant_shares`` give torch:cpu+compile a share of the programs with an op it
+    # compiles: exactly those ``in_share`` picks, and a replay runs it everywhere.
+    sub = runner.subset(["torch:cpu", "torch:cpu+compile"])
+    compiled = next(t for t in sub.targets if t.id == "torch:cpu+compile")
+    programs = generate(40, 5, "quick")
+    got = sub.run(programs, shares={"compile": 0.25})
+    ran = [i for i, traces in enumerate(got) if "torch:cpu+compile" in traces]
+    want = [i for i, p in enumerate(programs) if compiled.needed(p) and in_share(p, 0.25)]
+    assert ran == want and 0 < len(ran) < len(programs)
+    assert all("torch:cpu" in traces for traces in got)
+    assert list(sub.run_one(programs[0], every_target=True)) == ["torch:cpu", "torch:cpu+compile"]
 
 
 def test_minimize_cli_shrinks_a_padded_20_op_case(tmp_path):

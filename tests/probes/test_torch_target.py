@@ -193,13 +193,16 @@ def test_hello(worker):
     devices = {d["name"]: d for d in h["devices"]}
     assert devices["cpu"]["kind"] == "cpu" and "cpu+foreach" in devices
     if not torch.cuda.is_available() and not torch.backends.mps.is_available():
-        assert devices["cpu"]["alt"] is None and set(devices) == {"cpu", "cpu+foreach"}
+        assert devices["cpu"]["alt"] is None and set(devices) == {"cpu", "cpu+foreach", "cpu+compile"}
     if torch.cuda.is_available():
         assert devices["cpu"]["alt"] == "cuda" and devices["cuda"]["alt"] == "cpu"
-        assert {"cuda+foreach", "cuda+fused"} <= set(devices)
-    # a variant declares the ops where its code differs; a plain device declares nothing
+        assert {"cuda+foreach", "cuda+fused", "cuda+compile"} <= set(devices)
+    # a variant declares the ops where its code differs (an optimizer variant the steps, the
+    # compiled variant the ops that compute tensors); a plain device declares nothing
+    compiled = ["snapshot", "write", "assign", "fill", "scale", "append", "map", "add", "forward"]
     for name, d in devices.items():
-        assert d.get("differs_on") == (["step"] if "+" in name else None), name
+        want = None if "+" not in name else compiled if name.endswith("+compile") else ["step"]
+        assert d.get("differs_on") == want, name
     ops = SCHEMA["$defs"]["op_name"]["enum"]
     assert sorted(h["ops"]) == sorted(ops)
     assert sorted(h["methods"]) == sorted(SCHEMA["$defs"]["method"]["enum"])
@@ -257,9 +260,10 @@ def expected_shape(method: str) -> list[int]:
     return {"view_row": [1, 2], "reshape": [4]}.get(method, [2, 2])
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu+compile"])
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
-def test_snapshot_across_sgd_step(worker, method):
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), step("sgd", lr=0.5)])
+def test_snapshot_across_sgd_step(worker, method, device):
+    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), step("sgd", lr=0.5)], device=device)
     assert statuses(trace) == ["ok", "ok"], trace["steps"]
     after_snap, after_step = states(trace)
     w1 = [[0.5, 1.5], [2.5, 3.5]]  # grad = ones
@@ -273,9 +277,12 @@ def test_snapshot_across_sgd_step(worker, method):
     assert same == (method in SAME_OBJECT), method
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu+compile"])
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
-def test_snapshot_across_row_write(worker, method):
-    trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), write("w", [7, 8], index=0)])
+def test_snapshot_across_row_write(worker, method, device):
+    trace = worker.run(
+        [param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), write("w", [7, 8], index=0)], device=device
+    )
     assert statuses(trace) == ["ok", "ok"], trace["steps"]
     st = final(trace)
     w1 = [[7.0, 8.0], [3.0, 4.0]]
@@ -284,11 +291,16 @@ def test_snapshot_across_row_write(worker, method):
     assert st["s"]["value"] == want, method
 
 
+@pytest.mark.parametrize("device", ["cpu", "cpu+compile"])
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
-def test_reverse_fill_through_snapshot(worker, method):
-    """A write into a snapshot reaches the param exactly when they share memory."""
+def test_reverse_fill_through_snapshot(worker, method, device):
+    """A write into a snapshot reaches the param exactly when they share memory, in eager torch
+    and with the snapshot and the fill each compiled (``cpu+compile``): compiled code must keep
+    eager's aliasing, a write through a view included."""
     trace = worker.run(
-        [param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), {"op": "fill", "target": "s", "value": 9.0}]
+        [param("w", [2, 2], [1, 2, 3, 4])],
+        [snap("s", "w", method), {"op": "fill", "target": "s", "value": 9.0}],
+        device=device,
     )
     assert statuses(trace) == ["ok", "ok"], trace["steps"]
     st = final(trace)

@@ -15,6 +15,10 @@ RELEASE_PACKAGE = "torch"
 BUILD_HINT = "install the Python dependencies with `make venv`"
 #: None: its reproducer is a Python script, the session's transcript (``reproducer.py``).
 REPRODUCER_SCAFFOLD = None
+#: ``torch.compile``'s arguments in the ``compile`` variant (``transcript.CompiledLine``):
+#: ``aot_eager`` runs Dynamo, functionalization and AOTAutograd without a C++ toolchain; static
+#: shapes, so that a recompile is a new graph, never a symbolic one that hides what a shape does.
+COMPILE_KWARGS = {"backend": "aot_eager", "dynamic": False}
 
 
 def command() -> list[str]:

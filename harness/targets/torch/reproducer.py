@@ -32,7 +32,7 @@ from harness.targets.torch.session import TorchProbe
 from harness.targets.torch.transcript import MODULES, literal
 
 #: The torch device of each optimizer implementation (``session.DEVICES``).
-VARIANT_DEVICES = {"plain": "cpu", "foreach": "cpu+foreach", "fused": "cuda+fused"}
+VARIANT_DEVICES = {"plain": "cpu", "foreach": "cpu+foreach", "fused": "cuda+fused", "compile": "cpu+compile"}
 
 _SHOW = [
     "def show(label, names):",
@@ -193,7 +193,8 @@ def torch_script(program: Program, check: Check | None = None, variants: tuple[s
 
 def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> str:
     """One function over the transcript, its optimizers made with ``**impl``, run with each
-    implementation's keywords; the names the two runs leave with different values are the
+    implementation's keywords (two functions, one per variant's transcript, where they differ in
+    more than that: ``compile``); the names the two runs leave with different values are the
     divergence."""
     runs = [transcribe(program, VARIANT_DEVICES[v]) for v in variants]
     scripts = [_Script(tr, program.ops, None, indent="    ") for tr in runs]
@@ -208,17 +209,27 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
         ]
         keywords.append(found[0] if found else None)
     merged = [_IMPL_RE.sub(", **impl)", line) for line in texts[0]]
-    if merged != [_IMPL_RE.sub(", **impl)", line) for line in texts[1]] or None in keywords:
-        raise ValueError(
-            f"the {variants[0]} and {variants[1]} transcripts differ in more than the optimizers' implementation"
-        )
     labels = ["", f"{variants[1]}: "]
+    if merged == [_IMPL_RE.sub(", **impl)", line) for line in texts[1]] and None not in keywords:
+        runs_source = [
+            "def run(label, **impl):",
+            *merged,
+            f"    return {scripts[0].names()}",
+            "",
+            *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(("first", "second"), labels, keywords)),
+        ]
+    else:
+        # The transcripts differ in more than the optimizers (``compile`` runs tensor ops as
+        # compiled functions): each run is its own function, spelled as its variant ran it.
+        runs_source = []
+        for variant, script, text in zip(variants, scripts, texts):
+            runs_source += [f"def run_{variant}(label):", *text, f"    return {script.names()}", "", ""]
+        runs_source += [
+            f"{v} = run_{variant}({python_str(label)})"
+            for v, variant, label in zip(("first", "second"), variants, labels)
+        ]
     body = [
-        "def run(label, **impl):",
-        *merged,
-        f"    return {scripts[0].names()}",
-        "",
-        *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(("first", "second"), labels, keywords)),
+        *runs_source,
         "differ = [name for name in first if not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-4, "
         "equal_nan=True)]",
         'print(f"the divergence shows: {differ} differ" if differ else "the divergence does not show")',

@@ -55,20 +55,28 @@ def _device_table() -> dict:
         # the only second device, so cpu's alt falls back to mps there.
         "cpu": ("cpu", "plain", "cpu", accel),
         "cpu+foreach": ("cpu", "foreach", "cpu", accel),
+        "cpu+compile": ("cpu", "compile", "cpu", accel),
     }
     for dev in ("cuda",) * CUDA + ("mps",) * MPS:
         table[dev] = (dev, "plain", "gpu", "cpu")
         table[dev + "+foreach"] = (dev, "foreach", "gpu", "cpu")
         if dev == "cuda":
             table["cuda+fused"] = (dev, "fused", "gpu", "cpu")
+            table["cuda+compile"] = (dev, "compile", "gpu", "cpu")
     return table
 
 
 DEVICES = _device_table()
-# A variant changes only the optimizer implementation (``TorchSession._optimizer``), which only
-# ``step`` uses: on a program without a step a variant device makes the same calls as its plain
-# device, so the harness need not run it there (PROTOCOL.md, ``differs_on``).
-VARIANT_DIFFERS_ON = ("step",)
+#: The ops whose tensor statements the ``compile`` variant runs as ``torch.compile``d functions
+#: (``Transcript.compiling``): the ops that make, write or compute tensors. The others (steps,
+#: checkpoints, modes, module and parameter surgery) run as in eager torch.
+COMPILED_OPS = ("snapshot", "write", "assign", "fill", "scale", "append", "map", "add", "forward")
+# A variant makes other calls than its plain device only for some ops: ``foreach`` and ``fused``
+# change only the optimizer implementation (``TorchSession._optimizer``), which only ``step``
+# uses; ``compile`` compiles the ``COMPILED_OPS``. On a program without them a variant device
+# makes the same calls as its plain device, so the harness need not run it there (PROTOCOL.md,
+# ``differs_on``).
+VARIANT_DIFFERS_ON = {"foreach": ("step",), "fused": ("step",), "compile": COMPILED_OPS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,6 +209,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def apply(self, op: Op) -> None:
         self._round = None  # the op may change any tensor: the next observe recomputes the keys
+        self.tx.compiling = self.variant == "compile" and op.kind in COMPILED_OPS
         run = getattr(self, "_op_" + op.kind, None)
         if run is None:  # an op of the table this session has no method for yet: not in OPS
             raise Unsupported(f"the torch target does not interpret {op.kind!r}")
@@ -503,7 +512,7 @@ class TorchProbe:
                     "name": n,
                     "alt": d[3],
                     "kind": d[2],
-                    **({"differs_on": list(VARIANT_DIFFERS_ON)} if d[1] != "plain" else {}),
+                    **({"differs_on": list(VARIANT_DIFFERS_ON[d[1]])} if d[1] != "plain" else {}),
                 }
                 for n, d in DEVICES.items()
             ],

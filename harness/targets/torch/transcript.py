@@ -15,15 +15,20 @@ is the value of that name's variable (``TorchSession._bind`` reads it from ``ns`
 
 from __future__ import annotations
 
+import ast
 import builtins
 import copy
 import io
 import keyword
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
 from torch import nn
+
+from harness.targets.torch import COMPILE_KWARGS
 
 #: What every line may use, and the source lines that import it (in the reproducer's header).
 MODULES = {
@@ -44,6 +49,127 @@ SCRIPT_NAMES = frozenset(
 @lru_cache(maxsize=4096)
 def _compiled(line: str):
     return compile(line, "<transcript>", "exec")
+
+
+@lru_cache(maxsize=4096)
+def _compiled_expression(source: str):
+    return compile(source, "<transcript>", "eval")
+
+
+#: ``COMPILE_KWARGS`` as the source of the call's arguments.
+COMPILE_ARGS = ", ".join(f"{k}={v!r}" for k, v in COMPILE_KWARGS.items())
+#: How many distinct compiled lines the variant keeps across programs (least recently used go).
+COMPILED_LINES = 2048
+#: The globals every compiled function runs in: the modules a line may use. One dict for every
+#: program, because Dynamo puts each compiled graph in its function's globals.
+_COMPILE_GLOBALS: dict = {name: module for name, (module, _) in MODULES.items()}
+
+
+@dataclass(frozen=True)
+class CompiledLine:
+    """One transcript line as a compiled function: it takes the line's variables (``params``)
+    and its tensor literals (``literals``: each ``torch.tensor(...)`` call, made eagerly and passed
+    in as ``lifted``), and returns what the line binds (``results``, as a tuple). A program's
+    namespace never enters the graph's globals.
+
+    The function itself is ``compiled_template``'s, keyed by the line with its variables and
+    literals numbered in order (``v0``, ``c0``): one compiled function serves every line that
+    differs from it only in the names it uses and the values it writes. Dynamo recompiles it
+    where its guards fail (another shape, dtype or aliasing of its inputs), and a constant in the
+    line (a ``fill`` value, an index) is part of the key."""
+
+    template: str  # the line with its literals lifted, as the reproducer shows it
+    function: Callable
+    params: tuple[str, ...]
+    lifted: tuple[str, ...]
+    literals: tuple[str, ...]
+    results: tuple[str, ...]
+
+    def source(self, name: str) -> list[str]:
+        """The lines that define and call it as ``name``: what the reproducer shows (the same
+        function as ``function``, with the line's own names)."""
+        args = ", ".join(self.params + self.lifted)
+        call = f"{name}({', '.join(self.params + self.literals)})"
+        body = [f"    {line}" for line in self.template.splitlines()]
+        lines = [f"@torch.compile({COMPILE_ARGS})", f"def {name}({args}):", *body]
+        if self.results:
+            results = ", ".join(self.results)
+            return lines + [f"    return {results}", f"{results} = {call}"]
+        return lines + [call]
+
+
+def _is_tensor_literal(node: ast.AST) -> bool:
+    """``torch.tensor(...)``: a tensor made of the line's values."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "tensor"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "torch"
+    )
+
+
+class _LiftLiterals(ast.NodeTransformer):
+    """Replaces each tensor literal by a parameter ``<prefix><i>``, keeping its source."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.literals: list[str] = []
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        if _is_tensor_literal(node):
+            self.literals.append(ast.unparse(node))
+            return ast.Name(f"{self.prefix}{len(self.literals) - 1}", ast.Load())
+        return self.generic_visit(node)
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        return ast.Name(self.names.get(node.id, node.id), node.ctx)
+
+
+def compiled_line(line: str) -> CompiledLine:
+    """``line`` as a ``CompiledLine``. A name the line reads that is no module and no builtin is a
+    transcript variable (a variable never takes a builtin's name: ``_identifier``), so the
+    parameters follow from the text alone; a name it reads and binds is both. The lifted
+    literals are ``value0``, ``value1``, ... (with ``_`` added until no variable of the line
+    starts so)."""
+    tree = ast.parse(line)
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    prefix = "value"
+    while any(n.id.startswith(prefix) for n in names):
+        prefix += "_"
+    lift = _LiftLiterals(prefix)
+    tree = lift.visit(tree)
+    lifted = tuple(f"{prefix}{i}" for i in range(len(lift.literals)))
+    variables = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in _COMPILE_GLOBALS]
+    variables = [n for n in variables if n.id not in _BUILTINS and n.id not in lifted]
+    params = tuple(dict.fromkeys(n.id for n in variables if isinstance(n.ctx, ast.Load)))
+    results = tuple(dict.fromkeys(n.id for n in variables if isinstance(n.ctx, ast.Store)))
+    numbered = {name: f"v{i}" for i, name in enumerate(dict.fromkeys(params + results))}
+    numbered |= {name: f"c{i}" for i, name in enumerate(lifted)}
+    canonical = ast.unparse(_Rename(numbered).visit(ast.parse(ast.unparse(tree))))
+    function = compiled_template(
+        canonical,
+        tuple(numbered[p] for p in params) + tuple(numbered[c] for c in lifted),
+        tuple(numbered[r] for r in results),
+    )
+    return CompiledLine(ast.unparse(tree), function, params, lifted, tuple(lift.literals), results)
+
+
+@lru_cache(maxsize=COMPILED_LINES)
+def compiled_template(template: str, args: tuple[str, ...], results: tuple[str, ...]) -> Callable:
+    """The compiled function of a line with its variables and literals numbered
+    (``compiled_line``): one per template for the probe's life, ``COMPILED_LINES`` at most
+    (``cache_info`` counts the templates compiled, ``misses``, and reused, ``hits``)."""
+    body = "".join(f"    {line}\n" for line in template.splitlines())
+    source = f"def compiled({', '.join(args)}):\n{body}    return ({''.join(f'{r}, ' for r in results)})\n"
+    space: dict = {}
+    exec(compile(source, "<compiled transcript line>", "exec"), _COMPILE_GLOBALS, space)
+    return torch.compile(space["compiled"], **COMPILE_KWARGS)
 
 
 def _identifier(text: str) -> str:
@@ -87,6 +213,8 @@ class Transcript:
         self._lines = self.prologue
         self.names: dict[str, str] = {}  # case name -> its variable
         self._taken: set[str] = set(self.ns) | SCRIPT_NAMES
+        #: Whether ``run`` compiles its lines (the ``compile`` variant sets it per op).
+        self.compiling = False
 
     def begin_op(self) -> None:
         """The lines from here on are the next op's."""
@@ -94,9 +222,21 @@ class Transcript:
         self.ops.append(self._lines)
 
     def run(self, line: str) -> None:
-        """Records ``line``, then runs it (an exception propagates: the line stays, the op's last)."""
+        """Records ``line``, then runs it (an exception propagates: the line stays, the op's last).
+        While ``compiling``, the line runs as a ``torch.compile``d function of its variables, and
+        the lines recorded define and call that function (``CompiledLine.source``)."""
+        if self.compiling:
+            self._run_compiled(line)
+            return
         self._lines.append(line)
         exec(_compiled(line), self.ns)
+
+    def _run_compiled(self, line: str) -> None:
+        fn = compiled_line(line)
+        self._lines.extend(fn.source(self.helper("compiled")))
+        values = [eval(_compiled_expression(literal), self.ns) for literal in fn.literals]
+        out = fn.function(*(self.ns[p] for p in fn.params), *values)
+        self.ns.update(zip(fn.results, out))
 
     def var(self, name: str) -> str:
         """The variable of the case name ``name`` (given on its first use, kept after): the name
