@@ -209,11 +209,14 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
 
     def apply(self, op: Op) -> None:
         self._round = None  # the op may change any tensor: the next observe recomputes the keys
-        self.tx.compiling = self.variant == "compile" and op.kind in COMPILED_OPS
         run = getattr(self, "_op_" + op.kind, None)
         if run is None:  # an op of the table this session has no method for yet: not in OPS
             raise Unsupported(f"the torch target does not interpret {op.kind!r}")
-        run(op)
+        self.tx.compiling = self.variant == "compile" and op.kind in COMPILED_OPS
+        try:
+            run(op)
+        finally:
+            self.tx.compiling = False  # only the op's own statements: never an observation's
 
     def _op_snapshot(self, op: Op) -> None:
         self._set(op.name, self._take(op.of, op.method))
