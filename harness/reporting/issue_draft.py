@@ -139,6 +139,14 @@ _IMPL_KEYWORDS = {"plain": "foreach=False", "foreach": "foreach=True", "fused": 
 _OPTIMIZER_CLASSES = {"sgd": "SGD", "sgd_momentum": "SGD", "adam": "Adam", "adamw": "AdamW"}
 
 
+def _compiled_side(rec: FindingRecord) -> int | None:
+    """Which side of a finding between two torch targets is the compiled one (``+compile``)."""
+    if not all(t.startswith(f"{REFERENCE_FRAMEWORK}:") for t in rec.targets):
+        return None
+    compiled = [i for i, t in enumerate(rec.targets) if t.endswith("+compile")]
+    return compiled[0] if len(compiled) == 1 else None
+
+
 def title(rec: FindingRecord, program: Program | None = None, divergence: Mapping[str, Any] | None = None) -> str:
     """The draft's title: the framework, the call, and what it does that it should not."""
     fw = filed_against(rec)
@@ -179,6 +187,19 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
             text = f"{call} gives different {what} in eager mode and under `torch.compile(backend={COMPILE_KWARGS['backend']!r})`"
         else:
             text = f"{call} gives different {what} on `{a}` and `{b}`"
+    elif rec.aspect == "status" and len(rec.targets) == 2 and _compiled_side(rec) is not None:
+        # Eager against compiled torch: which mode fails is the news, not which target.
+        compiled = _compiled_side(rec)
+        mode = f"under `torch.compile` (`{COMPILE_KWARGS['backend']}`)"
+        if sides[compiled] in ("error", "crash", "timeout"):
+            # A backend's failure is "BackendCompilerFailed: backend='...' raised:", then its own.
+            lines = [line.strip() for line in (rec.detail or "").splitlines() if line.strip()]
+            if len(lines) > 1 and lines[0].endswith("raised:"):
+                lines = lines[1:]
+            reason = _first_line(lines[0] if lines else "")
+            text = f"{call} fails {mode}, not in eager mode" + (f": {reason}" if reason else "")
+        else:
+            text = f"{call} runs {mode} where eager mode refuses it"
     elif rec.aspect == "status":
         if mine in ("error", "crash", "timeout"):
             text = f"{call} fails{_made_by(program, divergence)}"

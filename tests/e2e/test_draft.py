@@ -55,15 +55,23 @@ def test_draft_of_an_optimizer_variant_names_the_class_and_its_keywords(tmp_path
 def test_a_value_torch_alone_computes_is_drafted_against_torch(tmp_path):
     """candle and burn normalize the values passed to a training batch norm alike; torch alone
     differs (its input is a view of the running_var it updates first): the draft is torch's, its
-    reproducer the torch script checked against candle's values."""
+    reproducer the torch script checked against candle's values. Compiled torch normalizes the
+    values passed too: a second draft, eager against compiled, with a script that runs both."""
     stem = "torch_batch_norm_normalizes_an_input_it_updated"
     r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
-    draft = (tmp_path / f"{stem}.issue.md").read_text(encoding="utf-8")
-    assert draft.startswith("# torch: `forward` gives other values than candle:cpu"), draft[:200]
-    assert "- Observed, on `torch:cpu`:" in draft and "agree with each other where PyTorch alone differs" in draft
-    script = (tmp_path / f"{stem}.torch.py").read_text(encoding="utf-8")
-    assert "divergence |= check_values('s1', s1, [0.0, 0.0], 'candle:cpu')" in script and script.strip() in draft
+    drafts = {p.name: p.read_text(encoding="utf-8") for p in tmp_path.glob("*.issue.md")}
+    assert len(drafts) == 2, sorted(drafts)
+    (framework,) = [d for d in drafts.values() if d.startswith("# torch: `forward` gives other values than candle:cpu")]
+    assert (
+        "- Observed, on `torch:cpu`:" in framework and "agree with each other where PyTorch alone differs" in framework
+    )
+    script = next(p for p in tmp_path.glob("*.torch.py") if p.read_text(encoding="utf-8").strip() in framework)
+    assert "divergence |= check_values('s1', s1, [0.0, 0.0], 'candle:cpu')" in script.read_text(encoding="utf-8")
+    (compiled,) = [
+        d for d in drafts.values() if d.startswith("# torch: `forward` gives different values in eager mode")
+    ]
+    assert "def run_plain(label):" in compiled and "def run_compile(label):" in compiled
 
 
 def test_identity_that_torch_alone_keeps_apart_is_not_drafted_against_torch(tmp_path):

@@ -103,3 +103,28 @@ def test_the_batch_norm_candidate_gives_the_values_passed_when_compiled(tmp_path
     script.write_text(torch_script(load_case(CASES / BATCH_NORM), None, ("plain", "compile")), encoding="utf-8")
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 1 and "the divergence shows: ['s1'] differ" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_write_that_compiled_code_makes_without_a_version_bump_is_observed():
+    """AOTAutograd applies a mutation made under no_grad without bumping the version counters
+    of the tensors it writes (eager torch bumps them). The session's observations are keyed by
+    version counters, so after a compiled op every name is read again: here a row copied from
+    the parameter into its checkpoint entry, which is over the parameter's storage."""
+    w = (TensorDecl("w", "param", (2,), (0.0, 1.0)),)
+    ops = [{"op": "save", "name": "c"}, {"op": "assign", "target": "c.w", "source": "w", "index": 1, "source_index": 0}]
+    program = Program(w, check_program(w, ops))
+    finals = {}
+    for device in ("cpu", "cpu+compile"):
+        request = {"type": "run", "id": 1, "device": device, "program": program.to_wire()}
+        finals[device] = _final(named_observations(handle(TorchProbe(), json.dumps(request).encode())))
+    assert finals["cpu"] == finals["cpu+compile"] == {"w": [0.0, 0.0], "c.w": [0.0, 0.0]}
+
+
+def test_a_reproducer_of_an_op_that_fails_only_when_compiled_exits_1_naming_the_op(tmp_path):
+    case = CASES / "torch_compile_refuses_a_fill_of_an_expanded_view.toml"
+    script = tmp_path / "r.py"
+    script.write_text(torch_script(load_case(case), None, ("plain", "compile")), encoding="utf-8")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the divergence shows: ['p0', 's0'] differ; ops [] fail without compile, [1] with it" in r.stdout
+    assert "op 1: error: BackendCompilerFailed" in r.stdout

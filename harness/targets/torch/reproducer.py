@@ -78,8 +78,11 @@ class _Script:
         numbers=None,
         indent: str = "",
         check: Check | None = None,
+        failures: bool = False,
     ):
         self.trace, self.ops, self.prefix, self.indent, self.check = trace, ops, prefix, indent, check
+        #: Whether an op that fails is also recorded in ``failed`` (a variant script's runs).
+        self.failures = failures
         self.numbers = list(numbers) if numbers is not None else list(range(len(trace.get("steps") or [])))
         self.transcript = trace.get("transcript") or {"prologue": [], "ops": [], "names": {}}
         self.variables = self.transcript["names"]
@@ -120,6 +123,7 @@ class _Script:
                     f"{self.indent}except Exception as e:",
                     f'{self.indent}    print(f"{label}: error: {{type(e).__name__}}: {{e}}")',
                     *([f"{self.indent}    divergence = True"] if shows else []),
+                    *([f"{self.indent}    failed.append({i})"] if self.failures else []),
                 ]
                 continue
             else:
@@ -197,8 +201,13 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
     more than that: ``compile``); the names the two runs leave with different values are the
     divergence."""
     runs = [transcribe(program, VARIANT_DEVICES[v]) for v in variants]
-    scripts = [_Script(tr, program.ops, None, indent="    ") for tr in runs]
+    # Where an op fails on either side (a compiler error), each run also returns the ops that
+    # failed, and the two lists are compared with the values.
+    failures = any(s.get("status") == "error" for tr in runs for s in tr.get("steps") or [])
+    scripts = [_Script(tr, program.ops, None, indent="    ", failures=failures) for tr in runs]
     texts = [script.lines() for script in scripts]  # after lines(), a script's names are all bound
+    start, returned = (["    failed = []"], ", failed") if failures else ([], "")
+    unpacked = ("first, first_failed", "second, second_failed") if failures else ("first", "second")
     keywords = []
     for tr in runs:
         found = [
@@ -213,26 +222,47 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
     if merged == [_IMPL_RE.sub(", **impl)", line) for line in texts[1]] and None not in keywords:
         runs_source = [
             "def run(label, **impl):",
+            *start,
             *merged,
-            f"    return {scripts[0].names()}",
+            f"    return {scripts[0].names()}{returned}",
             "",
-            *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(("first", "second"), labels, keywords)),
+            *(f"{v} = run({python_str(label)}, {kw})" for v, label, kw in zip(unpacked, labels, keywords)),
         ]
     else:
         # The transcripts differ in more than the optimizers (``compile`` runs tensor ops as
         # compiled functions): each run is its own function, spelled as its variant ran it.
         runs_source = []
         for variant, script, text in zip(variants, scripts, texts):
-            runs_source += [f"def run_{variant}(label):", *text, f"    return {script.names()}", "", ""]
+            runs_source += [
+                f"def run_{variant}(label):",
+                *start,
+                *text,
+                f"    return {script.names()}{returned}",
+                "",
+                "",
+            ]
         runs_source += [
-            f"{v} = run_{variant}({python_str(label)})"
-            for v, variant, label in zip(("first", "second"), variants, labels)
+            f"{v} = run_{variant}({python_str(label)})" for v, variant, label in zip(unpacked, variants, labels)
+        ]
+    if failures:
+        verdict = [
+            "failing = first_failed != second_failed",
+            "if differ or failing:",
+            f'    print(f"the divergence shows: {{differ}} differ; ops {{first_failed}} fail without {variants[1]}, '
+            f'{{second_failed}} with it")',
+            "else:",
+            '    print("the divergence does not show")',
+            "raise SystemExit(1 if differ or failing else 0)",
+        ]
+    else:
+        verdict = [
+            'print(f"the divergence shows: {differ} differ" if differ else "the divergence does not show")',
+            "raise SystemExit(1 if differ else 0)",
         ]
     body = [
         *runs_source,
         "differ = [name for name in first if not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-4, "
         "equal_nan=True)]",
-        'print(f"the divergence shows: {differ} differ" if differ else "the divergence does not show")',
-        "raise SystemExit(1 if differ else 0)",
+        *verdict,
     ]
     return "\n".join(_header(title, body, False) + body) + "\n"

@@ -216,6 +216,11 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         try:
             run(op)
         finally:
+            if self.tx.compiling:
+                # AOTAutograd applies a mutation made under no_grad without bumping the version
+                # counters of the tensors it writes (eager torch bumps them): the change keys
+                # cannot see it, so every name is read again after a compiled op.
+                self._seen.clear()
             self.tx.compiling = False  # only the op's own statements: never an observation's
 
     def _op_snapshot(self, op: Op) -> None:

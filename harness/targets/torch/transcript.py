@@ -42,7 +42,8 @@ _BUILTINS = frozenset(dir(builtins))
 #: Names the reproducer's own lines use around the transcript (``reproducer.py``): no variable
 #: of the transcript takes them.
 SCRIPT_NAMES = frozenset(
-    {"show", "check_values", "divergence", "e", "run", "label", "impl", "first", "second", "differ"}
+    {"show", "check_values", "divergence", "e", "run", "label", "impl", "first", "second", "differ", "failed"}
+    | {"first_failed", "second_failed", "failing", "run_plain", "run_foreach", "run_fused", "run_compile"}
 )
 
 
