@@ -52,8 +52,15 @@ def test_rendered_with_cases_and_html(matrix, tmp_path):
     write(matrix, tmp_path)
     md = (tmp_path / "matrix.md").read_text()
     # Each cell names the call as the framework's reproducer spells it, then the verdict.
-    assert "| `clone` | write | `w.clone()` keeps | `w.clone()` keeps | `w.clone()` **follows** |" in md
-    assert "| `detach` | write | `w.detach()` follows | `w.detach()` follows | `w.as_tensor().detach()` follows |" in md
+    # columns: torch:cpu, its variants +foreach and +compile, then candle:cpu
+    assert (
+        "| `clone` | write | `w.clone()` keeps | `w.clone()` keeps | `w.clone()` keeps | `w.clone()` **follows** |"
+        in md
+    )
+    assert (
+        "| `detach` | write | `w.detach()` follows | `w.detach()` follows | `w.detach()` follows "
+        "| `w.as_tensor().detach()` follows |" in md
+    )
     case = load_case(tmp_path / "cases" / "clone--write.toml")
     assert [op["op"] for op in case.ops] == ["snapshot", "write"]
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
