@@ -132,8 +132,10 @@ class _Rename(ast.NodeTransformer):
         return ast.Name(self.names.get(node.id, node.id), node.ctx)
 
 
+@lru_cache(maxsize=COMPILED_LINES)
 def compiled_line(line: str) -> CompiledLine:
-    """``line`` as a ``CompiledLine``. A name the line reads that is no module and no builtin is a
+    """``line`` as a ``CompiledLine`` (kept per line: a line recurs across programs, and parsing
+    it is the variant's cost on every statement it runs). A name the line reads that is no module and no builtin is a
     transcript variable (a variable never takes a builtin's name: ``_identifier``), so the
     parameters follow from the text alone; a name it reads and binds is both. The lifted
     literals are ``value0``, ``value1``, ... (with ``_`` added until no variable of the line
