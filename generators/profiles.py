@@ -37,6 +37,7 @@ DEFAULT_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("forward", 3),
     ("map", 2),
     ("add", 2),
+    ("backward_of", 2),
 )
 
 
@@ -106,6 +107,7 @@ PROFILES = {
             ("forward", 1),
             ("map", 1),
             ("add", 1),
+            ("backward_of", 1),
         ),
     ),
     # Every program in bf16 or f16 (half each): the kernels and conversions of the narrow dtypes.
@@ -132,6 +134,7 @@ PROFILES = {
             assign=4,
             map=3,
             add=3,
+            backward_of=3,
         ),
     ),
 }

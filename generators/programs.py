@@ -390,6 +390,17 @@ def _draw_forward(draw, p: _Drawn) -> None:
     p.names.append(name)
 
 
+def _draw_backward_of(draw, p: _Drawn) -> None:
+    """A backward pass over the graph of a name the model's params may have made: a param or a
+    snapshot (a buffer, a layer's statistics or a name made from them has no graph, and torch
+    refuses a pass over it); the plain ``backward`` instead when there is none."""
+    tracked = [n for n in p.names if n not in p.buffers and n not in p.stats]
+    if not tracked:
+        p.ops.append({"op": "backward"})
+        return
+    p.ops.append({"op": "backward_of", "of": _pick(draw, tracked)})
+
+
 #: How each op kind of the op table is drawn; an op with no fields is drawn as itself.
 #: ``tests/unit/case/test_op_table.py`` checks that every op of the table can be drawn.
 DRAWERS = {
@@ -412,6 +423,7 @@ DRAWERS = {
     "forward": _draw_forward,
     "map": _draw_map,
     "add": _draw_add,
+    "backward_of": _draw_backward_of,
 }
 
 

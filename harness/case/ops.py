@@ -286,6 +286,14 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "one backward pass of the loss (the same as a step's) without a step: the "
         "gradients accumulate, and the next `step` adds its own backward pass and steps with the sum",
     ),
+    OpSpec(
+        "backward_of",
+        (Field("of", "name"),),
+        "one backward pass of the sum of `of` through the graph that made it, the graph kept for "
+        "another pass (torch: `of.sum().backward(retain_graph=True)`): where an in-place write changed "
+        "a tensor the graph saved, torch's version counters refuse it; the gradients accumulate as "
+        "for `backward`",
+    ),
     # `to` before the optional hyper-parameters: required fields come first (canonical order).
     OpSpec(
         "set_lr",

@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.case import values as cv
 from harness.case.ir import CaseError
-from harness.judging.finding import Finding
+from harness.judging.finding import SELF_KINDS, Finding
 from harness.paths import BASELINE
 from harness.targets.registry import FRAMEWORKS, RELEASE_PACKAGE
 from harness.versions import VersionRange
@@ -69,7 +69,7 @@ class KnownDivergence:
         return None
 
     def matches(self, f: Finding) -> bool:
-        if f.kind in ("metamorphic", "sharing") and not _names_kind(self.kind, f.kind):
+        if f.kind in SELF_KINDS and not _names_kind(self.kind, f.kind):
             return False  # a target against itself: only an entry written for that oracle explains it
         if not _any(f.kind, self.kind) or not _any(f.aspect, self.aspect):
             return False

@@ -12,11 +12,17 @@ from typing import Any, Protocol
 
 from harness.judging.pairs import REFERENCE_FRAMEWORK
 
+#: The kinds of finding that hold a target against itself (``targets`` names it twice): the run
+#: with and without inert ops (``metamorphic``), the model before and after a copy
+#: (``sharing``), a tensor's values against its version counter (``version``). One target is
+#: enough to show them; every other kind needs two targets the oracle compares.
+SELF_KINDS = ("metamorphic", "sharing", "version")
+
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # device | variant | framework | value | error | crash | timeout | harness-error | metamorphic | sharing
-    aspect: str  # status | verdict | identity | value | draw (metamorphic) | harness
+    kind: str  # device | variant | framework | value | error | crash | timeout | harness-error | metamorphic | sharing | version
+    aspect: str  # status | verdict | identity | value | dtype | version | draw (metamorphic) | harness
     targets: tuple[str, str]
     op_label: str  # e.g. "step:sgd", "write:row"; "program" for whole-program failures
     method: str | None  # snapshot method involved, if any
@@ -59,6 +65,13 @@ class Finding:
         sa, sb = self.sides
         if self.kind == "metamorphic":
             return self._metamorphic_sentence()
+        if self.kind == "version":  # ``versions.hidden_writes``: one target against its own counter
+            via = f" through its `{self.method}`" if self.method else ""
+            return (
+                f"On {a}, op {self.op_index} (`{self.op_label}`) changed {self.subject}{via} without"
+                f" bumping its version counter: autograd's check of saved tensors cannot see the write."
+                f" {self.detail}"
+            ).strip()
         if self.kind == "sharing":  # ``sharing.changes``: one target, before and after a copy
             x, _, y = (self.subject or ",").partition(",")
             what = "one object" if self.aspect == "identity" else "one storage"
@@ -92,6 +105,13 @@ class Finding:
                 else f"After op {self.op_index} (`{self.op_label}`)"
             )
             return f"{when}, {self.subject} is {sa} on {a} but {sb} on {b}."
+        if self.aspect == "version":
+            bumped, kept = (a, b) if sa == "bumped" else (b, a)
+            return (
+                f"After op {self.op_index} (`{self.op_label}`), the version counter of {self.subject}"
+                f" moved on {bumped} but not on {kept}: autograd's check of saved tensors sees the"
+                f" write on {bumped} only. {self.detail}"
+            ).strip()
         if self.aspect == "harness":  # harness_errors.harness_error: the detail is a traceback
             return (
                 f"aliasfuzz itself raised {sa} at {sb} while at stage `{self.op_label}`"

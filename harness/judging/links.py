@@ -264,6 +264,6 @@ def status_method(program: Program, i: int) -> str | None:
     op = program.ops[i]
     if op.kind == "snapshot":
         return op.method
-    if op.kind in ("step", "backward"):
+    if op.kind in ("step", "backward", "backward_of"):
         return model_mode(program, i)
     return None

@@ -24,7 +24,9 @@ itself, the finding is the op's different effect on it, a ``value`` finding (``c
 a step that does not train a parameter on one side, say (``_one_sided``).
 
 Each target is also compared with itself (``sharing``): a module clone, a checkpoint or a load that
-splits two of the model's names that were one object or one storage, or joins two that were not.
+splits two of the model's names that were one object or one storage, or joins two that were not;
+and, where it has version counters (``versions``), an in-place write that changed a name's values
+and left its counter, which autograd's check of saved tensors then cannot see.
 
 Which pairs: two devices of one framework (kind ``device``), a device and its variant (kind
 ``variant``: ``torch:cpu`` against ``torch:cpu+foreach``), and the primary targets of two
@@ -50,7 +52,7 @@ import numpy as np
 
 from harness.case import ops
 from harness.case.ir import Program, per_program
-from harness.judging import identity, rules, sharing
+from harness.judging import identity, rules, sharing, versions
 from harness.judging.finding import Finding
 from harness.judging.links import (
     common_source_link,
@@ -63,7 +65,16 @@ from harness.judging.links import (
 )
 from harness.judging.pairs import pairs
 from harness.judging.value_compare import elements_differ, tolerance, values_close
-from harness.judging.verdicts import SnapshotInfo, Verdict, same_values, snapshots, subject_role, verdicts, writes_into
+from harness.judging.verdicts import (
+    SnapshotInfo,
+    Verdict,
+    binding_rank,
+    same_values,
+    snapshots,
+    subject_role,
+    verdicts,
+    writes_into,
+)
 from harness.targets.trace import CRASH, TIMEOUT, UNSUPPORTED, Trace, alike
 
 #: A value finding on a tensor with more elements names its first differing element.
@@ -431,25 +442,6 @@ def _related(finding: Finding, program: Program) -> set[str]:
 
 
 @per_program
-def _binding_order(program: Program) -> dict[str, int]:
-    """Each name's place in the program's binding order: its declared tensors, its layers'
-    states, then what each op binds. Renaming the tensors keeps it, as sorting by name does not,
-    so the name a finding is about, and so its signature, does not depend on what names are called."""
-    order: dict[str, int] = {}
-    names = [t.name for t in program.tensors] + [n for layer in program.layers for n, _, _ in layer.states()]
-    names += [s.name for s in snapshots(program)]
-    for name in names:
-        order.setdefault(name, len(order))
-    return order
-
-
-def _binding_rank(program: Program):
-    """A sort key by ``_binding_order`` (a name it does not know last, by name)."""
-    order = _binding_order(program)
-    return lambda name: (order.get(name, len(order)), name)
-
-
-@per_program
 def _ancestors(program: Program) -> dict[str, frozenset[str]]:
     """Name -> every name it is a snapshot of, however indirectly (its sources' sources)."""
     edges = {(s.name, s.source) for s in snapshots(program)}
@@ -523,7 +515,7 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
                     related_at_op.setdefault(name, j)
         # After op 0 only names that changed on either side can newly differ: everything else
         # was compared equal at the op before (or set apart, or the loop would have returned).
-        for name in sorted(sa if i == 0 else changed, key=_binding_rank(ctx.program)):
+        for name in sorted(sa if i == 0 else changed, key=binding_rank(ctx.program)):
             if name in skip or name not in sa or name not in sb:
                 continue
             x, y = sa[name].value, sb[name].value
@@ -579,7 +571,7 @@ def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
             return
         sa, sb = a.state_after(i), b.state_after(i)
         for name in sorted(
-            sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys(), key=_binding_rank(ctx.program)
+            sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys(), key=binding_rank(ctx.program)
         ):
             x, y = sa.get(name), sb.get(name)
             if x is not None and y is not None and x.dtype and y.dtype and x.dtype != y.dtype:
@@ -597,6 +589,69 @@ def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
                 return
 
 
+def _compare_versions(ctx: PairContext, hidden: set[int]) -> None:
+    """The first op that bumped a name's version counter on one target and not on the other
+    (``Observation.version``: torch's, on its devices and variants; candle and burn have none).
+    Only the same object before and after the op counts (a name bound again holds a new counter),
+    and only where the op moved the name's value alike on both sides: a value moved on one side
+    only is a value finding, and its counter follows it. How far a counter moves is not compared,
+    only whether it moves: one in-place call may bump it once or several times (an optimizer's
+    for-loop and its foreach kernels, a compiled graph's functionalized copy)."""
+    a, b = ctx.traces
+    if not _has_versions(a) or not _has_versions(b):
+        return
+    for i in range(len(a.steps)):
+        if i in hidden:
+            continue
+        changed = a.steps[i].changed.keys() | b.steps[i].changed.keys()
+        if not changed:
+            continue
+        before_a, before_b = a.state_after(i - 1), b.state_after(i - 1)
+        after_a, after_b = a.state_after(i), b.state_after(i)
+        for name in sorted(changed, key=binding_rank(ctx.program)):
+            seen = (before_a.get(name), after_a.get(name), before_b.get(name), after_b.get(name))
+            if any(o is None or o.version is None or o.identity is None for o in seen):
+                continue
+            xa, ya, xb, yb = seen
+            if xa.identity != ya.identity or xb.identity != yb.identity:
+                continue
+            if _moved_at(a, i, name) != _moved_at(b, i, name):
+                continue
+            bumped = (ya.version != xa.version, yb.version != xb.version)
+            if bumped[0] == bumped[1]:
+                continue
+            ctx.add(
+                rule=rules.VERSION_DIFFERS.name,
+                aspect="version",
+                method=_value_method(ctx.program, i, name) or _made_by(ctx.program, i, name),
+                op_label=ops.label(ctx.program.ops[i]),
+                sides=tuple("bumped" if x else "kept" for x in bumped),
+                op_index=i,
+                subject=name,
+                role=subject_role(ctx.program, name),
+                detail=(
+                    f"Its version counter went from {xa.version} to {ya.version} on {ctx.ids[0]}"
+                    f" and from {xb.version} to {yb.version} on {ctx.ids[1]}."
+                ),
+            )
+            return
+
+
+def _made_by(program: Program, i: int, name: str) -> str | None:
+    """The method of the snapshot that last bound ``name`` before op ``i``; None for a declared
+    name: what makes a snapshot share its source's version counter or have its own."""
+    made = None
+    for s in snapshots(program):
+        if s.op < i and s.name == name:
+            made = s.method
+    return made
+
+
+def _has_versions(trace: Trace) -> bool:
+    """Whether ``trace``'s target reports version counters (any observation of its opening)."""
+    return any(o.version is not None for o in trace.initial.values())
+
+
 def compare_pair(
     program: Program, kind: str, ids: tuple[str, str], traces: tuple[Trace, Trace], verdict_maps=None
 ) -> list[Finding]:
@@ -610,6 +665,7 @@ def compare_pair(
     _compare_identity(ctx, hidden)
     _compare_values(ctx, hidden)
     _compare_dtypes(ctx, hidden)
+    _compare_versions(ctx, hidden)
     return ctx.findings
 
 
@@ -659,6 +715,7 @@ def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
                 )
     for _target, tr in sorted(traces.items()):
         findings.extend(sharing.changes(program, tr))
+        findings.extend(versions.hidden_writes(program, tr))
     for kind, (a, b) in pairs(list(traces)):
         if traces[a].ok and traces[b].ok and alike(traces[a], traces[b]):
             continue  # no aspect can diverge: a backend and its twin, mostly

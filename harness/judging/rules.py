@@ -113,6 +113,22 @@ DTYPE_DIFFERS = Rule(
     " or made a tensor in another dtype than the case's.",
     "tests/unit/judging/test_oracle.py::test_a_tensor_one_framework_holds_in_another_dtype_is_a_dtype_finding",
 )
+VERSION_DIFFERS = Rule(
+    "version-differs",
+    "version",
+    "An op bumped a name's version counter on one target and left it on the other, where both"
+    " have counters and the name's value moved alike on both: autograd's check of saved tensors"
+    " sees the write on one side only (a backward over it is refused there alone).",
+    "tests/unit/judging/test_oracle_rules.py::test_a_write_one_target_keeps_off_the_version_counter_is_a_version_finding",
+)
+WRITE_HIDDEN_FROM_AUTOGRAD = Rule(
+    "write-hidden-from-autograd",
+    "version",
+    "An in-place write changed a name's values on a target with version counters and left the"
+    " name's counter where it was (the target against itself): autograd's check of saved tensors"
+    " cannot see it, so a backward pass over a graph that saved the name runs with the new values.",
+    "tests/cases/torch_data_write_is_hidden_from_autograd.toml",
+)
 SHARING_CHANGES = Rule(
     "sharing-changes",
     "identity, storage",
@@ -155,7 +171,9 @@ RULES: tuple[Rule, ...] = (
     VALUE_DIFFERS,
     MOVED_BY_AN_EARLIER_DIVERGENCE,
     DTYPE_DIFFERS,
+    VERSION_DIFFERS,
     SHARING_CHANGES,
+    WRITE_HIDDEN_FROM_AUTOGRAD,
     INERT_OPS_CHANGE_THE_RUN,
     INERT_OPS_REORDER_THE_DRAW,
     HARNESS_ERROR,

@@ -87,6 +87,25 @@ def snapshots(program: Program) -> tuple[SnapshotInfo, ...]:
     )
 
 
+@per_program
+def binding_order(program: Program) -> dict[str, int]:
+    """Each name's place in the program's binding order: its declared tensors, its layers'
+    states, then what each op binds. Renaming the tensors keeps it, as sorting by name does not,
+    so the name a finding is about, and so its signature, does not depend on what names are called."""
+    order: dict[str, int] = {}
+    names = [t.name for t in program.tensors] + [n for layer in program.layers for n, _, _ in layer.states()]
+    names += [s.name for s in snapshots(program)]
+    for name in names:
+        order.setdefault(name, len(order))
+    return order
+
+
+def binding_rank(program: Program):
+    """A sort key by ``binding_order`` (a name it does not know last, by name)."""
+    order = binding_order(program)
+    return lambda name: (order.get(name, len(order)), name)
+
+
 def subject_role(program: Program, name: str) -> str | None:
     """The declared kind (param, buffer, lazy) of the tensor ``name`` is, or else is a snapshot
     of, through snapshot sources (``s1 = alias(s0)``, ``s0 = clone(b0)``: buffer). A lazy tensor

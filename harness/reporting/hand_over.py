@@ -48,6 +48,12 @@ def check_of(record: FindingRecord | Finding, repro: Mapping[str, Any] | None, f
     value the repro JSON does not hold."""
     d = divergence_of(repro, record.signature)
     targets = list(record.targets)
+    if d is not None and record.kind == "version" and targets and targets[0].split(":", 1)[0] == framework:
+        # a write hidden from the target's own version counter: the script watches the counter
+        index, subject = d.get("op_index"), d.get("subject")
+        if isinstance(index, int) and index >= 0 and subject:
+            return Check(index, subject, None, "the version counter", counter=True)
+        return None
     if d is None or len(targets) != 2 or record.aspect not in _CHECKED_ASPECTS:
         return None
     if record.kind in ("device", "variant", "sharing"):  # one framework on both sides: no other side to run
@@ -189,6 +195,15 @@ def write_hand_over(
 
 def _check_lines(check: Check, repro: Mapping[str, Any] | None, target: str | None) -> list[str]:
     """What a checked reproducer prints at its end, as the probe's observations say it will."""
+    if check.counter:
+        before, after = _versions_at(repro, target, check.op, check.subject or "")
+        if before is None or after is None:
+            return ["the divergence shows"]
+        return [
+            f"check: {check.subject}: values changed, version counter {before} -> {after}: the write is hidden"
+            " from autograd",
+            "the divergence shows",
+        ]
     if check.want is None:
         return ["the divergence shows"]
     doc = ((repro or {}).get("targets") or {}).get(target or "")
@@ -200,6 +215,24 @@ def _check_lines(check: Check, repro: Mapping[str, Any] | None, target: str | No
         f"check: {check.subject} = {_short(got)}; the divergence expects {want} ({check.source}): it differs",
         "the divergence shows",
     ]
+
+
+def _versions_at(
+    repro: Mapping[str, Any] | None, target: str | None, op: int, name: str
+) -> tuple[int | None, int | None]:
+    """The version counter of ``name`` before and after op ``op``, as ``target``'s observations
+    in the repro JSON say (None where they hold none)."""
+    doc = ((repro or {}).get("targets") or {}).get(target or "") or {}
+    version = ((doc.get("initial") or {}).get(name) or {}).get("version")
+    history = [version]  # the counter after each op, the opening first
+    for step in doc.get("trace") or []:
+        seen = (step.get("changed") or {}).get(name)
+        if seen is not None:
+            version = seen.get("version")
+        history.append(version)
+    if op + 1 >= len(history):
+        return None, None
+    return history[op], history[op + 1]
 
 
 def _write_draft(

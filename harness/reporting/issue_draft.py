@@ -74,6 +74,11 @@ _WHY = {
         "reproducible once a harmless call is added or removed."
     ),
     "dtype": "A tensor changes its dtype on one side only, so later arithmetic differs or fails.",
+    "version": (
+        "Autograd refuses a backward pass over a tensor that an in-place write changed after the graph saved "
+        "it, by its version counter. A write the counter does not show slips past that check: the backward "
+        "pass runs with the new values and computes wrong gradients, with no error."
+    ),
 }
 
 _METAMORPHIC_WHY = (
@@ -168,6 +173,10 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         what = "one object" if rec.aspect == "identity" else "one storage"
         verb = "splits" if sides[0] == "shared" else "joins"
         text = f"{call} {verb} parameters that were {what}"
+    elif rec.kind == "version":
+        text = f"{call} changes a tensor's values without bumping its version counter"
+        if rec.method:
+            text += f" (written through a `{rec.method}` of it)"
     elif rec.kind in ("device", "variant"):
         a, b = (t.split(":", 1)[-1] for t in rec.targets[:2])
         what = {
@@ -176,6 +185,7 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
             "verdict": "copy semantics",
             "identity": "object identity",
             "dtype": "dtypes",
+            "version": "version counters",
         }.get(rec.aspect or "", "results")
         keywords = [_IMPL_KEYWORDS.get(t.split("+", 1)[1] if "+" in t else "plain") for t in (a, b)]
         optimizer = _OPTIMIZER_CLASSES.get((rec.op or "").removeprefix("step:"))
@@ -292,6 +302,16 @@ def expectation(rec: FindingRecord, divergence: Mapping[str, Any] | None = None)
             _what(sides[1], values[1], rec.aspect),
             "the same target without the inert ops: they change nothing the program reads, so the two runs "
             f"should agree. {agrees}".strip(),
+        )
+    if rec.kind == "version" and targets:
+        return (
+            f"{md_code(targets[0])}",
+            "the values changed, the version counter did not",
+            "autograd",
+            "every in-place write bumps the version counter of the tensors it changes",
+            'the autograd mechanics notes, "In-place correctness checks": every tensor keeps a version '
+            "counter that each in-place operation bumps, and a backward pass refuses a saved tensor whose "
+            "counter moved. A write whose change the counter does not show passes that check silently.",
         )
     if rec.kind == "sharing" and targets:
         return (

@@ -39,7 +39,7 @@ from harness.case import ops as op_table
 from harness.case.layers import LAYER_KINDS
 
 #: Bumped on every incompatible change; the harness refuses a target that reports another number.
-PROTOCOL_VERSION = 11
+PROTOCOL_VERSION = 12
 
 #: The seed of a program's one generator (lazy init ``program_rng``), set once when it opens.
 PROGRAM_SEED = 0
@@ -329,11 +329,25 @@ def uses(op: dict) -> tuple[str, ...]:
 
 #: An observation on the wire is a list of these fields, in this order (PROTOCOL.md, OBS; the
 #: Rust ``Obs``): a trace holds dozens of observations, and field names were most of their bytes.
-#: The last, ``storage``, is optional: a token of the memory the tensor is over, sent only by a
-#: target that can name it (torch: the storage's address; candle and burn send none).
-OBS_FIELDS = ("shape", "value", "identity", "device", "requires_grad", "initialized", "dtype", "note", "storage")
-#: How many fields every wire observation has (all but the optional ``storage``).
-OBS_REQUIRED = len(OBS_FIELDS) - 1
+#: The last two are optional, sent only by a target that has them: ``storage``, a token of the
+#: memory the tensor is over (torch: the storage's address), null where the tensor has none of its
+#: own; ``version``, the tensor's version counter (torch ``t._version``, which every in-place
+#: write bumps and autograd checks saved tensors against). candle and burn send neither: they
+#: have no storage token to give and no version counter (docs/SEMANTICS.md).
+OBS_FIELDS = (
+    "shape",
+    "value",
+    "identity",
+    "device",
+    "requires_grad",
+    "initialized",
+    "dtype",
+    "note",
+    "storage",
+    "version",
+)
+#: How many fields every wire observation has (all but the optional ``storage`` and ``version``).
+OBS_REQUIRED = len(OBS_FIELDS) - 2
 #: Where ``value`` is in a wire observation.
 VALUE = OBS_FIELDS.index("value")
 
@@ -348,11 +362,15 @@ def observation(
     dtype: str | None = None,
     note: str | None = None,
     storage: str | None = None,
+    version: int | None = None,
 ) -> list:
-    """A wire observation (``OBS_FIELDS``; ``storage`` only where known)."""
+    """A wire observation (``OBS_FIELDS``; ``storage`` and ``version`` only where known, a
+    null ``storage`` before a ``version`` where only the version is)."""
     obs = [shape, value, identity, device, requires_grad, initialized, dtype, note]
-    if storage is not None:
+    if storage is not None or version is not None:
         obs.append(storage)
+    if version is not None:
+        obs.append(version)
     return obs
 
 

@@ -61,13 +61,16 @@ class Check:
     does (a regression test, and what ``bisect`` can run): after op ``op`` of the case (its first
     run, for a metamorphic case), ``subject`` holds ``want``, the values the divergence expects
     (``source`` says whose they are); with ``want`` None, the divergence is that op ``op``
-    fails. Values agree within 1e-4, relative above 1; NaN agrees with NaN."""
+    fails, or, with ``counter``, that op ``op`` changes ``subject``'s values and leaves its version
+    counter where it was (torch's ``_version``: the write is hidden from autograd). Values agree
+    within 1e-4, relative above 1; NaN agrees with NaN."""
 
     op: int
     subject: str | None
     want: tuple[float, ...] | None
     source: str
+    counter: bool = False
 
     def label(self) -> str:
         """The line label of the op the check is after, as the reproducer prints it."""
-        return f"after op {self.op}" if self.want is not None else f"op {self.op}"
+        return f"after op {self.op}" if self.want is not None or self.counter else f"op {self.op}"

@@ -150,7 +150,8 @@ def _envelope_defs() -> dict[str, Any]:
         "initialized": {"type": "boolean"},
         "dtype": {"type": ["string", "null"]},
         "note": {"type": ["string", "null"]},
-        "storage": {"type": "string"},
+        "storage": {"type": ["string", "null"]},
+        "version": {"type": "integer", "minimum": 0},
     }
     obs = {
         "type": "array",

@@ -55,6 +55,10 @@ class Observation:
     #: A token of the memory the tensor is over (two names with one token share storage), where
     #: the target can name it (``protocol.OBS_FIELDS``); None elsewhere.
     storage: str | None = None
+    #: The tensor's version counter (torch ``_version``: every in-place write bumps it, and
+    #: autograd refuses a backward pass over a saved tensor whose counter moved), where the target
+    #: has one (``protocol.OBS_FIELDS``); None elsewhere.
+    version: int | None = None
 
     @classmethod
     def from_wire(cls, raw: list | Mapping[str, Any]) -> Observation:
@@ -63,6 +67,7 @@ class Observation:
         if type(raw) is list:
             shape, value, identity, device, requires_grad, initialized, dtype, note, *rest = raw
             storage = rest[0] if rest else None
+            version = rest[1] if len(rest) > 1 else None
         else:
             shape, value, identity = raw["shape"], raw.get("value"), raw.get("identity")
             device, requires_grad, initialized = (
@@ -71,6 +76,7 @@ class Observation:
                 raw.get("initialized", True),
             )
             dtype, note, storage = raw.get("dtype"), raw.get("note"), raw.get("storage")
+            version = raw.get("version")
         shape = tuple(shape)
         value = _floats(value)
         if value is not None and len(shape) != 1:  # a flat list is already one-dimensional
@@ -95,6 +101,7 @@ class Observation:
                 "note": note,
                 "dtype": dtype,
                 "storage": storage,
+                "version": version,
             },
         )
         return obs
@@ -110,6 +117,7 @@ class Observation:
             **({"note": self.note} if self.note else {}),
             **({"dtype": self.dtype} if self.dtype else {}),
             **({"storage": self.storage} if self.storage else {}),
+            **({"version": self.version} if self.version is not None else {}),
         }
 
 
@@ -239,9 +247,9 @@ class Changes:
 
 
 def alike(a: Trace, b: Trace) -> bool:
-    """Whether two traces look the same to the oracle: statuses, names, shapes, dtypes, value bits
-    and identity tokens renamed by first appearance (devices, ``requires_grad`` and messages left
-    out), so that no aspect can diverge between them. Walked side by side, the first step that
+    """Whether two traces look the same to the oracle: statuses, names, shapes, dtypes, value bits,
+    version counters and identity tokens renamed by first appearance (devices, ``requires_grad``
+    and messages left out), so that no aspect can diverge between them. Walked side by side, the first step that
     differs stops it (traces of two frameworks mostly differ somewhere; two backends' mostly do
     not)."""
     if a.status != b.status or len(a.steps) != len(b.steps):
@@ -259,6 +267,7 @@ def alike(a: Trace, b: Trace) -> bool:
                 or oa.dtype != ob.dtype
                 or (oa.value is None) != (ob.value is None)
                 or (oa.identity is None) != (ob.identity is None)
+                or oa.version != ob.version
             ):
                 return False
             if oa.value is not None and oa.value.tobytes() != ob.value.tobytes():

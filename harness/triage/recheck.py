@@ -27,7 +27,9 @@ from pathlib import Path
 from harness.case.case_file import load_case
 from harness.errors import InputError
 from harness.fuzzing.replay import run_case
+from harness.judging.finding import SELF_KINDS
 from harness.judging.harness_errors import is_harness_error
+from harness.judging.pairs import pairs
 from harness.paths import ROOT
 from harness.triage.store import TriageStore
 
@@ -81,7 +83,8 @@ def recheck(store: TriageStore, baseline, runner) -> list[Recheck]:
             except InputError as e:
                 out.append(Recheck(cause, case, "cannot run", note=str(e)))
             else:
-                out.append(_outside(_judge(cause, case, entry, result, needs), entries.get(entry), result, installed))
+                verdict = _judge(cause, case, entry, result, needs, _needs_a_pair(entries.get(entry)))
+                out.append(_outside(verdict, entries.get(entry), result, installed))
         last = store.last_recheck(cause)
         out[-1] = replace(out[-1], previous=last[1] if last else None)
         store.record_recheck(
@@ -109,6 +112,15 @@ def _needs(cause: str, entry) -> tuple[str, ...]:
     return tuple(sorted({t for t in parts[1].split("~") if t and t != "-"})) if len(parts) > 2 else ()
 
 
+def _needs_a_pair(entry) -> bool:
+    """Whether a baseline entry's findings need two targets held against each other: every kind
+    but those of a target against itself (``SELF_KINDS``), which one target shows."""
+    if entry is None:
+        return False
+    kinds = (entry.kind,) if isinstance(entry.kind, str) else tuple(entry.kind)
+    return not all(k in SELF_KINDS for k in kinds)
+
+
 def _absent(needs: tuple[str, ...], targets) -> str:
     """The frameworks or targets of ``needs`` that none of ``targets`` is, in words ("" when none)."""
     targets = list(targets)
@@ -116,7 +128,11 @@ def _absent(needs: tuple[str, ...], targets) -> str:
     return ", ".join(missing)
 
 
-def _judge(cause: str, case: str, entry: str | None, result, needs: tuple[str, ...] = ()) -> Recheck:
+def _judge(
+    cause: str, case: str, entry: str | None, result, needs: tuple[str, ...] = (), pair: bool = False
+) -> Recheck:
+    """``pair``: the cause needs two targets held against each other; where no two that took the
+    case are, a target's findings against itself say nothing of it."""
     findings = [f for f in result.findings if not is_harness_error(f)]
     if len(findings) < len(result.findings):
         return Recheck(cause, case, "cannot run", note="a harness error (see `aliasfuzz repro`)")
@@ -130,7 +146,7 @@ def _judge(cause: str, case: str, entry: str | None, result, needs: tuple[str, .
             "cannot run",
             note=f"needs {refused}, which did not take the case (it ran on {', '.join(result.ran_on)})",
         )
-    if not result.compared:
+    if not result.compared or (pair and not result.program.inert and not pairs(result.ran_on)):
         return Recheck(cause, case, "cannot run", note=result.not_compared())
     signatures = tuple(sorted({f.signature for f in findings}))
     if entry is not None:

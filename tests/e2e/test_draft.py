@@ -56,12 +56,20 @@ def test_a_value_torch_alone_computes_is_drafted_against_torch(tmp_path):
     """candle and burn normalize the values passed to a training batch norm alike; torch alone
     differs (its input is a view of the running_var it updates first): the draft is torch's, its
     reproducer the torch script checked against candle's values. Compiled torch normalizes the
-    values passed too: a second draft, eager against compiled, with a script that runs both."""
+    values passed too: a second draft, eager against compiled, with a script that runs both. The
+    forward's update of the running statistics does not bump their version counters (pytorch#13402):
+    two more drafts, that one and compiled torch, which bumps them, against eager torch."""
     stem = "torch_batch_norm_normalizes_an_input_it_updated"
     r = run_cli("draft", str(CASES / f"{stem}.toml"), "--out", str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     drafts = {p.name: p.read_text(encoding="utf-8") for p in tmp_path.glob("*.issue.md")}
-    assert len(drafts) == 2, sorted(drafts)
+    assert len(drafts) == 4, sorted(drafts)
+    titles = sorted(d.splitlines()[0] for d in drafts.values())
+    assert "# torch: `forward` changes a tensor's values without bumping its version counter" in titles
+    assert (
+        "# torch: `forward` gives different version counters in eager mode and under"
+        " `torch.compile(backend='aot_eager')`" in titles
+    )
     (framework,) = [d for d in drafts.values() if d.startswith("# torch: `forward` gives other values than candle:cpu")]
     assert (
         "- Observed, on `torch:cpu`:" in framework and "agree with each other where PyTorch alone differs" in framework

@@ -9,7 +9,7 @@ import json
 import sqlite3
 
 from harness.fuzzing.baseline import load_baseline
-from harness.judging.finding import FindingRecord
+from harness.judging.finding import SELF_KINDS, FindingRecord
 from harness.triage.store import TriageStore
 from tests.conftest import CASES, ROOT, run_cli
 
@@ -59,9 +59,10 @@ def test_recheck_on_torch_alone_says_every_cause_of_candle_or_burn_cannot_run(tm
     entries = load_baseline(None).entries
     assert set(results) == {e.id for e in entries} | {CANDLE_CAUSE}, r.stdout
     # A cause within one torch target (its frameworks are torch's, and it is a target against
-    # itself: sharing) runs on torch:cpu and still shows; every other one cannot run, a cause
-    # between torch:cpu and a variant of it (torch:cpu+compile) included.
-    torch_only = {e.id for e in entries if list(e.frameworks) == ["torch"] and e.kind == "sharing"}
+    # itself: sharing, version) runs on torch:cpu and still shows; every other one cannot run, a
+    # cause between torch:cpu and a variant of it (torch:cpu+compile) included, and a cause of no
+    # framework in particular whose case shows only a target against itself on torch:cpu alone.
+    torch_only = {e.id for e in entries if list(e.frameworks) == ["torch"] and e.kind in SELF_KINDS}
     assert torch_only, "the baseline has a torch-only cause for this test to run"
     assert {c for c, (result, _) in results.items() if result == "still shows"} == torch_only, r.stdout
     assert {result for c, (result, _) in results.items() if c not in torch_only} == {"cannot run"}, r.stdout

@@ -113,6 +113,7 @@ def test_hello(probe):
         "scale",
         "step",
         "backward",
+        "backward_of",
         "set_lr",
         "move",
         "module_clone",

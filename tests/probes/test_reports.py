@@ -378,3 +378,21 @@ def test_a_variant_script_runs_both_implementations_and_compares_them(case, show
     compare_printed(
         parse_output(r.stdout), trace_states(doc["targets"]["torch:cpu"]), case, doc["targets"]["torch:cpu"]["ops"]
     )
+
+
+@pytest.mark.parametrize(
+    "case,op,subject,shows",
+    [
+        ("torch_data_write_is_hidden_from_autograd.toml", 3, "w", True),  # through .data: hidden
+        ("torch_detach_write_is_seen_by_autograd.toml", 3, "w", False),  # through detach(): seen
+    ],
+)
+def test_a_version_checked_reproducer_exits_1_exactly_when_the_write_is_hidden(case, op, subject, shows, tmp_path):
+    """A write hidden from autograd: the torch script keeps the subject's counter and values
+    before the op, and after it says whether the values changed while the counter stayed."""
+    from harness.targets.reproducers import Check
+
+    r = _checked("torch", CASES / case, Check(op, subject, None, "the version counter", counter=True), tmp_path)
+    assert r.returncode == (1 if shows else 0), r.stdout + r.stderr[-2000:]
+    said = "the write is hidden from autograd" if shows else "autograd sees the write"
+    assert f"check: {subject}: values changed, version counter" in r.stdout and said in r.stdout, r.stdout

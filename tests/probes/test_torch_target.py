@@ -615,11 +615,15 @@ def test_non_finite_values_travel_as_strings(worker):
 
 def test_changed_compares_values_by_bit_pattern(worker):
     # -0.0 == 0.0 as floats but not as float32 bits: writing -0 over 0 is a change (as in the
-    # Rust Obs: PartialEq); writing the same bits again is not
+    # Rust Obs: PartialEq); writing the same bits again changes only the version counter, which
+    # every in-place write bumps
     trace = worker.run([param("w", [2], [0, 1])], [write("w", [-0.0, 1]), write("w", [-0.0, 1])])
     assert trace["steps"][0]["changed"]["w"]["value"] == [-0.0, 1.0]
     assert math.copysign(1, trace["steps"][0]["changed"]["w"]["value"][0]) == -1
-    assert "w" not in trace["steps"][1]["changed"]
+    again = trace["steps"][1]["changed"]["w"]
+    assert again["value"] == [-0.0, 1.0] and again["version"] == trace["steps"][0]["changed"]["w"]["version"] + 1
+    # a read bumps nothing: no change at all
+    assert worker.run([param("w", [2], [0, 1])], [{"op": "read", "target": "w"}])["steps"][0]["changed"] == {}
 
 
 def test_float32_values_use_the_shortest_f32_digits(worker):

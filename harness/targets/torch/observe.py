@@ -67,6 +67,7 @@ def observation(t) -> list:
         bool(t.requires_grad),
         dtype=dtype_name(t.dtype),
         storage=storage_token(t),
+        version=t._version,
     )
 
 

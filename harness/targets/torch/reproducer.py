@@ -48,6 +48,17 @@ _CHECK = [
     "{'it differs' if differ else 'it agrees'}\")",
     "    return differ",
 ]
+_CHECK_COUNTER = [
+    "def check_counter(name, t, before):",
+    '    """Prints how the op moved the values and the version counter of a tensor (``before``: its',
+    '    counter and values before the op); True when its values changed and its counter did not."""',
+    "    version, values = before",
+    "    changed = not torch.equal(values, t.detach())",
+    "    hidden = changed and t._version == version",
+    "    print(f\"check: {name}: values {'changed' if changed else 'unchanged'}, version counter {version} -> "
+    "{t._version}: {'the write is hidden from autograd' if hidden else 'autograd sees the write'}\")",
+    "    return hidden",
+]
 # The optimizer implementation keyword at the end of a line (``TrainingOps._new_optimizer``).
 _IMPL_RE = re.compile(r", (foreach=(?:True|False)|fused=True)\)$")
 
@@ -111,7 +122,12 @@ class _Script:
                 if n not in self.bound:
                     self.bound.append(n)
             status = step.get("status", "ok")
+            c = self.check
+            counted = c is not None and c.counter and c.subject in self.variables and f"after op {i}" == c.label()
             if status == "ok":
+                if counted:
+                    v = self.variables[c.subject]
+                    out.append(f"{self.indent}counter_before = ({v}._version, {v}.detach().clone())")
                 out += [self.indent + line for line in lines]
             elif status == "error" and lines:
                 # The call is made and its error printed, as torch raised it for the target.
@@ -136,7 +152,10 @@ class _Script:
                 ]
                 continue
             out.append(self.show(f"after op {i}"))
-            c = self.check
+            if counted:
+                out.append(
+                    f"divergence |= check_counter({python_str(c.subject)}, {self.variables[c.subject]}, counter_before)"
+                )
             if c is not None and c.want is not None and c.subject in self.variables and f"after op {i}" == c.label():
                 out.append(
                     f"divergence |= check_values({python_str(c.subject)}, {self.variables[c.subject]}, "
@@ -149,8 +168,15 @@ def _comments(text: str) -> list[str]:
     return ["# " + line for line in comment_text(text) if line.strip()]
 
 
-def _header(title: str, body: list[str], check: bool) -> list[str]:
+def _header(title: str, body: list[str], check: Check | None) -> list[str]:
+    """The docstring, imports and helpers: ``check_values`` where ``check`` compares values,
+    ``check_counter`` where it compares a version counter."""
     used = "\n".join(body)
+    helpers = []
+    if check is not None and check.want is not None:
+        helpers += ["", "", *_CHECK]
+    if check is not None and check.counter:
+        helpers += ["", "", *_CHECK_COUNTER]
     imports = [src for name, (_, src) in MODULES.items() if name in ("torch", "nn") or f"{name}." in used]
     return [
         f'"""aliasfuzz reproducer (PyTorch): {python_docstring(title)}"""',
@@ -158,7 +184,7 @@ def _header(title: str, body: list[str], check: bool) -> list[str]:
         "",
         "",
         *_SHOW,
-        *(["", "", *_CHECK] if check else []),
+        *helpers,
         "",
         "",
     ]
@@ -192,7 +218,7 @@ def torch_script(program: Program, check: Check | None = None, variants: tuple[s
         ]
     if check is not None:
         body = ["divergence = False  # set where the finding's divergence shows", *body, *_end()]
-    return "\n".join(_header(title, body, check is not None and check.want is not None) + body) + "\n"
+    return "\n".join(_header(title, body, check) + body) + "\n"
 
 
 def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> str:
@@ -265,4 +291,4 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
         "equal_nan=True)]",
         *verdict,
     ]
-    return "\n".join(_header(title, body, False) + body) + "\n"
+    return "\n".join(_header(title, body, None) + body) + "\n"

@@ -1,5 +1,5 @@
 """The torch session's training-loop ops: the live optimizers (``step``, ``backward``,
-``set_lr``) and the model's checkpoints (``save``, ``load``), each as the torch call a user
+``backward_of``, ``set_lr``) and the model's checkpoints (``save``, ``load``), each as the torch call a user
 writes.
 
 ``TrainingOps`` is a part of ``TorchSession`` (``harness.targets.torch.session``), kept apart so
@@ -28,7 +28,7 @@ def optimizer_key(op: Op, lr: float) -> tuple:
 
 
 class TrainingOps:
-    """``step``, ``backward``, ``set_lr``, ``save`` and ``load`` of a ``TorchSession``.
+    """``step``, ``backward``, ``backward_of``, ``set_lr``, ``save`` and ``load`` of a ``TorchSession``.
 
     Live optimizers are keyed by their hyper-parameters (``optimizer_key``): a ``step`` with other
     hyper-parameters makes a new optimizer over what the model holds then, a ``set_lr`` changes a
@@ -102,6 +102,17 @@ class TrainingOps:
             self.tx.run("model.zero_grad()")  # set_to_none=True; the optimizer is not known yet
             self.accumulating = True
         self.tx.run(f"{loss}.backward()")
+
+    def _op_backward_of(self, op: Op) -> None:
+        """A backward pass over a graph recorded by earlier ops, as ``_op_backward`` accumulates:
+        ``of.sum().backward(retain_graph=True)``, the graph kept so that a later pass can run over
+        it again. Autograd checks each tensor the graph saved against the version counter it had
+        when saved, and refuses the pass where an in-place write moved it since (the autograd
+        mechanics notes, "In-place correctness checks")."""
+        if not self.accumulating:
+            self.tx.run("model.zero_grad()")
+            self.accumulating = True
+        self.tx.run(f"{self.tx.var(op.of)}.sum().backward(retain_graph=True)")
 
     def _loss(self) -> str:
         """The source of the loss: the sum over the model's slots of ``(p * g).sum()``, ``g``

@@ -961,6 +961,7 @@ impl Session for BurnSession {
             } => self.assign(target, source, *index, *source_index),
             Op::Step { .. } => self.step(&op.optimizer_spec().expect("a step names an optimizer")),
             Op::Backward {} => self.backward(),
+            Op::BackwardOf { of } => self.backward_of(of),
             Op::SetLr { to, .. } => self.set_lr(&op.optimizer_spec().expect("set_lr names an optimizer"), *to),
             Op::Save { name, to } => self.save(name, *to),
             Op::Load { from, assign } => self.load(from, *assign),

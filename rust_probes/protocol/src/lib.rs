@@ -19,7 +19,7 @@ pub mod transcript;
 pub use transcript::Transcript;
 
 /// Bumped on every incompatible change; the harness refuses a probe that reports another number.
-pub const PROTOCOL_VERSION: u32 = 11;
+pub const PROTOCOL_VERSION: u32 = 12;
 
 /// The seed of a program's one generator ([`LazyInit::ProgramRng`]), set once when the program
 /// opens.
@@ -354,6 +354,12 @@ pub enum Op {
     /// One backward pass of the step's loss without a step: the gradients accumulate until the
     /// next `Step`, which adds its own pass and steps with the sum.
     Backward {},
+    /// One backward pass of the sum of `of` through the graph that made it, the graph kept for
+    /// another pass (torch `of.sum().backward(retain_graph=True)`): the gradients accumulate as
+    /// for `Backward`, and the next `Step` adds its own pass and steps with the sum.
+    BackwardOf {
+        of: String,
+    },
     /// Sets the learning rate of the live optimizer these fields key to `to`; it is keyed by
     /// lr `to` from then on.
     /// (The fields repeat `Step`'s: serde's `flatten` does not combine with `deny_unknown_fields`.)
@@ -476,7 +482,7 @@ impl Op {
     /// Names this op needs to exist before it can run.
     pub fn uses(&self) -> Vec<&str> {
         match self {
-            Op::Snapshot { of, .. } => vec![of.as_str()],
+            Op::Snapshot { of, .. } | Op::BackwardOf { of } => vec![of.as_str()],
             Op::Write { target, .. }
             | Op::Fill { target, .. }
             | Op::Scale { target, .. }
@@ -1114,6 +1120,7 @@ mod tests {
                 weight_decay: 0.0,
             },
             Op::Backward {},
+            Op::BackwardOf { of: t() },
             Op::SetLr {
                 optimizer: OptimizerKind::Sgd,
                 lr: 0.1,

@@ -65,3 +65,54 @@ def test_a_finding_and_its_record_carry_the_rule_out_of_the_signature():
     record = FindingRecord.from_json({"signature": f.signature, "rule": f.rule})
     assert record.rule == "snapshot-relation-differs"
     assert FindingRecord.from_json({"signature": f.signature}).rule is None  # a record from before
+
+
+def _versioned(target: str, value_after: list[float], versions: tuple[int, int] | None) -> Trace:
+    """TEST DOUBLE: a trace of ``p0`` through one write, its version counter ``versions``
+    (before, after), or none (a target without counters)."""
+
+    def obs(value, version):
+        return {
+            "shape": [1],
+            "value": value,
+            "identity": f"{target}:p0",
+            "device": "cpu",
+            "requires_grad": True,
+            **({} if version is None else {"version": version}),
+        }
+
+    before, after = versions or (None, None)
+    return Trace.from_wire(
+        target,
+        {
+            "status": "ok",
+            "initial": {"p0": obs([0.0], before)},
+            "steps": [{"status": "ok", "changed": {"p0": obs(value_after, after)}}],
+        },
+    )
+
+
+def test_a_write_one_target_keeps_off_the_version_counter_is_a_version_finding():
+    prog = program(P0, [{"op": "fill", "target": "p0", "value": 2.0}])
+    found = compare(prog, {A: _versioned(A, [2.0], (0, 1)), B: _versioned(B, [2.0], (0, 0))})
+    # B, against itself, changed p0 and kept its counter: the write is hidden from its autograd
+    (hidden,) = [f for f in found if f.kind == "version"]
+    assert hidden.rule == rules.WRITE_HIDDEN_FROM_AUTOGRAD.name and hidden.targets == (B, B)
+    (f,) = [f for f in found if f.kind != "version"]
+    assert f.rule == rules.VERSION_DIFFERS.name
+    assert (f.aspect, f.sides, f.subject, f.op_label, f.op_index) == ("version", ("bumped", "kept"), "p0", "fill", 0)
+    assert "moved on alpha:cpu but not on beta:cpu" in f.sentence()
+    assert "from 0 to 1 on alpha:cpu and from 0 to 0 on beta:cpu" in f.sentence()
+
+
+def test_how_far_a_counter_moves_and_a_target_without_counters_make_no_version_finding():
+    prog = program(P0, [{"op": "fill", "target": "p0", "value": 2.0}])
+    # one in-place call may bump a counter once or twice: only whether it moves is compared
+    assert compare(prog, {A: _versioned(A, [2.0], (0, 1)), B: _versioned(B, [2.0], (0, 2))}) == []
+    assert compare(prog, {A: _versioned(A, [2.0], (0, 1)), B: _versioned(B, [2.0], None)}) == []
+
+
+def test_a_value_moved_on_one_side_only_is_a_value_finding_not_a_version_finding():
+    prog = program(P0, [{"op": "fill", "target": "p0", "value": 2.0}])
+    found = compare(prog, {A: _versioned(A, [2.0], (0, 1)), B: _versioned(B, [0.0], (0, 0))})
+    assert found and all(f.aspect != "version" for f in found)

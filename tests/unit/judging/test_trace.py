@@ -256,13 +256,20 @@ def test_a_wire_observation_is_read_field_by_field_in_the_protocols_order():
         "dtype": "f16",
         "note": "why",
         "storage": "cpu:7f00",
+        "version": 3,
     }
     wire = observation(*(fields[f] for f in OBS_FIELDS))
     assert wire == [fields[f] for f in OBS_FIELDS]
     assert repr(Observation.from_wire(wire)) == repr(Observation.from_wire(fields))
-    assert Observation.from_wire(wire).storage == "cpu:7f00"
-    # storage is optional: a probe that cannot see storage sends the first OBS_REQUIRED fields
+    assert Observation.from_wire(wire).storage == "cpu:7f00" and Observation.from_wire(wire).version == 3
+    # storage and version are optional: a probe that has neither sends the first OBS_REQUIRED fields
     unknown = observation(*(fields[f] for f in OBS_FIELDS[:OBS_REQUIRED]))
     assert len(unknown) == OBS_REQUIRED and Observation.from_wire(unknown).storage is None
+    assert Observation.from_wire(unknown).version is None
+    # a version without a storage token (a tensor over no memory of its own) keeps its place
+    versioned = observation(*(fields[f] for f in OBS_FIELDS[:OBS_REQUIRED]), version=0)
+    assert versioned[-2:] == [None, 0]
+    assert Observation.from_wire(versioned).version == 0 and Observation.from_wire(versioned).storage is None
+    assert Observation.from_wire(versioned).to_json()["version"] == 0
     with pytest.raises(MalformedTrace):  # a list of another length is a malformed trace
         Trace.from_wire("a:cpu", {"initial": {"w": wire[:7]}, "steps": []})

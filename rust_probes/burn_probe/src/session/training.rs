@@ -1,10 +1,11 @@
-//! The training-loop ops of a [`BurnSession`]: the live optimizers (`step`, `backward`, `set_lr`) and the
-//! model's checkpoints (`save`, `load`, the layers' running statistics with the params), each the
-//! burn call a user writes.
+//! The training-loop ops of a [`BurnSession`]: the live optimizers (`step`, `backward`,
+//! `backward_of`, `set_lr`) and the model's checkpoints (`save`, `load`, the layers' running
+//! statistics with the params), each the burn call a user writes.
 
 use super::records::read_entry;
 use super::spelling;
 use super::{BurnSession, Saved, Slot};
+use crate::on_val;
 use aliasfuzz_protocol::transcript::{f32_lit, f64_lit};
 use aliasfuzz_protocol::{CheckpointStore, OptimizerSpec, Outcome};
 use burn::module::Module;
@@ -72,7 +73,7 @@ impl BurnSession {
     }
 
     /// `let loss = ...;`, the sum over the model's params of `(p * g).sum()`; `loss.backward()`;
-    /// `let grads = GradientsParams::from_grads(..)`.
+    /// `let grads = GradientsParams::from_grads(..)` (`grads_of`).
     fn backward_grads(&mut self) -> Result<GradientsParams, Outcome> {
         let mut loss: Option<Tensor<1>> = None;
         let params: Vec<(String, usize, usize, TensorData, String)> = self
@@ -104,7 +105,12 @@ impl BurnSession {
                 }
             }
         }
-        let loss = loss.expect("a param's term");
+        self.grads_of(loss.expect("a param's term"))
+    }
+
+    /// `let grads = GradientsParams::from_grads(loss.backward(), &model);`: the gradients of one
+    /// backward pass of `loss`, by the ParamIds of the params the model holds now.
+    fn grads_of(&mut self, loss: Tensor<1>) -> Result<GradientsParams, Outcome> {
         let (grads, text) = call!([loss = loss => "loss", model = &self.model => "&model"]
             GradientsParams::from_grads(loss.backward(), model));
         self.tx.line(format!("let grads = {text};"));
@@ -152,10 +158,37 @@ impl BurnSession {
     /// Gradient accumulation as the burn book writes it: the pass's `GradientsParams` given to a
     /// `GradientsAccumulator` (keyed by ParamId, over the params the model holds now).
     pub(super) fn backward(&mut self) -> Outcome {
-        let gp = match self.backward_grads() {
-            Ok(gp) => gp,
+        match self.backward_grads() {
+            Ok(gp) => self.accumulate(gp),
+            Err(o) => o,
+        }
+    }
+
+    /// `backward` with the loss `of`'s value summed to one element (`let loss = a.clone().sum();`,
+    /// a param's `val()`, a running statistic's `value()`): a backward pass through the graph that
+    /// made it. burn has no version counter; whatever `backward` does with a tensor that is not
+    /// tracked or a graph a pass already went through is the op's outcome (a panic its error).
+    pub(super) fn backward_of(&mut self, of: &str) -> Outcome {
+        let v = match self.get(of) {
+            Ok(v) => v,
             Err(o) => return o,
         };
+        let spelled = self.value_spelling(of);
+        let (loss, text) = on_val!(v, param p => {
+            let value = p.val();
+            call!([value = value => spelled] value.sum())
+        }, tensor t => call!([value = t => spelled] value.sum()));
+        self.tx.line(format!("let loss = {text};"));
+        let grads = loss.and_then(|loss| self.grads_of(loss));
+        match grads {
+            Ok(gp) => self.accumulate(gp),
+            Err(o) => o,
+        }
+    }
+
+    /// `gp` given to the `GradientsAccumulator` of the `backward` ops since the last step (made
+    /// at the first: `let mut accumulator = GradientsAccumulator::new();`).
+    fn accumulate(&mut self, gp: GradientsParams) -> Outcome {
         let mut acc = match self.accumulated.take() {
             Some(acc) => acc,
             None => {

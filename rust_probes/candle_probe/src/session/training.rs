@@ -1,5 +1,6 @@
 //! The training-loop ops of a [`CandleSession`]: the live optimizers (`step`, `backward`,
-//! `set_lr`) and the model's checkpoints (`save`, `load`), each the candle calls a user writes.
+//! `backward_of`, `set_lr`) and the model's checkpoints (`save`, `load`), each the candle calls a
+//! user writes.
 //!
 //! A step's loss is the sum over the model's params of `sum(var * grad)`, each param's `var`
 //! the Var the VarMap holds under its name and `grad` its gradient tensor (the transcript's
@@ -171,13 +172,34 @@ impl CandleSession {
             self.pending = pending; // a model without params: nothing to differentiate
             return Ok(());
         };
+        self.accumulate(pending, &loss)
+    }
+
+    /// `backward` with the loss `of.sum_all()`: a backward pass through the graph that made the
+    /// bound tensor `of`. candle has no version counter and frees no graph after a pass (an op
+    /// holds its inputs), so a pass after an in-place `Var::set` of a saved tensor, or a second
+    /// pass, runs as candle runs it; a loss whose graph has no var gives a GradStore without
+    /// vars, nothing to add (`Tensor::backward` does not refuse it).
+    pub(super) fn backward_of(&mut self, of: &str) -> R<()> {
+        let t = self.get(of)?.tensor().clone();
+        let ts = self.t(of);
+        let (loss, text) = call!([t = &t => ts] t.sum_all()?);
+        self.tx.line(format!("let loss = {text};"));
+        let loss = loss?;
+        let pending = self.pending.take();
+        self.accumulate(pending, &loss)
+    }
+
+    /// The gradients of `loss` as the pending GradStore: `loss.backward()` (`let mut grads`),
+    /// or added to `pending` (`add_grads`).
+    fn accumulate(&mut self, pending: Option<GradStore>, loss: &Tensor) -> R<()> {
         self.pending = Some(match pending {
             None => {
-                let (g, text) = call!([loss = &loss => "&loss"] loss.backward()?);
+                let (g, text) = call!([loss = loss => "&loss"] loss.backward()?);
                 self.tx.line(format!("let mut grads = {text};"));
                 g?
             }
-            Some(acc) => self.add_grads(acc, &loss)?,
+            Some(acc) => self.add_grads(acc, loss)?,
         });
         Ok(())
     }
