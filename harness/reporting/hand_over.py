@@ -48,8 +48,14 @@ def check_of(record: FindingRecord | Finding, repro: Mapping[str, Any] | None, f
     value the repro JSON does not hold."""
     d = divergence_of(repro, record.signature)
     targets = list(record.targets)
-    if d is not None and record.kind == "version" and targets and targets[0].split(":", 1)[0] == framework:
-        # a write hidden from the target's own version counter: the script watches the counter
+    if (
+        d is not None
+        and record.aspect == "version"
+        and targets
+        and all(t.split(":", 1)[0] == framework for t in targets)
+    ):
+        # a write hidden from the target's own version counter, or a counter one variant moves
+        # and another does not: the script watches the counter
         index, subject = d.get("op_index"), d.get("subject")
         if isinstance(index, int) and index >= 0 and subject:
             return Check(index, subject, None, "the version counter", counter=True)

@@ -49,6 +49,7 @@ from harness.targets.rust_reproducer import transcribe as rust_transcribe
 from harness.targets.torch import FRAMEWORK as TORCH
 from harness.targets.torch.reproducer import torch_script, variant_of
 from harness.targets.torch.reproducer import transcribe as torch_transcribe
+from harness.targets.torch.session import DEVICES
 
 __all__ = [
     "Check",
@@ -118,7 +119,14 @@ def write_reproducers(
         and {t.split("+", 1)[0] for t in targets} == {targets[0].split("+", 1)[0]}
     ):
         variants = (variant_of(targets[0]), variant_of(targets[1]))
-    script.write_text(torch_script(program, check if checked == TORCH else None, variants), encoding="utf-8")
+    # a finding of one torch target against itself: the script is that target's transcript
+    device = (
+        targets[0].split(":", 1)[1] if len(targets) == 2 and targets[0] == targets[1] and variants is None else "cpu"
+    )
+    script.write_text(
+        torch_script(program, check if checked == TORCH else None, variants, device if device in DEVICES else "cpu"),
+        encoding="utf-8",
+    )
     out.append(script)
     fws = _frameworks(finding)
     for fw in RUST_SCAFFOLDS:

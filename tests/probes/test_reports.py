@@ -396,3 +396,19 @@ def test_a_version_checked_reproducer_exits_1_exactly_when_the_write_is_hidden(c
     assert r.returncode == (1 if shows else 0), r.stdout + r.stderr[-2000:]
     said = "the write is hidden from autograd" if shows else "autograd sees the write"
     assert f"check: {subject}: values changed, version counter" in r.stdout and said in r.stdout, r.stdout
+
+
+def test_a_version_counter_one_variant_moves_is_checked_by_the_variant_script(tmp_path):
+    """Eager torch bumps w's counter at an in-place copy from copy.copy(w); compiled torch does
+    not: the script runs both and exits 1, naming the counter."""
+    from harness.targets.reproducers import Check
+    from harness.targets.torch.reproducer import torch_script
+
+    program = load_case(CASES / "torch_compile_copy_between_a_parameter_and_its_alias_keeps_the_version.toml")
+    script = tmp_path / "variant.py"
+    check = Check(1, "w", None, "the version counter", counter=True)
+    script.write_text(torch_script(program, check, ("plain", "compile")), encoding="utf-8")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr[-2000:]
+    assert "check: op 1 moves the version counter of w: True without compile, False with it" in r.stdout
+    assert "the divergence shows: ['w._version'] differ" in r.stdout

@@ -90,10 +90,14 @@ class _Script:
         indent: str = "",
         check: Check | None = None,
         failures: bool = False,
+        moved: bool = False,
     ):
         self.trace, self.ops, self.prefix, self.indent, self.check = trace, ops, prefix, indent, check
         #: Whether an op that fails is also recorded in ``failed`` (a variant script's runs).
         self.failures = failures
+        #: With a ``counter`` check: record in ``moved`` whether the op moved the subject's version
+        #: counter (a variant script's runs compare it) instead of checking the write is hidden.
+        self.moved = moved
         self.numbers = list(numbers) if numbers is not None else list(range(len(trace.get("steps") or [])))
         self.transcript = trace.get("transcript") or {"prologue": [], "ops": [], "names": {}}
         self.variables = self.transcript["names"]
@@ -152,7 +156,9 @@ class _Script:
                 ]
                 continue
             out.append(self.show(f"after op {i}"))
-            if counted:
+            if counted and self.moved:
+                out.append(f"{self.indent}moved = {self.variables[c.subject]}._version != counter_before[0]")
+            elif counted:
                 out.append(
                     f"divergence |= check_counter({python_str(c.subject)}, {self.variables[c.subject]}, counter_before)"
                 )
@@ -200,15 +206,19 @@ def _end() -> list[str]:
     ]
 
 
-def torch_script(program: Program, check: Check | None = None, variants: tuple[str, str] | None = None) -> str:
+def torch_script(
+    program: Program, check: Check | None = None, variants: tuple[str, str] | None = None, device: str = "cpu"
+) -> str:
     """The reproducer of ``program``: its transcript on the torch CPU target, wrapped. ``check``:
     what says whether the finding's divergence shows; the script then ends by saying so, and
     exits 1 when it does. ``variants`` (two optimizer implementations, ``VARIANT_DEVICES``): the
-    script runs the program with each and its check compares the two runs."""
+    script runs the program with each and its check compares the two runs (with a ``counter``
+    check, whether the op moved the subject's version counter in each). ``device``: the torch
+    device the script's transcript is of (``cpu+compile`` for a finding of the compiled variant)."""
     title = program.title or "case"
     if variants is not None:
-        return _variant_script(program, title, variants)
-    body = _Script(transcribe(program), program.ops, check=check).lines()
+        return _variant_script(program, title, variants, check if check is not None and check.counter else None)
+    body = _Script(transcribe(program, device), program.ops, check=check).lines()
     second = without_run(program, None)
     if second is not None:
         body += [
@@ -221,7 +231,7 @@ def torch_script(program: Program, check: Check | None = None, variants: tuple[s
     return "\n".join(_header(title, body, check) + body) + "\n"
 
 
-def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> str:
+def _variant_script(program: Program, title: str, variants: tuple[str, str], counter: Check | None = None) -> str:
     """One function over the transcript, its optimizers made with ``**impl``, run with each
     implementation's keywords (two functions, one per variant's transcript, where they differ in
     more than that: ``compile``); the names the two runs leave with different values are the
@@ -230,10 +240,15 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
     # Where an op fails on either side (a compiler error), each run also returns the ops that
     # failed, and the two lists are compared with the values.
     failures = any(s.get("status") == "error" for tr in runs for s in tr.get("steps") or [])
-    scripts = [_Script(tr, program.ops, None, indent="    ", failures=failures) for tr in runs]
+    scripts = [
+        _Script(tr, program.ops, None, indent="    ", check=counter, failures=failures, moved=True) for tr in runs
+    ]
     texts = [script.lines() for script in scripts]  # after lines(), a script's names are all bound
     start, returned = (["    failed = []"], ", failed") if failures else ([], "")
     unpacked = ("first, first_failed", "second, second_failed") if failures else ("first", "second")
+    if counter is not None:  # each run also says whether the op moved the subject's counter
+        start, returned = [*start, "    moved = None"], f"{returned}, moved"
+        unpacked = tuple(f"{u}, {u.split(',')[0]}_moved" for u in unpacked)
     keywords = []
     for tr in runs:
         found = [
@@ -285,10 +300,19 @@ def _variant_script(program: Program, title: str, variants: tuple[str, str]) -> 
             'print(f"the divergence shows: {differ} differ" if differ else "the divergence does not show")',
             "raise SystemExit(1 if differ else 0)",
         ]
+    counted = []
+    if counter is not None:
+        subject = python_str(counter.subject)
+        counted = [
+            f"print('check: op {counter.op} moves the version counter of ' + {subject} + f': {{first_moved}} "
+            f"without {variants[1]}, {{second_moved}} with it')",
+            f"if first_moved != second_moved: differ.append({subject} + '._version')",
+        ]
     body = [
         *runs_source,
         "differ = [name for name in first if not torch.allclose(first[name], second[name], rtol=1e-4, atol=1e-4, "
         "equal_nan=True)]",
+        *counted,
         *verdict,
     ]
     return "\n".join(_header(title, body, None) + body) + "\n"
