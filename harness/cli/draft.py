@@ -76,6 +76,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
     if not cases:
         raise InputError("give CASE.toml files, or --candidates")
     programs = [(Path(c), load_case(c)) for c in cases]  # every input checked before anything runs
+    drafted_signatures: set[tuple] = set()
     given = bisection_table(args.bisect) if args.bisect else None
     # A case's own bisection, saved beside it as <stem>.bisect.json (`aliasfuzz bisect --json`).
     beside = {
@@ -91,14 +92,20 @@ def cmd_draft(args: argparse.Namespace) -> int:
     baseline = baseline.for_installed(runner.infos)
     status = EXIT_OK
     try:
-        for path, program in programs:
-            result = run_case(program, runner, runner.infos, baseline)
+        results = [(path, program, run_case(program, runner, runner.infos, baseline)) for path, program in programs]
+        if args.candidates:
+            # A cause several candidate cases show (a forward's running statistics, say) is drafted
+            # once, from the most specific case that shows it: the fewest ops, then the fewest
+            # findings.
+            results.sort(key=lambda r: (len(r[1].ops), len(r[2].findings), r[0].name))
+        for path, program, result in results:
             if result.harness_errors:
                 status = EXIT_HARNESS
                 for f in result.harness_errors:
                     print(f"aliasfuzz: draft {path}: {f.sentence()}", file=sys.stderr)
                 continue
-            chosen = _chosen(path, result, args.known, args.candidates)
+            chosen = _chosen(path, result, args.known, args.candidates, drafted_signatures)
+            drafted_signatures.update(_report_key(f) for f in chosen)
             if not chosen:
                 if args.candidates:  # a candidate that shows nothing here is listed as such, not an error
                     undrafted.append(path.as_posix())
@@ -159,16 +166,27 @@ def candidate_cases(baseline) -> list[str]:
     ]
 
 
-def _chosen(path: Path, result, known: bool, candidate: bool) -> list:
+def _report_key(f) -> tuple:
+    """What makes two findings one upstream report: the same divergence of the same frameworks,
+    on whichever devices or variants of them."""
+    return (f.kind, f.aspect, f.op_label, f.method, f.sides, tuple(t.split(":", 1)[0] for t in f.targets))
+
+
+def _chosen(path: Path, result, known: bool, candidate: bool, drafted: set[tuple] = frozenset()) -> list:
     """The findings of ``result`` to draft: those the baseline does not know (all, with
-    ``known``); one per framework-level divergence (the same one on two devices or variants of a
-    framework is one report). A candidate case whose divergences are all known is drafted by its
-    known ones of the framework its file is named after (``candle_...``)."""
+    ``known``) and no earlier candidate case drafted (``drafted``: their ``_report_key``); one per
+    framework-level divergence (the same one on two devices or variants of a framework is one
+    report). A candidate case with nothing else to draft is drafted by its known ones of the
+    framework its file is named after (``candle_...``)."""
     from harness.judging.harness_errors import is_harness_error
     from harness.judging.pairs import REFERENCE_FRAMEWORK
 
     real = [f for f in result.findings if not is_harness_error(f)]
-    chosen = [f for f in real if known or result.known.get(f.signature) is None]
+    chosen = [
+        f
+        for f in real
+        if (known or result.known.get(f.signature) is None) and (_report_key(f) not in drafted or not candidate)
+    ]
     if not chosen and candidate:
         framework = path.name.split("_", 1)[0]
         chosen = [
@@ -180,7 +198,7 @@ def _chosen(path: Path, result, known: bool, candidate: bool) -> list:
         ]
     out, seen = [], set()
     for f in chosen:
-        key = (f.kind, f.aspect, f.op_label, f.method, f.sides, tuple(t.split(":", 1)[0] for t in f.targets))
+        key = _report_key(f)
         if key not in seen:
             seen.add(key)
             out.append(f)

@@ -96,3 +96,17 @@ def test_identity_that_torch_alone_keeps_apart_is_not_drafted_against_torch(tmp_
     titles = [p.read_text(encoding="utf-8").splitlines()[0] for p in sorted(tmp_path.glob("*.issue.md"))]
     assert titles and not [t for t in titles if t.startswith("# torch: ")], titles
     assert any("two names are same objects (torch:cpu: distinct)" in t for t in titles), titles
+
+
+def test_a_cause_several_candidate_cases_show_is_drafted_once_from_the_most_specific(tmp_path):
+    """Every candidate case with a training-mode batch norm forward shows the running statistics'
+    unbumped version counters: one draft of it, from the one-op case written for it, and each
+    other case keeps the drafts of its own cause."""
+    r = run_cli("draft", "--candidates", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    titles = {p.name: p.read_text(encoding="utf-8").splitlines()[0] for p in tmp_path.glob("*.issue.md")}
+    hidden = "# torch: `forward` changes a tensor's values without bumping its version counter"
+    assert [n for n, t in titles.items() if t == hidden] == [
+        "torch_batch_norm_updates_running_stats_without_bumping_their_version.issue.md"
+    ]
+    assert titles["burn_load_after_a_training_forward_is_undone.issue.md"].startswith("# burn: `forward`")
