@@ -61,7 +61,7 @@ latest:
 
 # Every tier; the run ends with its 20 slowest tests, so that what the suite's time goes to shows.
 test: probes lint
-	$(PY) -m harness.build --cargo-test
+	$(PY) -m harness.build --cargo-test --full=$(FULL) --cuda=$(CUDA)
 	$(PY) -m pytest -q --durations=20
 
 # The unit tier alone (tests/unit/: no probe build, no process, no service), for a quick check.
@@ -81,8 +81,11 @@ schema: $(STAMP)
 
 # The porting table in docs/ (every snapshot method x every op that can change its source, run on
 # every CPU target); tests/probes/test_matrix.py fails when it is stale.
+# The committed matrix has the CPU targets' columns, which every build has (FULL=1 or not);
+# `aliasfuzz matrix` alone gives every target of the machine a column.
+MATRIX_TARGETS := torch:cpu,torch:cpu+foreach,torch:cpu+compile,candle:cpu,burn:flex,burn:ndarray
 matrix: probes
-	$(VENV)/bin/aliasfuzz matrix --out docs/matrix
+	$(VENV)/bin/aliasfuzz matrix --targets $(MATRIX_TARGETS) --out docs/matrix
 
 # Upstream report drafts of the project's candidate bugs (the cases under tests/cases that call
 # themselves candidates and no baseline entry names), with an index, in docs/candidates/.

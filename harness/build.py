@@ -60,10 +60,31 @@ def build(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
     return result.returncode
 
 
-def cargo_test(quiet: bool = False) -> int:
+def built_features() -> list[str]:
+    """The features of the last probe build that succeeded in this target directory (``[]``
+    when none is on record). A later cargo build that shares the target directory asks for the
+    same ones, so that cargo resolves every dependency as the probes did and rebuilds none."""
+    log = cargo_target_dir() / "aliasfuzz-builds.jsonl"
+    if not log.exists():
+        return []
+    for line in reversed(log.read_text(encoding="utf-8").splitlines()):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if entry.get("status") == 0:
+            return list(entry.get("features", []))
+    return []
+
+
+def cargo_test(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
     """``cargo test --workspace`` in the same target directory as the probe build (the probes'
-    own unit tests: protocol encoding, pinned versions)."""
+    own unit tests: protocol encoding, pinned versions), with the same features: another
+    feature set would compile the dependency trees once more."""
     cmd = ["cargo", "test", "--workspace", "-q"]
+    feats = features(full, cuda)
+    if feats:
+        cmd += ["--features", ",".join(feats)]
     env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
     print(f"aliasfuzz build: {' '.join(cmd)}", flush=True)
     return run(cmd, cwd=PROBES_WORKSPACE, env=env, quiet=quiet, check=False).returncode
@@ -77,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cargo-test", action="store_true", help="run the probes' cargo tests instead")
     args = parser.parse_args(argv)
     if args.cargo_test:
-        return cargo_test(args.quiet)
+        return cargo_test(args.full == "1", args.cuda == "1", args.quiet)
     return build(args.full == "1", args.cuda == "1", args.quiet)
 
 

@@ -7,6 +7,8 @@ so a reproducer builds what the probe built. ``unify_with_probes`` (test builds)
 probe workspace's dependency set instead: cargo unifies features over everything one build
 resolves, so only that set gives every dependency the workspace's features, and so the compiled
 artifacts of a ``CARGO_TARGET_DIR`` shared with the probes (see ``harness/targets/reproducers.py``).
+A test build also asks for the features the probes' last build switched on (``FULL=1``: burn's
+``wgpu`` and ``fusion``), for the same reason.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from harness.build import built_features
 from harness.escaping import toml_str
 from harness.paths import PROBES_WORKSPACE
 
@@ -176,10 +179,26 @@ def _dependencies(
     deps = {name: probe_deps[name] for name in crates}
     if not unify_with_probes:
         return deps, {}
-    workspace = _workspace_deps("dependencies")
+    workspace = _with_built_features(_workspace_deps("dependencies"))
     for name in crates:
         deps[name] = _merge_spec(name, probe_deps[name], workspace[name])
     return {**deps, **{k: v for k, v in workspace.items() if k not in deps}}, _workspace_deps("build-dependencies")
+
+
+def _with_built_features(deps: dict[str, dict]) -> dict[str, dict]:
+    """``deps`` with the dependency features that the probes' last build switched on through
+    their own features (``burn_probe/wgpu`` -> burn's ``wgpu`` and ``fusion``): the features a
+    test build must ask for to resolve every dependency as that build did."""
+    out = {name: dict(spec) for name, spec in deps.items()}
+    for switched in built_features():
+        member, _, feature = switched.partition("/")
+        table = _load_toml(PROBES_WORKSPACE / member / "Cargo.toml").get("features", {})
+        for entry in table.get(feature, []):
+            dep, sep, dep_feature = entry.partition("/")
+            dep = dep.rstrip("?")
+            if sep and dep in out:
+                out[dep]["features"] = sorted(set(out[dep].get("features", [])) | {dep_feature})
+    return out
 
 
 def cargo_toml(

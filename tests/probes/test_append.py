@@ -8,6 +8,7 @@ import pytest
 
 from harness.case.case_file import load_case
 from tests.conftest import CASES
+from tests.support.probe_client import BURN_TARGETS
 
 
 def _value(trace, i: int, name: str):
@@ -32,7 +33,7 @@ def test_keys_kept_from_a_cache_follow_a_write_through_it(cache_views, target):
     assert _value(trace, 3, "kept") == [[9.0, 9.0], [3.0, 4.0]]
 
 
-@pytest.mark.parametrize("target", ["burn:flex", "burn:ndarray"])
+@pytest.mark.parametrize("target", BURN_TARGETS)
 def test_burn_cache_hands_out_values(cache_views, target):
     # burn tensors are values (the burn book, "Tensor"): slice_assign and slice return new
     # tensors, so the keys an earlier append returned keep their rows.

@@ -8,6 +8,7 @@ import pytest
 
 from harness.case.case_file import load_case
 from tests.conftest import CASES
+from tests.support.probe_client import BURN_TARGETS
 
 W_T = [[1.0, 3.0], [2.0, 4.0]]
 
@@ -21,7 +22,7 @@ def _value(trace, i: int, name: str):
     return trace.state_after(i)[name].value.tolist()
 
 
-@pytest.mark.parametrize("target", ["torch:cpu", "burn:flex", "burn:ndarray"])
+@pytest.mark.parametrize("target", ["torch:cpu", *BURN_TARGETS])
 def test_a_copy_from_a_transposed_source_is_a_copy(transposed_source, target):
     # torch Tensor.copy_: "Copies the elements from src into self tensor"; burn slice_assign
     # writes the values of its source. Either way the cache does not follow later writes of w.

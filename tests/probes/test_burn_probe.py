@@ -17,35 +17,12 @@ import numpy as np
 import pytest
 
 from harness.targets.protocol import PROTOCOL_VERSION
-from tests.support.probe_client import ROOT, states
+from tests.support.probe_client import BURN_TARGETS, ROOT, states
 from tests.support.probe_client import Probe as ProbeClient
-
-
-def _accelerators() -> list[str]:
-    """The accelerator devices this build of the probe opens here (``make fuzz FULL=1`` builds
-    wgpu, which answers on a Vulkan driver such as lavapipe). Asked once, at collection; none
-    on a CPU build, so nothing is skipped there."""
-    import subprocess
-
-    from harness.paths import probe_binary
-
-    binary = probe_binary("burn_probe")
-    if not binary.exists():
-        return []  # the `probe` fixture fails with the build hint
-    out = subprocess.run(
-        [str(binary)],
-        input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n",
-        capture_output=True,
-        text=True,
-        timeout=180,
-    ).stdout
-    hello = json.loads(out.splitlines()[0])
-    return [d["name"] for d in hello["devices"] if d["kind"] == "gpu"]
-
 
 # Every device-parametrized test below holds on each device: the expectations come from burn-core,
 # burn-tensor and burn-optim, which sit above the backend.
-DEVICES = ["flex", "ndarray"] + _accelerators()
+DEVICES = [t.split(":", 1)[1] for t in BURN_TARGETS]
 ALT = {"flex": "ndarray", "ndarray": "flex", **{d: "flex" for d in DEVICES[2:]}}
 
 W = [[1.0, 2.0], [3.0, 4.0]]  # the param most tests snapshot

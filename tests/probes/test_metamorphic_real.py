@@ -10,6 +10,7 @@ from harness.fuzzing.baseline import load_baseline
 from harness.fuzzing.replay import run_case
 from harness.targets.registry import open_runner
 from tests.conftest import CASES
+from tests.support.probe_client import BURN_TARGETS
 
 BURN_CASE = CASES / "burn_unused_module_clone_stops_a_moved_lazy_training.toml"
 
@@ -31,7 +32,7 @@ def test_an_unused_module_clone_stops_a_moved_lazy_from_training_on_burn(runner)
     program = load_case(BURN_CASE)
     result = run_case(program, runner, runner.infos, load_baseline(None))
     meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
-    assert sorted(meta) == ["burn:flex", "burn:ndarray"]  # torch and candle agree with themselves
+    assert sorted(meta) == sorted(BURN_TARGETS)  # torch and candle agree with themselves
     for target, f in meta.items():
         # torch trains l: the clone moved burn away from it
         assert (
@@ -55,7 +56,7 @@ def test_a_valid_train_round_trip_halves_the_step_of_a_tied_param_on_burn(runner
     program = load_case(CASES / "burn_tied_param_valid_train_halves_a_step.toml")
     result = run_case(program, runner, runner.infos, load_baseline(None))
     meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
-    assert sorted(meta) == ["burn:flex", "burn:ndarray"]  # torch and candle agree with themselves
+    assert sorted(meta) == sorted(BURN_TARGETS)  # torch and candle agree with themselves
     for target, f in meta.items():
         # torch steps p0 by -0.5, as burn without the round trip: the group moved burn away
         assert (
@@ -73,7 +74,7 @@ def test_a_valid_train_round_trip_separates_params_param_map_joined_on_burn(runn
     program = load_case(CASES / "burn_valid_train_separates_params_param_map_joined.toml")
     result = run_case(program, runner, runner.infos, load_baseline(None))
     meta = {f.targets[0]: f for f in result.findings if f.kind == "metamorphic"}
-    assert sorted(meta) == ["burn:flex", "burn:ndarray"]
+    assert sorted(meta) == sorted(BURN_TARGETS)
     for target, f in meta.items():
         assert (
             f.signature == f"metamorphic|{target}~{target}|value|+valid+train|step:adam|changed~changed|agrees:neither"
@@ -96,7 +97,7 @@ def test_a_valid_train_round_trip_that_restores_torchs_step_is_told_from_one_tha
     ):
         result = run_case(program, runner, runner.infos, load_baseline(None))
         meta = [f for f in result.findings if f.kind == "metamorphic"]
-        assert sorted(f.targets[0] for f in meta) == ["burn:flex", "burn:ndarray"]
+        assert sorted(f.targets[0] for f in meta) == sorted(BURN_TARGETS)
         for f in meta:
             assert f.sides == ("changed", "changed") and f.op_label.startswith("step:") and f.agrees == agrees
             entry = result.known[f.signature]

@@ -35,8 +35,9 @@ from harness.fuzzing.replay import run_case
 from harness.judging.oracle import compare
 from harness.targets.protocol import PROGRAM_SEED
 from tests.conftest import CASES
+from tests.support.probe_client import BURN_TARGETS
 
-BURN = ("burn:flex", "burn:ndarray")
+BURN = tuple(BURN_TARGETS)
 TORCH = ("torch:cpu", "torch:cpu+foreach")
 L0, L1 = TensorDecl("l0", "lazy", (2,), init="program_rng"), TensorDecl("l1", "lazy", (3,), init="program_rng")
 

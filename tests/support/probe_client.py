@@ -22,6 +22,29 @@ SCHEMA = json.loads(SCHEMA_PATH.read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
 
+def accelerators(binary_name: str) -> list[str]:
+    """The accelerator devices this build of a probe opens here (``FULL=1`` builds burn's wgpu,
+    which answers on a Vulkan driver such as lavapipe), from its hello. Asked at collection, so
+    that device-parametrized tests run on each; none on a CPU build, so nothing is skipped
+    there, and none when the probe is missing (its tests fail with the build hint)."""
+    binary = probe_binary(binary_name)
+    if not binary.exists():
+        return []
+    out = subprocess.run(
+        [str(binary)],
+        input=json.dumps({"type": "hello", "protocol": PROTOCOL_VERSION}) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+    ).stdout
+    hello = json.loads(out.splitlines()[0])
+    return [d["name"] for d in hello["devices"] if d["kind"] == "gpu"]
+
+
+#: burn's targets a device-parametrized test runs on: its CPU backends and each accelerator.
+BURN_TARGETS = ["burn:flex", "burn:ndarray"] + [f"burn:{d}" for d in accelerators("burn_probe")]
+
+
 class Probe:
     def __init__(
         self, binary_name: str, default_device: str, timeout_s: float = 60.0, env: dict[str, str] | None = None
