@@ -13,6 +13,11 @@ from dataclasses import dataclass
 #: ``aliasfuzz bench`` measures what this share costs (docs/PERFORMANCE.md).
 COMPILE_SHARE = 0.1
 
+#: The default profiles' share for burn's ``wgpu`` backend: each program costs it several times
+#: what flex takes (lavapipe runs every kernel on the CPU), so it runs the share that keeps a
+#: campaign within 15% of its programs/s without it (docs/PERFORMANCE.md, ``aliasfuzz bench``).
+WGPU_SHARE = 0.02
+
 #: How often each op is drawn, relative to the others, in the default profile.
 DEFAULT_WEIGHTS: tuple[tuple[str, int], ...] = (
     ("snapshot", 8),
@@ -60,10 +65,11 @@ class Profile:
     layer_probability: float = 0.3
     #: In how many programs of ten the case's dtype is not float32 (one bf16, one f16 at 2).
     dtype_share: int = 2
-    #: The share of programs each target variant runs, where its plain device runs too (a
-    #: variant absent here runs every program it is needed for): what a costly variant may take
-    #: of a campaign. Which programs is decided by each program's key (``Runner.submit``).
-    variant_shares: tuple[tuple[str, float], ...] = (("compile", COMPILE_SHARE),)
+    #: The share of programs a costly target runs: a variant by its name, where its plain device
+    #: runs too (a variant absent here runs every program it is needed for), and a device by its
+    #: target id, where another target runs too (absent: every program). Which programs is
+    #: decided by each program's key (``Runner.submit``).
+    target_shares: tuple[tuple[str, float], ...] = (("compile", COMPILE_SHARE), ("burn:wgpu", WGPU_SHARE))
     weights: tuple[tuple[str, int], ...] = DEFAULT_WEIGHTS
 
     def op_menu(self) -> tuple[str, ...]:
@@ -112,13 +118,17 @@ PROFILES = {
     ),
     # Every program in bf16 or f16 (half each): the kernels and conversions of the narrow dtypes.
     "dtypes": Profile("dtypes", max_ops=16, dtype_share=10),
+    # Aimed at the costly devices: every program runs on burn:wgpu (no share), in float32
+    # (lavapipe has no bf16, so a bf16 program is `unsupported` there), with the default ops.
+    # ``aliasfuzz fuzz --profile devices --targets burn``.
+    "devices": Profile("devices", max_ops=16, dtype_share=0, target_shares=(("compile", COMPILE_SHARE),)),
     # Aimed at torch.compile: every program the variant is needed for runs compiled, and most
     # ops are the ones it compiles (views, writes through them, element-wise ops, layers), with
     # fewer model-level ops between them. ``aliasfuzz fuzz --profile compile --targets torch``.
     "compile": Profile(
         "compile",
         max_ops=12,
-        variant_shares=(("compile", 1.0),),
+        target_shares=(("compile", 1.0), ("burn:wgpu", WGPU_SHARE)),
         weights=_weights(
             snapshot=10,
             write=5,

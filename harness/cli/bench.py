@@ -21,7 +21,9 @@ def register(sub) -> None:
     p.add_argument("--programs", type=int, default=512, help="programs per throughput figure")
     p.add_argument("--chunk-size", type=int, default=64)
     p.add_argument("--profile", default="default", choices=tuple(PROFILES))
-    p.add_argument("--targets", help="comma-separated target ids or frameworks (default: every CPU target)")
+    p.add_argument(
+        "--targets", help="comma-separated target ids or frameworks, whatever their device (default: every CPU target)"
+    )
     p.add_argument("--spawn-programs", type=int, default=4, help="programs for the spawn-per-program baseline")
     p.add_argument("--length-programs", type=int, default=64, help="programs per length (8/16/32/64 ops)")
     p.add_argument(

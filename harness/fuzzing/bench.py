@@ -94,13 +94,14 @@ def rss_kib(pid: int | None) -> int | None:
     return None
 
 
-def open_cpu_targets(wanted: list[str] | None):
-    """Every CPU target (or those wanted); non-CPU devices are closed again."""
+def open_bench_targets(wanted: list[str] | None):
+    """The targets wanted, whatever their device (``burn:wgpu`` is measured by naming it), or
+    by default every CPU target, the other devices closed again."""
 
     found = discover(wanted)
     if wanted is None:  # as every command: only an explicit list may leave a framework out
         found.require_all()
-    keep = [t for t in found.targets if t.info.kind == "cpu"]
+    keep = [t for t in found.targets if wanted is not None or t.info.kind == "cpu"]
     for t in found.targets:
         if t not in keep:
             t.close()
@@ -292,7 +293,7 @@ class RoundDone:
 
 def _worker_main(config_json: dict, worker: int, rounds, counters, ready, outq) -> None:
     config = BenchConfig(**config_json)
-    found = open_cpu_targets(config.targets)
+    found = open_bench_targets(config.targets)
     runner = Runner(found.targets)
     try:
         engine = Engine(runner, Baseline([]))
@@ -399,7 +400,7 @@ def run_bench(config: BenchConfig, log=print) -> BenchResult:
         "cpus": os.cpu_count(),
         "load_before": _load(),
     }
-    found = open_cpu_targets(config.targets)
+    found = open_bench_targets(config.targets)
     if not found.targets:
         found.close()
 

@@ -43,6 +43,7 @@ from harness.fuzzing.messages import (
     Message,
     Progress,
     RanNowhere,
+    TargetCosts,
     TargetsOpened,
     WorkerDone,
     WorkerError,
@@ -255,6 +256,9 @@ def _process_chunks(
         # Drawn programs count as programs; those the engine had run already are not run again.
         # A chunk cut off by the deadline is not complete: a resume runs it again.
         cut = len(programs) - drawn_results(results)
+        if engine.target_costs:  # before Progress, which saves the state
+            emit(TargetCosts({tid: (n, us) for tid, (n, us) in engine.target_costs.items()}))
+            engine.target_costs = {}
         emit(Progress(drawn - cut, None if cut else chunk, drawn - len(programs)))
         if engine.ran_nowhere:
             emit(RanNowhere(engine.ran_nowhere))
@@ -465,6 +469,7 @@ class _Driver:
             FindingFound: self._finding,
             Progress: self._progress,
             RanNowhere: self._ran_nowhere,
+            TargetCosts: self._target_costs,
             LogLine: lambda m: self.log(m.line),
             WorkerError: self._error,
         }
@@ -550,6 +555,13 @@ class _Driver:
                 f"warning: {msg.programs} program(s) ran on no target (every target failed them): they are "
                 f"not compared, so they count as no agreement; see the report"
             )
+
+    def _target_costs(self, msg: TargetCosts) -> None:
+        costs = self.state.setdefault("target_costs", {})
+        for tid, (programs, us) in msg.costs.items():
+            cost = costs.setdefault(tid, {"programs": 0, "probe_s": 0.0})
+            cost["programs"] += programs
+            cost["probe_s"] = round(cost["probe_s"] + us / 1e6, 6)
 
     def _error(self, msg: WorkerError) -> None:
         self.errors.append(msg.message)

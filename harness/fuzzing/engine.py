@@ -231,6 +231,10 @@ class Engine:
     #: how many such variants ran.
     metamorphic_share: float = 0.25
     variants_run: int = 0
+    #: Per target id, ``[programs, microseconds]``: the drawn programs it gave a trace of
+    #: (cancelled ones left out) and the time its process spent running them (``elapsed_us``),
+    #: since the campaign last took them: what each target costs a campaign.
+    target_costs: dict[str, list[int]] = field(default_factory=dict)
 
     def generate(self, n: int, seed: int) -> list[Program]:
         """A chunk of programs; their choice sequences are kept until ``forget``."""
@@ -265,12 +269,12 @@ class Engine:
 
     def check(self, programs: Sequence[Program]) -> list[tuple[Program, dict[str, Trace], list[Finding]]]:
         batch, pairs = self.plan(programs)
-        return self.judge(programs, pairs, self.runner.run(batch, shares=self.variant_shares))
+        return self.judge(programs, pairs, self.runner.run(batch, shares=self.target_shares))
 
     @property
-    def variant_shares(self) -> dict[str, float]:
-        """The share of programs each target variant runs (the profile's ``variant_shares``)."""
-        return dict(get_profile(self.profile).variant_shares)
+    def target_shares(self) -> dict[str, float]:
+        """The share of programs each costly target runs (the profile's ``target_shares``)."""
+        return dict(get_profile(self.profile).target_shares)
 
     def plan(self, programs: Sequence[Program]) -> tuple[list[Program], list[variants.Pair]]:
         """The batch that runs ``programs``: them, then their metamorphic variants."""
@@ -289,6 +293,12 @@ class Engine:
     def _count(self, judged: Sequence[tuple[Program, dict[str, Trace], list[Finding]]]) -> None:
         self.programs_run += len(judged)
         self.ran_nowhere += sum(1 for _, traces, _ in judged if not any(t.ok for t in traces.values()))
+        for _, traces, _ in judged:
+            for tid, trace in traces.items():
+                if trace.status != CANCELLED:
+                    cost = self.target_costs.setdefault(tid, [0, 0])
+                    cost[0] += 1
+                    cost[1] += trace.elapsed_us
 
     def predicate(self, finding: Finding, target_ids: Sequence[str]) -> Callable[[Sequence[Program]], list[bool]]:
         sub = self.runner.subset(target_ids)
@@ -468,7 +478,7 @@ def _pipeline(engine: Engine, chunks: Iterable[Sequence[Program]], ahead: int):
                 following = next(it, None)
                 more = following is not None
                 if more:
-                    queued.append((following, engine.runner.submit(following[1], shares=engine.variant_shares)))
+                    queued.append((following, engine.runner.submit(following[1], shares=engine.target_shares)))
             if not queued:
                 return
             (programs, _batch, pairs), wait = queued.popleft()

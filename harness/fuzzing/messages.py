@@ -48,6 +48,14 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class TargetCosts:
+    """Per target id, ``(programs, microseconds)``: more drawn programs it ran, and the time its
+    process spent on them (``Engine.target_costs``)."""
+
+    costs: dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
 class RanNowhere:
     """``programs`` more programs that no target ran (every trace a failure)."""
 
@@ -73,4 +81,4 @@ class WorkerDone:
     worker: int
 
 
-Message = TargetsOpened | FindingFound | Progress | RanNowhere | LogLine | WorkerError | WorkerDone
+Message = TargetsOpened | FindingFound | Progress | TargetCosts | RanNowhere | LogLine | WorkerError | WorkerDone

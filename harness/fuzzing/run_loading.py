@@ -117,6 +117,16 @@ class Run:
     def known(self) -> list[ShownFinding]:
         return [f for f in self.findings if not f.harness and f.record.status not in ("new", "flaky")]
 
+    def target_costs(self) -> dict[str, tuple[int, float]]:
+        """Per target id, (programs it ran, seconds its process spent on them) over the campaign's
+        runs; a target without figures (a run folder from before they were kept) is absent."""
+        out = {}
+        for tid, cost in (self.state.get("target_costs") or {}).items():
+            programs, seconds = cost.get("programs"), cost.get("probe_s")
+            if isinstance(programs, int) and isinstance(seconds, (int, float)):
+                out[str(tid)] = (programs, float(seconds))
+        return out
+
     def target_versions(self) -> dict[str, dict[str, str]]:
         out = {}
         for tid, info in (self.state.get("targets") or {}).items():

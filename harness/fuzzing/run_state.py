@@ -59,6 +59,7 @@ STATE_FIELDS: dict[str, tuple[bool, Any, str]] = {
     "replayed": (False, _nonneg_int, "must be a non-negative integer"),
     "repeats_skipped": (False, _nonneg_int, "must be a non-negative integer"),
     "ran_nowhere": (False, _nonneg_int, "must be a non-negative integer"),
+    "target_costs": (False, _dict_of_dicts, "must be an object of target -> {programs, probe_s}"),
     "machine": (False, lambda v: isinstance(v, dict), "must be an object"),
 }
 

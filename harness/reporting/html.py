@@ -22,7 +22,7 @@ from harness.reporting.views import (
     outside_text,
     shrink_text,
     summary_facts,
-    versions_text,
+    target_rows,
     when,
 )
 
@@ -165,10 +165,11 @@ def render_html(run: Run, views: list[FindingView]) -> str:
         out.append("</section>")
     out.append('<section id="summary"><h2>Summary</h2><table class="summary">')
     out += [f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in summary_facts(run)]
-    out.append('</table><h3>Targets</h3><table class="targets"><tr><th>target</th><th>versions</th></tr>')
-    out += [
-        f"<tr><td>{escape(t)}</td><td>{escape(versions_text(v))}</td></tr>" for t, v in run.target_versions().items()
-    ]
+    out.append(
+        '</table><h3>Targets</h3><table class="targets"><tr><th>target</th><th>versions</th>'
+        "<th>programs run</th><th>time per program</th></tr>"
+    )
+    out += ["<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in target_rows(run)]
     out.append("</table></section>")
     out.append(f'<section id="findings"><h2>Findings ({len(run.new)} new, {len(run.known)} known)</h2>')
     rest = [v for v in views if not v.finding.harness and v.finding.record.status == "new"]

@@ -19,7 +19,7 @@ from harness.reporting.views import (
     outside_text,
     shrink_text,
     summary_facts,
-    versions_text,
+    target_rows,
 )
 
 # Every field of a finding, a run or a baseline entry is written through harness.escaping
@@ -101,8 +101,8 @@ def render_markdown(run: Run, views: list[FindingView]) -> str:
             out += _finding(n, v)
     out += ["## Summary", "", "| | |", "|---|---|"]
     out += [f"| {k} | {_cell(v)} |" for k, v in summary_facts(run)]
-    out += ["", "### Targets", "", "| target | versions |", "|---|---|"]
-    out += [f"| {_cell(t)} | {_cell(versions_text(v))} |" for t, v in run.target_versions().items()]
+    out += ["", "### Targets", "", "| target | versions | programs run | time per program |", "|---|---|---|---|"]
+    out += ["| " + " | ".join(_cell(cell) for cell in row) + " |" for row in target_rows(run)]
     out += ["", f"## Findings ({len(run.new)} new, {len(run.known)} known)", ""]
     rest = [v for v in views if not v.finding.harness and v.finding.record.status == "new"]
     flaky = [v for v in views if not v.finding.harness and v.finding.record.status == "flaky"]

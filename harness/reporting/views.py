@@ -307,5 +307,24 @@ def versions_text(v: dict[str, str]) -> str:
     return ", ".join(f"{k} {x}" for k, x in v.items()) or "—"
 
 
+def target_rows(run: Run) -> list[tuple[str, str, str, str]]:
+    """The report's targets table: (target, versions, programs it ran, what one cost its process).
+    A costly target runs only its share of the programs (``Profile.target_shares``), so the two
+    figures say both what it was given and why."""
+    costs = run.target_costs()
+    rows = []
+    for tid, versions in run.target_versions().items():
+        programs, seconds = costs.get(tid, (None, None))
+        rows.append(
+            (
+                tid,
+                versions_text(versions),
+                "—" if programs is None else f"{programs:,}",
+                "—" if not programs else f"{seconds * 1000 / programs:.3g} ms",
+            )
+        )
+    return rows
+
+
 def href(rel: str) -> str:
     return quote(rel)  # ':' too: a file name never becomes a URL scheme

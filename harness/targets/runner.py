@@ -98,8 +98,14 @@ def _cancelled(target_id: str, n: int) -> list[Trace]:
     return [Trace.failed(target_id, CANCELLED, f"{target_id}: cancelled before it gave a trace") for _ in range(n)]
 
 
+def share_key(target_id: str) -> str:
+    """What a share of the programs is given to: a variant by its name (``compile``, on every
+    device), a device target by its id (``burn:wgpu``)."""
+    return target_id.partition("+")[2] or target_id
+
+
 def in_share(program: Program, share: float) -> bool:
-    """Whether ``program`` is among the ``share`` of programs a variant runs. Decided by the
+    """Whether ``program`` is among the ``share`` of programs a target runs. Decided by the
     program's key, so one program is in or out wherever and whenever it is drawn (a resumed
     campaign, another machine of a shared one)."""
     return share >= 1.0 or zlib.crc32(program.key().encode()) < share * 2**32
@@ -166,9 +172,11 @@ class Runner:
 
         A variant target whose plain device runs here too is only sent the programs it is
         ``needed`` for (those with an op it declares it ``differs_on``), and of those only its
-        share (``shares``: variant name -> share, ``in_share``); the others have no trace from
-        it, so the oracle does not compare it there. ``every_target`` runs every program
-        everywhere (a replayed case shows every column).
+        share (``shares``: variant name -> share, ``in_share``). A device target with a share
+        (``shares``: target id -> share, a costly backend such as ``burn:wgpu``) is sent that
+        share of the programs, where another target runs too. A target has no trace of the
+        programs it was not sent, so the oracle does not compare it there. ``every_target`` runs
+        every program everywhere (a replayed case shows every column).
 
         Once cancelled (``cancel``, the deadline, ``close``), every trace is ``CANCELLED``."""
         if not programs:
@@ -178,11 +186,14 @@ class Runner:
         ids = {t.id for t in self.targets}
         for t in self.targets:
             plain = t.info.plain_id
-            if every_target or t.info.differs_on is None or plain == t.id or plain not in ids:
+            variant = t.info.differs_on is not None and plain != t.id and plain in ids
+            # A variant alone on its device runs everything, as does a device target alone.
+            key = share_key(t.id)
+            share = (shares or {}).get(key, 1.0) if variant or (key == t.id and len(ids) > 1) else 1.0
+            if every_target or (not variant and share >= 1.0):
                 plan.append((t, range(len(programs))))
             else:
-                share = (shares or {}).get(t.id.partition("+")[2], 1.0)
-                picked = [i for i, p in enumerate(programs) if t.needed(p) and in_share(p, share)]
+                picked = [i for i, p in enumerate(programs) if (not variant or t.needed(p)) and in_share(p, share)]
                 if picked:
                     plan.append((t, picked))
         futures: list[tuple[str, Sequence[int], Future | None]] = []

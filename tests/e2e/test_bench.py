@@ -123,12 +123,12 @@ def test_bench_json_has_every_figure_and_they_agree(tmp_path):
 
 def test_the_profile_covers_the_main_and_the_runner_threads():
     from harness.fuzzing.baseline import Baseline
-    from harness.fuzzing.bench import BenchConfig, _chunks, open_cpu_targets
+    from harness.fuzzing.bench import BenchConfig, _chunks, open_bench_targets
     from harness.fuzzing.bench_stages import measure_worker_profile
     from harness.fuzzing.engine import Engine
     from harness.targets.runner import Runner
 
-    found = open_cpu_targets(["candle:cpu"])
+    found = open_bench_targets(["candle:cpu"])
     runner = Runner(found.targets)
     try:
         config = BenchConfig(programs=16, chunk_size=8, profile="quick")

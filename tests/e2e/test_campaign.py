@@ -294,3 +294,26 @@ def test_known_findings_are_reported_as_found_and_shrunk_only_when_asked(tmp_pat
     findings, md = runs[("--shrink-known",)]
     assert all(f["shrink_seconds"] is not None for f in findings)
     assert "not shrunk" not in md
+
+
+def test_the_campaign_keeps_what_each_target_ran_and_what_it_cost_and_the_report_shows_it(tmp_path):
+    # The fake probe (a test double of the harness's own logic) says each program took 1 us.
+    out = tmp_path / "run"
+    args = ("--targets", "candle", "--max-programs", "48", "--seed", "3", "--profile", "quick", "--out", str(out))
+    r = run_cli("fuzz", *args, "--shrink-time", "5", env=fake_probe_dir(tmp_path))
+    assert r.returncode in (0, 1), r.stderr
+    state = json.loads((out / "campaign.json").read_text())
+    ran = state["programs"] - state.get("repeats_skipped", 0)
+    costs = state["target_costs"]
+    assert set(costs) == set(state["targets"]) and len(costs) == 2, costs
+    for cost in costs.values():
+        assert cost["programs"] == ran > 0 and abs(cost["probe_s"] - ran * 1e-6) < 1e-9, (cost, ran)
+    report = (out / "report.md").read_text()
+    for tid in costs:
+        assert re.search(rf"\| {re.escape(tid)} \| [^|]+ \| {ran} \| 0\\?\.001 ms \|", report), report
+    # A resumed campaign adds to the figures.
+    r = run_cli("fuzz", "--resume", str(out), "--max-programs", "64", "--no-report", env=fake_probe_dir(tmp_path))
+    assert r.returncode in (0, 1), r.stderr
+    state = json.loads((out / "campaign.json").read_text())
+    more = state["programs"] - state.get("repeats_skipped", 0)
+    assert more > ran and all(c["programs"] == more for c in state["target_costs"].values())

@@ -61,7 +61,7 @@ def test_the_foreach_variant_runs_only_programs_with_a_step(runner):
 
 
 def test_the_compile_variant_runs_only_its_share_of_the_programs_it_is_needed_for(runner):
-    # A profile's ``variant_shares`` give torch:cpu+compile a share of the programs with an op it
+    # A profile's ``target_shares`` give torch:cpu+compile a share of the programs with an op it
     # compiles: exactly those ``in_share`` picks, and a replay runs it everywhere.
     sub = runner.subset(["torch:cpu", "torch:cpu+compile"])
     compiled = next(t for t in sub.targets if t.id == "torch:cpu+compile")
@@ -72,6 +72,21 @@ def test_the_compile_variant_runs_only_its_share_of_the_programs_it_is_needed_fo
     assert ran == want and 0 < len(ran) < len(programs)
     assert all("torch:cpu" in traces for traces in got)
     assert list(sub.run_one(programs[0], every_target=True)) == ["torch:cpu", "torch:cpu+compile"]
+
+
+def test_a_device_with_a_share_runs_that_share_of_the_programs_where_another_target_runs(runner):
+    # A profile's ``target_shares`` give a costly device (burn:wgpu) a share of every program,
+    # keyed by its target id: burn:ndarray stands in for it here, on the same runner code.
+    sub = runner.subset(["burn:flex", "burn:ndarray"])
+    programs = generate(40, 6, "quick")
+    got = sub.run(programs, shares={"burn:ndarray": 0.25})
+    ran = [i for i, traces in enumerate(got) if "burn:ndarray" in traces]
+    assert ran == [i for i, p in enumerate(programs) if in_share(p, 0.25)] and 0 < len(ran) < len(programs)
+    assert all("burn:flex" in traces for traces in got)
+    # A replay runs it everywhere, and so does a campaign on that device alone.
+    assert list(sub.run_one(programs[0], every_target=True)) == ["burn:flex", "burn:ndarray"]
+    alone = runner.subset(["burn:ndarray"]).run(programs[:8], shares={"burn:ndarray": 0.25})
+    assert all(list(traces) == ["burn:ndarray"] for traces in alone)
 
 
 def test_minimize_cli_shrinks_a_padded_20_op_case(tmp_path):

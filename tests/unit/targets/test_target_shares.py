@@ -1,13 +1,13 @@
-"""A variant's share of a campaign (``Profile.variant_shares``, ``runner.in_share``): which
-programs a costly variant runs is decided by each program's key, so it is the same wherever the
-program is drawn, and the share is what the profile says. That the runner sends a variant only
-those programs is in tests/probes/test_engine_real.py."""
+"""A costly target's share of a campaign (``Profile.target_shares``, ``runner.in_share``): which
+programs a variant or a costly device runs is decided by each program's key, so it is the same
+wherever the program is drawn, and the share is what the profile says. That the runner sends such
+a target only those programs is in tests/probes/test_engine_real.py."""
 
 from __future__ import annotations
 
-from generators.profiles import COMPILE_SHARE, PROFILES
+from generators.profiles import COMPILE_SHARE, PROFILES, WGPU_SHARE
 from harness.fuzzing.generation import generate
-from harness.targets.runner import in_share
+from harness.targets.runner import in_share, share_key
 
 PROGRAMS = generate(2000, 7, "quick")
 
@@ -24,5 +24,13 @@ def test_a_share_picks_about_that_share_of_programs_and_the_same_ones_every_time
 
 def test_the_compile_variant_has_a_share_in_every_profile_and_all_of_the_compile_profile():
     for name, profile in PROFILES.items():
-        shares = dict(profile.variant_shares)
+        shares = dict(profile.target_shares)
         assert shares["compile"] == (1.0 if name == "compile" else COMPILE_SHARE), name
+
+
+def test_burn_wgpu_has_its_share_in_every_profile_but_devices_and_a_share_is_keyed_by_variant_or_device():
+    for name, profile in PROFILES.items():
+        assert dict(profile.target_shares).get("burn:wgpu") == (None if name == "devices" else WGPU_SHARE), name
+    assert 0 < WGPU_SHARE < 1
+    assert share_key("torch:cpu+compile") == share_key("torch:cuda+compile") == "compile"
+    assert share_key("burn:wgpu") == "burn:wgpu"
