@@ -76,3 +76,29 @@ def test_every_job_runs_make_fuzz_then_the_same_junit_step_on_reports_latest():
             " || steps.recheck.outputs.regressed != '0'"
         )
     assert step("linux-cpu", "recheck")["run"] == step("macos-metal", "recheck")["run"]
+
+
+def test_each_job_checks_its_devices_on_the_seed_snapshot_cases_and_linux_builds_burn_wgpu():
+    """The Linux job builds and fuzzes with burn's wgpu backend on lavapipe; both jobs then replay
+    every snapshot method across a step and a row write on their GPU-class devices beside the
+    CPU, failing only when a target did not open (exit status 2)."""
+    import shlex
+    from pathlib import Path
+
+    steps = workflow_steps()
+    assert step("linux-cpu", "fuzz")["run"].startswith("make fuzz FULL=1 ")
+    packages = next(s["run"] for s in steps["linux-cpu"] if s.get("name", "").startswith("system packages"))
+    assert "mesa-vulkan-drivers" in packages and "libvulkan1" in packages
+    devices = {"linux-cpu": {"burn:wgpu"}, "macos-metal": {"candle:metal", "burn:metal"}}
+    for job, wanted in devices.items():
+        names = [s.get("name", "") for s in steps[job]]
+        fuzz = next(i for i, n in enumerate(names) if n.startswith("fuzz"))
+        assert fuzz < names.index("device check") < names.index("junit")
+        run = step(job, "device check")["run"]
+        line = next(x for x in run.splitlines() if "aliasfuzz repro" in x)
+        words = shlex.split(line.split(">")[0])
+        cases = [w for w in words if w.endswith(".toml")]
+        assert cases and all(Path(c).exists() for c in cases), cases
+        targets = set(words[words.index("--targets") + 1].split(","))
+        assert wanted <= targets and {"candle:cpu", "burn:flex"} <= targets, (job, targets)
+        assert '[ "$status" -le 1 ]' in run
