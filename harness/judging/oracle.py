@@ -598,7 +598,7 @@ def _compare_versions(ctx: PairContext, hidden: set[int]) -> None:
     only whether it moves: one in-place call may bump it once or several times (an optimizer's
     for-loop and its foreach kernels, a compiled graph's functionalized copy)."""
     a, b = ctx.traces
-    if not _has_versions(a) or not _has_versions(b):
+    if not a.has_versions or not b.has_versions:
         return
     for i in range(len(a.steps)):
         if i in hidden:
@@ -645,11 +645,6 @@ def _made_by(program: Program, i: int, name: str) -> str | None:
         if s.op < i and s.name == name:
             made = s.method
     return made
-
-
-def _has_versions(trace: Trace) -> bool:
-    """Whether ``trace``'s target reports version counters (any observation of its opening)."""
-    return any(o.version is not None for o in trace.initial.values())
 
 
 def compare_pair(

@@ -81,7 +81,7 @@ def hidden_writes(program: Program, trace: Trace) -> list[Finding]:
     over the same object with its version counter unmoved: a write through a tensor with a counter of its own,
     or an op that swaps what a tensor holds (``w.data = v``, which ``Module._apply`` did with every
     parameter before pytorch#21865)."""
-    if not trace.ok or not any(o.version is not None for o in trace.initial.values()):
+    if not trace.ok or not trace.has_versions:
         return []
     found: dict[str, Finding] = {}
     for k, (op, step) in enumerate(zip(program.ops, trace.steps)):

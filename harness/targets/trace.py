@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -141,6 +142,13 @@ class Trace:
     elapsed_us: int = 0
     _states: list[dict[str, Observation]] | None = field(default=None, repr=False)
     _changes: dict[str, Changes] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def has_versions(self) -> bool:
+        """Whether the target reports version counters (any observation of the program's opening
+        carries one): torch's targets do, candle's and burn's do not. Asked by two oracle rules
+        per trace and pair, so it is computed once."""
+        return any(o.version is not None for o in self.initial.values())
 
     @classmethod
     def from_wire(cls, target: str, raw: Mapping[str, Any]) -> Trace:

@@ -124,13 +124,15 @@ impl BurnSession {
             Ok(gp) => gp,
             Err(o) => return o,
         };
-        if let Some(mut acc) = self.accumulated.take() {
-            let (r, text) = call!([accumulator = &mut acc => "accumulator", model = &self.model => "&model", grads = gp => "grads"]
-                accumulator.accumulate(model, grads));
-            self.tx.line(format!("{text};"));
-            if let Err(o) = r {
-                return o;
+        if self.accumulated.is_some() {
+            match self.accumulate(gp) {
+                Outcome::Ok => {}
+                o => {
+                    self.accumulated = None;
+                    return o;
+                }
             }
+            let mut acc = self.accumulated.take().expect("accumulate keeps its accumulator");
             let (r, text) = call!([accumulator = &mut acc => "accumulator"] accumulator.grads());
             self.tx.line(format!("let grads = {text};"));
             gp = match r {
