@@ -11,9 +11,10 @@ from harness.case import ops
 from harness.case.case_file import load_case
 from harness.case.ir import Program, check_program
 from tests.conftest import CASES
+from tests.support.probe_client import BURN_TARGETS
 
 TORCH = ("torch:cpu", "torch:cpu+foreach")
-BURN = ("burn:flex", "burn:ndarray")
+BURN = tuple(BURN_TARGETS)
 
 
 def _case(name: str) -> Program:

@@ -31,6 +31,7 @@ from harness.case import ops
 from harness.case.ir import Program, TensorDecl, check_program
 from harness.judging.verdicts import verdicts
 from harness.targets.torch.views import VIEWS
+from tests.support.probe_client import BURN_TARGETS
 from tests.support.torch_docs import TORCH_DOCS
 
 VIEW_METHODS = ("expand", "permute", "flip", "narrow", "unsqueeze", "squeeze", "chunk", "select")
@@ -62,7 +63,7 @@ FILLED = {
     "select": [9, 9, 3, 4],
 }
 SHARING = ("torch:cpu", "candle:cpu")
-VALUES = ("burn:flex", "burn:ndarray")
+VALUES = tuple(BURN_TARGETS)
 
 
 def _param(m: str) -> TensorDecl:
