@@ -1,6 +1,11 @@
-"""Every case in tests/cases/ as a Rust probe's reproducer: each case's ``main.rs`` is a binary of
-one cargo project (one build for all of them), run, and its printed observations compared with
-the probe's own trace of the same case. A reproducer is its probe's transcript of the case, and a
+"""Every case in tests/cases/ as a Rust probe's reproducer: each case's ``main.rs`` is built, run,
+and its printed observations compared with the probe's own trace of the same case.
+
+The reproducers are built as modules of one binary, which runs the case its argument names:
+one crate and one link instead of one per case. Linking a binary per case against burn's full
+dependency graph (wgpu included) cost over 15 minutes on two cores; one binary costs well under
+one. A module is the user's ``main.rs`` with ``pub`` before ``fn main``, so what compiles here
+without a warning compiles so on its own. A reproducer is its probe's transcript of the case, and a
 floor on how many cases have one (a probe that has not spelled some call of a case gives none)
 keeps that share from shrinking unnoticed.
 
@@ -12,6 +17,7 @@ two runs of the probe differ too, and only the names and their sizes are compare
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -77,17 +83,47 @@ def _differences(printed: dict, trace: dict, numbers: list[int], exact: bool) ->
     return out
 
 
+#: A compiler error in ``cargo build --message-format=short`` (``path:line:col: error[E0425]: ...``).
+_ERROR = re.compile(r": error(\[|:)")
+
+
+def _module_name(index: int) -> str:
+    return f"case{index:03d}"
+
+
+def _dispatcher(modules: list[str]) -> str:
+    """The binary's ``main.rs``: each reproducer a module, run by its name as the argument, and
+    its ``main``'s result reported as a binary's own would be (``Termination``)."""
+    return "\n".join(
+        [
+            *(f'#[path = "{m}/main.rs"]\nmod {m};' for m in modules),
+            "",
+            "fn report<T: std::process::Termination>(result: T) -> std::process::ExitCode {",
+            "    result.report()",
+            "}",
+            "",
+            "fn main() -> std::process::ExitCode {",
+            "    match std::env::args().nth(1).as_deref() {",
+            *(f'        Some("{m}") => report({m}::main()),' for m in modules),
+            '        other => panic!("no reproducer named {other:?}"),',
+            "    }",
+            "}",
+            "",
+        ]
+    )
+
+
 class _Built:
-    """One framework's reproducers of every case, built: the binary of each case, the traces
-    the probe gave for it, and the build's diagnostics."""
+    """One framework's reproducers of every case, built: the cases in the binary, the traces the
+    probe gave for each, and the build's diagnostics. A case whose module does not compile is
+    left out of a second build, so that the others still run."""
 
     def __init__(self, scaffold: Scaffold, root: Path):
-        self.scaffold, self.binaries, self.sources, self.errors = scaffold, {}, {}, {}
+        self.scaffold, self.modules, self.sources, self.errors = scaffold, {}, {}, {}
         self.transcribed: set[str] = set()
-        (root / "src" / "bin").mkdir(parents=True)
-        (root / "Cargo.toml").write_text(
-            cargo_toml(f"transcripts_{scaffold.framework}", scaffold.framework, scaffold.crates, True)
-        )
+        package = f"transcripts_{scaffold.framework}"
+        (root / "src").mkdir(parents=True)
+        (root / "Cargo.toml").write_text(cargo_toml(package, scaffold.framework, scaffold.crates, True))
         prepare_cargo_build(root)
         for i, case in enumerate(ALL_CASES):
             program = load_case(case)
@@ -98,26 +134,48 @@ class _Built:
             except Exception as e:  # reported by the case's own test
                 self.errors[case.name] = f"{type(e).__name__}: {e}"
                 continue
-            folder = root / "src" / "bin" / f"case{i:03d}"
+            folder = root / "src" / _module_name(i)
             folder.mkdir()
-            (folder / "main.rs").write_text(text, encoding="utf-8")
+            module_text, made_public = re.subn(r"^fn main\(", "pub fn main(", text, count=1, flags=re.M)
+            if not made_public:
+                self.errors[case.name] = "the reproducer has no `fn main(`"
+                continue
+            (folder / "main.rs").write_text(module_text, encoding="utf-8")
             self.sources[case.name] = text
-            self.binaries[case.name] = cargo_target_dir() / "debug" / f"case{i:03d}"
-        env = {**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())}
+            self.modules[case.name] = _module_name(i)
+        self.binary = cargo_target_dir() / "debug" / package
+        self.diagnostics = self._build(root)
+        # An error stops the crate's build before its lints: the rest are built again without
+        # the failing cases, for their warnings and their binary.
+        failing = {
+            case: module
+            for case, module in self.modules.items()
+            if any(f"src/{module}/" in line and _ERROR.search(line) for line in self.diagnostics)
+        }
+        if failing:
+            for case in failing:
+                del self.modules[case]
+            self.diagnostics += self._build(root)
+        self.not_compiling = {  # the cases with a diagnostic (an error or a warning)
+            case
+            for case, module in {**self.modules, **failing}.items()
+            if any(f"src/{module}/" in line for line in self.diagnostics)
+        }
+
+    def _build(self, root: Path) -> list[str]:
+        """Builds the binary of the cases in ``self.modules`` and returns the build's diagnostics;
+        a binary a failed build leaves in the shared target directory would be an earlier one's."""
+        self.binary.unlink(missing_ok=True)
+        (root / "src" / "main.rs").write_text(_dispatcher(sorted(self.modules.values())))
         done = subprocess.run(
-            ["cargo", "build", "--keep-going", "--bins", "--message-format=short"],
+            ["cargo", "build", "--message-format=short"],
             cwd=root,
-            env=env,
+            env={**os.environ, "CARGO_TARGET_DIR": str(cargo_target_dir())},
             capture_output=True,
             text=True,
-            timeout=3600,
+            timeout=1800,
         )
-        self.diagnostics = [line for line in done.stderr.splitlines() if "warning" in line or "error" in line]
-        self.not_compiling = {  # the cases with a diagnostic (an error or a warning)
-            case.name
-            for i, case in enumerate(ALL_CASES)
-            if any(f"src/bin/case{i:03d}/" in line for line in self.diagnostics)
-        }
+        return [line for line in done.stderr.splitlines() if "warning" in line or "error" in line]
 
 
 @pytest.fixture(scope="module", params=sorted(SCAFFOLDS))
@@ -143,10 +201,14 @@ def test_the_transcribed_share_does_not_shrink(built):
 @pytest.mark.parametrize("case", ALL_CASES, ids=[c.stem for c in ALL_CASES])
 def test_a_reproducer_prints_what_its_probe_observed(built, case):
     assert case.name not in built.errors, built.errors.get(case.name)
-    binary = built.binaries[case.name]
-    assert binary.exists(), f"{case.name}: not built:\n" + "\n".join(built.diagnostics[:20])
+    assert case.name in built.modules, f"{case.name}: not built:\n" + "\n".join(built.diagnostics[:20])
+    assert built.binary.exists(), "the reproducers' binary was not built:\n" + "\n".join(built.diagnostics[:20])
     ran = subprocess.run(
-        [str(binary)], capture_output=True, text=True, timeout=300, env={**os.environ, "RUST_BACKTRACE": "0"}
+        [str(built.binary), built.modules[case.name]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "RUST_BACKTRACE": "0"},
     )
     assert ran.returncode == 0, ran.stderr[-2000:]
     program = load_case(case)
