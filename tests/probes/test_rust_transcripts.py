@@ -1,13 +1,13 @@
 """Every case in tests/cases/ as a Rust probe's reproducer: each case's ``main.rs`` is built, run,
-and its printed observations compared with the probe's own trace of the same case.
+and its printed observations compared with the probe's own trace of the same case. A reproducer
+is its probe's transcript of the case, and a floor on how many cases have one (a probe that has
+not spelled some call of a case gives none) keeps that share from shrinking unnoticed.
 
 The reproducers are built as modules of one binary, which runs the case its argument names:
 one crate and one link instead of one per case. Linking a binary per case against burn's full
 dependency graph (wgpu included) cost over 15 minutes on two cores; one binary costs well under
 one. A module is the user's ``main.rs`` with ``pub`` before ``fn main``, so what compiles here
-without a warning compiles so on its own. A reproducer is its probe's transcript of the case, and a
-floor on how many cases have one (a probe that has not spelled some call of a case gives none)
-keeps that share from shrinking unnoticed.
+without a warning compiles so on its own.
 
 The comparison is exact to 1e-5 for every name after every op the probe ran. Where the probe
 cannot repeat its own values (a uniform tensor on a device that cannot be seeded: candle's CPU),
@@ -114,12 +114,12 @@ def _dispatcher(modules: list[str]) -> str:
 
 
 class _Built:
-    """One framework's reproducers of every case, built: the cases in the binary, the traces the
-    probe gave for each, and the build's diagnostics. A case whose module does not compile is
+    """One framework's reproducers of every case, built: the cases in the binary (by module), the
+    cases that have a transcript, and the build's diagnostics. A case whose module does not compile is
     left out of a second build, so that the others still run."""
 
     def __init__(self, scaffold: Scaffold, root: Path):
-        self.scaffold, self.modules, self.sources, self.errors = scaffold, {}, {}, {}
+        self.scaffold, self.modules, self.errors = scaffold, {}, {}
         self.transcribed: set[str] = set()
         package = f"transcripts_{scaffold.framework}"
         (root / "src").mkdir(parents=True)
@@ -141,7 +141,6 @@ class _Built:
                 self.errors[case.name] = "the reproducer has no `fn main(`"
                 continue
             (folder / "main.rs").write_text(module_text, encoding="utf-8")
-            self.sources[case.name] = text
             self.modules[case.name] = _module_name(i)
         self.binary = cargo_target_dir() / "debug" / package
         self.diagnostics = self._build(root)
