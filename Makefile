@@ -15,7 +15,7 @@ BUDGET ?= 2m
 # the nightly workflow passes its run number.
 SEED   ?= 1
 
-.PHONY: all fuzz latest test unit lint probes venv bench schema matrix drafts clean distclean
+.PHONY: all fuzz latest test unit lint probes venv bench schema matrix drafts device-package clean distclean
 
 all: test
 
@@ -93,6 +93,12 @@ drafts: probes
 	rm -rf docs/candidates
 	$(VENV)/bin/aliasfuzz draft --candidates --out docs/candidates
 
+# dist/device/: the CUDA probes (built here with CUDA 13.0's compiler from PyPI), aliasfuzz's
+# wheels and the p11 cases, for a GPU machine with no network and no Rust; dist/device/run.sh is
+# its one command (docs/DEVICES.md).
+device-package: $(STAMP)
+	$(PY) -m harness.device_package
+
 bench: probes
 	$(VENV)/bin/aliasfuzz bench
 
@@ -100,4 +106,4 @@ clean:
 	rm -rf reports/run-* reports/latest reports/latest.tmp reports/history.html .hypothesis
 
 distclean: clean
-	rm -rf $(VENV) rust_probes/target
+	rm -rf $(VENV) rust_probes/target dist

@@ -32,6 +32,18 @@ def features(full: bool, cuda: bool) -> list[str]:
     return out
 
 
+def record_build(seconds: float, feats: list[str], status: int, profile: str = "dev") -> None:
+    """Appends one build's duration, features, cargo profile and exit status to
+    ``<target>/aliasfuzz-builds.jsonl``."""
+    target = cargo_target_dir()
+    target.mkdir(parents=True, exist_ok=True)
+    entry = {"time": time.time(), "seconds": round(seconds, 1), "features": feats, "status": status}
+    if profile != "dev":
+        entry["profile"] = profile
+    with open(target / "aliasfuzz-builds.jsonl", "a", encoding="utf-8") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
 def build(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
     if shutil.which("cargo") is None:
         print("aliasfuzz build: cargo not found: install Rust (https://rustup.rs)", file=sys.stderr)
@@ -47,15 +59,7 @@ def build(full: bool = False, cuda: bool = False, quiet: bool = False) -> int:
     start = time.monotonic()
     result = run(cmd, cwd=PROBES_WORKSPACE, env=env, quiet=quiet, check=False)
     elapsed = time.monotonic() - start
-    target = cargo_target_dir()
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / "aliasfuzz-builds.jsonl", "a", encoding="utf-8") as log:
-        log.write(
-            json.dumps(
-                {"time": time.time(), "seconds": round(elapsed, 1), "features": feats, "status": result.returncode}
-            )
-            + "\n"
-        )
+    record_build(elapsed, feats, result.returncode)
     print(f"aliasfuzz build: {'ok' if result.returncode == 0 else 'FAILED'} in {elapsed:.1f}s", flush=True)
     return result.returncode
 
@@ -72,7 +76,7 @@ def built_features() -> list[str]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if entry.get("status") == 0:
+        if entry.get("status") == 0 and entry.get("profile", "dev") == "dev":
             return list(entry.get("features", []))
     return []
 

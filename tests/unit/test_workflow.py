@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.support.workflow import step, steps_by_text, workflow_steps
+from tests.support.workflow import WORKFLOW, step, steps_by_text, workflow_steps
 
 JOBS = ("linux-cpu", "macos-metal")
 
@@ -102,3 +102,19 @@ def test_each_job_checks_its_devices_on_the_seed_snapshot_cases_and_linux_builds
         targets = set(words[words.index("--targets") + 1].split(","))
         assert wanted <= targets and {"candle:cpu", "burn:flex"} <= targets, (job, targets)
         assert '[ "$status" -le 1 ]' in run
+
+
+def test_the_device_package_job_builds_checks_and_uploads_the_package():
+    """The nightly builds dist/device/ with `make device-package`, runs its run.sh where CUDA is
+    absent (with the interpreter make set up), and uploads the package for a GPU machine."""
+    steps = workflow_steps()["device-package"]
+    names = [s.get("name", "") for s in steps]
+    assert step("device-package", "device package")["run"] == "make device-package"
+    check = step("device-package", "device check without CUDA")["run"]
+    assert "PYTHON=.venv/bin/python" in check and "dist/device/run.sh" in check
+    assert names.index("device package") < names.index("device check without CUDA")
+    packages = next(s["run"] for s in steps if s.get("name", "").startswith("system packages"))
+    assert "libvulkan1" in packages  # the loader the package carries
+    # The text reader keeps no `with:` block, so the upload is read from the job's own text.
+    job = WORKFLOW.read_text(encoding="utf-8").split("\n  device-package:\n", 1)[1]
+    assert "uses: actions/upload-artifact@v4" in job and "path: dist/device/\n" in job
