@@ -13,6 +13,14 @@ from dataclasses import dataclass
 #: ``aliasfuzz bench`` measures what this share costs (docs/PERFORMANCE.md).
 COMPILE_SHARE = 0.1
 
+#: The default profiles' share for torch's ``inductor`` variant, where ``--targets`` names it (it
+#: is on request): Inductor generates and compiles C++ for each new line and shape (about 1.9 s
+#: a program in a campaign's first minutes, 26 s for the first compile in a process), so it gets
+#: a hundredth, and the ``compile`` profile a quarter (docs/PERFORMANCE.md).
+INDUCTOR_SHARE = 0.01
+#: The ``compile`` profile's share for the ``inductor`` variant.
+INDUCTOR_COMPILE_SHARE = 0.25
+
 #: The default profiles' share for burn's ``wgpu`` backend: each program costs it several times
 #: what flex takes (lavapipe runs every kernel on the CPU), so it runs the share that keeps a
 #: campaign within 15% of its programs/s without it (docs/PERFORMANCE.md, ``aliasfuzz bench``).
@@ -69,7 +77,11 @@ class Profile:
     #: runs too (a variant absent here runs every program it is needed for), and a device by its
     #: target id, where another target runs too (absent: every program). Which programs is
     #: decided by each program's key (``Runner.submit``).
-    target_shares: tuple[tuple[str, float], ...] = (("compile", COMPILE_SHARE), ("burn:wgpu", WGPU_SHARE))
+    target_shares: tuple[tuple[str, float], ...] = (
+        ("compile", COMPILE_SHARE),
+        ("inductor", INDUCTOR_SHARE),
+        ("burn:wgpu", WGPU_SHARE),
+    )
     weights: tuple[tuple[str, int], ...] = DEFAULT_WEIGHTS
 
     def op_menu(self) -> tuple[str, ...]:
@@ -121,14 +133,16 @@ PROFILES = {
     # Aimed at the costly devices: every program runs on burn:wgpu (no share), in float32
     # (lavapipe has no bf16, so a bf16 program is `unsupported` there), with the default ops.
     # ``aliasfuzz fuzz --profile devices --targets burn``.
-    "devices": Profile("devices", max_ops=16, dtype_share=0, target_shares=(("compile", COMPILE_SHARE),)),
+    "devices": Profile(
+        "devices", max_ops=16, dtype_share=0, target_shares=(("compile", COMPILE_SHARE), ("inductor", INDUCTOR_SHARE))
+    ),
     # Aimed at torch.compile: every program the variant is needed for runs compiled, and most
     # ops are the ones it compiles (views, writes through them, element-wise ops, layers), with
     # fewer model-level ops between them. ``aliasfuzz fuzz --profile compile --targets torch``.
     "compile": Profile(
         "compile",
         max_ops=12,
-        target_shares=(("compile", 1.0), ("burn:wgpu", WGPU_SHARE)),
+        target_shares=(("compile", 1.0), ("inductor", INDUCTOR_COMPILE_SHARE), ("burn:wgpu", WGPU_SHARE)),
         weights=_weights(
             snapshot=10,
             write=5,

@@ -17,7 +17,8 @@ def register(sub) -> None:
 def cmd_targets(args: argparse.Namespace) -> int:
     from harness.targets.registry import discover
 
-    with discover() as found:
+    # Every device, the on-request ones too (PROTOCOL.md): they exist here, if only by their id.
+    with discover(every_device=True) as found:
         if args.json:
             print(
                 json.dumps(
@@ -35,7 +36,7 @@ def cmd_targets(args: argparse.Namespace) -> int:
             i = t.info
             table.add_row(
                 i.id,
-                i.kind,
+                i.kind + (" (on request: name it in --targets)" if i.on_request else ""),
                 i.alt or "—",
                 ", ".join(f"{k} {v}" for k, v in i.versions.items()),
                 str(len(i.ops)),

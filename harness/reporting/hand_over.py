@@ -149,7 +149,7 @@ def odd_one_out(record: FindingRecord, repro: Mapping[str, Any] | None) -> str |
     held: dict[str, set] = {}
     for tid, doc in ((repro or {}).get("targets") or {}).items():
         if str(tid).split(":", 1)[0] == REFERENCE_FRAMEWORK and tid not in record.targets:
-            # torch's own variants (``+compile``) say what torch should do, not what it does here
+            # torch's own variants (``+compile``, ``+inductor``) say what torch should do, not what it does here
             continue
         values = reproducers.trace_states(doc).get(index, {}).get(subject) if doc.get("status") == "ok" else None
         if isinstance(values, list):

@@ -30,7 +30,7 @@ from harness.case.ir import Program
 from harness.escaping import md_code, md_fence, md_text
 from harness.judging.finding import FindingRecord
 from harness.judging.pairs import REFERENCE_FRAMEWORK
-from harness.targets.torch import COMPILE_KWARGS
+from harness.targets.torch import COMPILE_VARIANTS
 
 #: A title longer than this is cut at a word (GitHub shows about this much in a list).
 TITLE_CHARS = 120
@@ -100,7 +100,13 @@ def filed_against(rec: FindingRecord) -> str:
 
 
 def _side_index(rec: FindingRecord, framework: str) -> int:
-    """The index of the side the draft is about (its framework's), 0 when both are."""
+    """The index of the side the draft is about (its framework's), 0 when both are; between eager
+    and compiled torch, the compiled side where the finding is about copy semantics or identity:
+    AOTAutograd regenerates eager's aliasing of outputs to inputs by design, so a compiled
+    function that returns another aliasing is the side that differs from what torch documents."""
+    compiled = _compiled_side(rec)
+    if compiled is not None and rec.aspect in ("verdict", "identity"):
+        return compiled
     for i, t in enumerate(rec.targets[:2]):
         if t.split(":", 1)[0] == framework:
             return i
@@ -144,11 +150,18 @@ _IMPL_KEYWORDS = {"plain": "foreach=False", "foreach": "foreach=True", "fused": 
 _OPTIMIZER_CLASSES = {"sgd": "SGD", "sgd_momentum": "SGD", "adam": "Adam", "adamw": "AdamW"}
 
 
+def _compile_backend(target: str) -> str | None:
+    """The ``torch.compile`` backend a torch target id's variant compiles with (``+compile``:
+    ``aot_eager``, ``+inductor``: ``inductor``), or None for an eager one."""
+    kwargs = COMPILE_VARIANTS.get(target.partition("+")[2])
+    return kwargs["backend"] if kwargs else None
+
+
 def _compiled_side(rec: FindingRecord) -> int | None:
-    """Which side of a finding between two torch targets is the compiled one (``+compile``)."""
+    """Which side of a finding between two torch targets is the compiled one (``+compile``, ``+inductor``)."""
     if not all(t.startswith(f"{REFERENCE_FRAMEWORK}:") for t in rec.targets):
         return None
-    compiled = [i for i, t in enumerate(rec.targets) if t.endswith("+compile")]
+    compiled = [i for i, t in enumerate(rec.targets) if _compile_backend(t)]
     return compiled[0] if len(compiled) == 1 else None
 
 
@@ -179,6 +192,9 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
             text += f" (written through a `{rec.method}` of it)"
     elif rec.kind in ("device", "variant"):
         a, b = (t.split(":", 1)[-1] for t in rec.targets[:2])
+        if rec.aspect == "verdict" and rec.method and not rec.method.startswith("+"):
+            # copy semantics are the snapshot's: name its method
+            call = f"a `{rec.method}` snapshot"
         what = {
             "value": "values",
             "status": "outcomes",
@@ -192,15 +208,16 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         if rec.kind == "variant" and fw == REFERENCE_FRAMEWORK and optimizer and all(keywords):
             # The two implementations are keywords of one optimizer: name the class and them.
             text = f"`torch.optim.{optimizer}` gives different {what} with `{keywords[0]}` and `{keywords[1]}`"
-        elif rec.kind == "variant" and fw == REFERENCE_FRAMEWORK and any(t.endswith("+compile") for t in (a, b)):
+        elif rec.kind == "variant" and fw == REFERENCE_FRAMEWORK and _compiled_side(rec) is not None:
             # Eager and compiled torch must agree: name the mode, not the device ids.
-            text = f"{call} gives different {what} in eager mode and under `torch.compile(backend={COMPILE_KWARGS['backend']!r})`"
+            backend = _compile_backend(rec.targets[_compiled_side(rec)])
+            text = f"{call} gives different {what} in eager mode and under `torch.compile(backend={backend!r})`"
         else:
             text = f"{call} gives different {what} on `{a}` and `{b}`"
     elif rec.aspect == "status" and len(rec.targets) == 2 and _compiled_side(rec) is not None:
         # Eager against compiled torch: which mode fails is the news, not which target.
         compiled = _compiled_side(rec)
-        mode = f"under `torch.compile` (`{COMPILE_KWARGS['backend']}`)"
+        mode = f"under `torch.compile` (`{_compile_backend(rec.targets[compiled])}`)"
         if sides[compiled] in ("error", "crash", "timeout"):
             # A backend's failure is "BackendCompilerFailed: backend='...' raised:", then its own.
             lines = [line.strip() for line in (rec.detail or "").splitlines() if line.strip()]

@@ -81,6 +81,8 @@ class TargetInfo:
     # A variant device's ``differs_on`` (PROTOCOL.md): the ops where it runs other code than its
     # plain device. None: it runs other code everywhere (every plain device, every Rust probe).
     differs_on: tuple[str, ...] | None = None
+    # An on-request device (PROTOCOL.md): a target only where it is named by its id.
+    on_request: bool = False
 
     @property
     def plain_id(self) -> str:
@@ -99,6 +101,7 @@ class TargetInfo:
             "ops": list(self.ops),
             "methods": list(self.methods),
             **({"differs_on": list(self.differs_on)} if self.differs_on is not None else {}),
+            **({"on_request": True} if self.on_request else {}),
         }
 
 

@@ -113,7 +113,10 @@ def parse_target_list(text: str | None) -> list[str] | None:
     return ids
 
 
-def _wanted(target_id: str, wanted: list[str] | None) -> bool:
+def _wanted(target_id: str, wanted: list[str] | None, on_request: bool = False) -> bool:
+    """Whether ``wanted`` (None: every target) asks for the target; an on-request one only by its id."""
+    if on_request:
+        return wanted is not None and target_id in wanted
     if wanted is None:
         return True
     framework = target_id.split(":", 1)[0]
@@ -126,13 +129,15 @@ def discover(
     timeout_s: float = 20.0,
     env: dict[str, str] | None = None,
     start_by: float | None = None,
+    every_device: bool = False,
 ) -> Discovery:
     """Starts each framework's process once, reads its handshake and returns one ``Target`` per
     device (variants included). With ``wanted``, only those ids or frameworks; a wanted target
     that does not exist is a ``SetupError``. With ``start_by`` (``time.monotonic()``, when a
     campaign's time is up: budget, shrink grace and drain) no handshake is waited for past it: a
     probe that has not answered by then is unavailable ("no handshake ... when the campaign's
-    time was up")."""
+    time was up"). An on-request device (PROTOCOL.md: ``torch:cpu+inductor``) is a target only
+    where ``wanted`` names its id, or with ``every_device`` (what ``aliasfuzz targets`` lists)."""
     wanted = list(wanted) if wanted is not None else None
     found = Discovery()
     proc_env = {**os.environ, **(env or {})}
@@ -151,7 +156,8 @@ def discover(
         used_first = False
         for dev in hello["devices"]:
             tid = f"{fw}:{dev['name']}"
-            if not _wanted(tid, wanted):
+            on_request = bool(dev.get("on_request"))
+            if not (every_device or _wanted(tid, wanted, on_request)):
                 continue
             info = TargetInfo(
                 tid,
@@ -163,6 +169,7 @@ def discover(
                 tuple(hello.get("ops", ())),
                 tuple(hello.get("methods", ())),
                 tuple(dev["differs_on"]) if dev.get("differs_on") is not None else None,
+                on_request,
             )
             if used_first:
                 proc = ProbeProcess(

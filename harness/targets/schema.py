@@ -167,6 +167,7 @@ def _envelope_defs() -> dict[str, Any]:
             "alt": {"type": ["string", "null"]},
             "kind": {"enum": ["cpu", "gpu"]},
             "differs_on": {"type": "array", "items": {"type": "string"}},
+            "on_request": {"type": "boolean"},
         },
     }
     step = {

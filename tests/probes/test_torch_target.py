@@ -193,16 +193,18 @@ def test_hello(worker):
     devices = {d["name"]: d for d in h["devices"]}
     assert devices["cpu"]["kind"] == "cpu" and "cpu+foreach" in devices
     if not torch.cuda.is_available() and not torch.backends.mps.is_available():
-        assert devices["cpu"]["alt"] is None and set(devices) == {"cpu", "cpu+foreach", "cpu+compile"}
+        assert devices["cpu"]["alt"] is None and set(devices) == {"cpu", "cpu+foreach", "cpu+compile", "cpu+inductor"}
     if torch.cuda.is_available():
         assert devices["cpu"]["alt"] == "cuda" and devices["cuda"]["alt"] == "cpu"
-        assert {"cuda+foreach", "cuda+fused", "cuda+compile"} <= set(devices)
+        assert {"cuda+foreach", "cuda+fused", "cuda+compile", "cuda+inductor"} <= set(devices)
     # a variant declares the ops where its code differs (an optimizer variant the steps, the
-    # compiled variant the ops that compute tensors); a plain device declares nothing
+    # compiled variants the ops that compute tensors); a plain device declares nothing
     compiled = ["snapshot", "write", "assign", "fill", "scale", "append", "map", "add", "forward"]
     for name, d in devices.items():
-        want = None if "+" not in name else compiled if name.endswith("+compile") else ["step"]
+        want = None if "+" not in name else compiled if name.endswith(("+compile", "+inductor")) else ["step"]
         assert d.get("differs_on") == want, name
+        # Inductor's variant is a target only where it is named (its compiles cost seconds)
+        assert d.get("on_request", False) == name.endswith("+inductor"), name
     ops = SCHEMA["$defs"]["op_name"]["enum"]
     assert sorted(h["ops"]) == sorted(ops)
     assert sorted(h["methods"]) == sorted(SCHEMA["$defs"]["method"]["enum"])

@@ -15,10 +15,20 @@ RELEASE_PACKAGE = "torch"
 BUILD_HINT = "install the Python dependencies with `make venv`"
 #: None: its reproducer is a Python script, the session's transcript (``reproducer.py``).
 REPRODUCER_SCAFFOLD = None
-#: ``torch.compile``'s arguments in the ``compile`` variant (``transcript.CompiledLine``):
-#: ``aot_eager`` runs Dynamo, functionalization and AOTAutograd without a C++ toolchain; static
-#: shapes, so that a recompile is a new graph, never a symbolic one that hides what a shape does.
-COMPILE_KWARGS = {"backend": "aot_eager", "dynamic": False}
+#: ``torch.compile``'s arguments in each compiling variant (``transcript.CompiledLine``), static
+#: shapes in both, so that a recompile is a new graph, never a symbolic one that hides what a
+#: shape does:
+#:
+#: - ``compile``: ``aot_eager`` runs Dynamo, functionalization and AOTAutograd without a C++
+#:   toolchain;
+#: - ``inductor``: the same, then Inductor's code generation (C++ kernels on the CPU, Triton on
+#:   CUDA), which reuses buffers and writes in place. It needs a C++ compiler, and its first
+#:   compile in a process costs tens of seconds (docs/PERFORMANCE.md).
+COMPILE_VARIANTS = {
+    "compile": {"backend": "aot_eager", "dynamic": False},
+    "inductor": {"backend": "inductor", "dynamic": False},
+}
+COMPILE_KWARGS = COMPILE_VARIANTS["compile"]
 
 
 def command() -> list[str]:

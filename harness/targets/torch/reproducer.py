@@ -32,7 +32,13 @@ from harness.targets.torch.session import TorchProbe
 from harness.targets.torch.transcript import MODULES, literal
 
 #: The torch device of each optimizer implementation (``session.DEVICES``).
-VARIANT_DEVICES = {"plain": "cpu", "foreach": "cpu+foreach", "fused": "cuda+fused", "compile": "cpu+compile"}
+VARIANT_DEVICES = {
+    "plain": "cpu",
+    "foreach": "cpu+foreach",
+    "fused": "cuda+fused",
+    "compile": "cpu+compile",
+    "inductor": "cpu+inductor",
+}
 
 _SHOW = [
     "def show(label, names):",

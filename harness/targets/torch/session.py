@@ -26,6 +26,7 @@ from harness.case import ops as op_table
 from harness.case.ops import Op
 from harness.targets.driver import OpError, Unsupported
 from harness.targets.protocol import PROGRAM_SEED, WireProgram, unreadable
+from harness.targets.torch import COMPILE_VARIANTS
 from harness.targets.torch.elementwise import ElementwiseOps
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.names import case_name, model_key
@@ -56,6 +57,7 @@ def _device_table() -> dict:
         "cpu": ("cpu", "plain", "cpu", accel),
         "cpu+foreach": ("cpu", "foreach", "cpu", accel),
         "cpu+compile": ("cpu", "compile", "cpu", accel),
+        "cpu+inductor": ("cpu", "inductor", "cpu", accel),
     }
     for dev in ("cuda",) * CUDA + ("mps",) * MPS:
         table[dev] = (dev, "plain", "gpu", "cpu")
@@ -63,6 +65,7 @@ def _device_table() -> dict:
         if dev == "cuda":
             table["cuda+fused"] = (dev, "fused", "gpu", "cpu")
             table["cuda+compile"] = (dev, "compile", "gpu", "cpu")
+            table["cuda+inductor"] = (dev, "inductor", "gpu", "cpu")
     return table
 
 
@@ -76,7 +79,11 @@ COMPILED_OPS = ("snapshot", "write", "assign", "fill", "scale", "append", "map",
 # uses; ``compile`` compiles the ``COMPILED_OPS``. On a program without them a variant device
 # makes the same calls as its plain device, so the harness need not run it there (PROTOCOL.md,
 # ``differs_on``).
-VARIANT_DIFFERS_ON = {"foreach": ("step",), "fused": ("step",), "compile": COMPILED_OPS}
+#: Variants that are targets only where ``--targets`` names them by id (PROTOCOL.md,
+#: ``on_request``): Inductor's first compile in a process costs tens of seconds and each new line
+#: about a second, too much for every ``repro`` and every campaign that names torch.
+ON_REQUEST_VARIANTS = ("inductor",)
+VARIANT_DIFFERS_ON = {"foreach": ("step",), "fused": ("step",), "compile": COMPILED_OPS, "inductor": COMPILED_OPS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -212,7 +219,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         run = getattr(self, "_op_" + op.kind, None)
         if run is None:  # an op of the table this session has no method for yet: not in OPS
             raise Unsupported(f"the torch target does not interpret {op.kind!r}")
-        self.tx.compiling = self.variant == "compile" and op.kind in COMPILED_OPS
+        self.tx.compiling = self.variant if self.variant in COMPILE_VARIANTS and op.kind in COMPILED_OPS else None
         try:
             run(op)
         finally:
@@ -221,7 +228,7 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
                 # counters of the tensors it writes (eager torch bumps them): the change keys
                 # cannot see it, so every name is read again after a compiled op.
                 self._seen.clear()
-            self.tx.compiling = False  # only the op's own statements: never an observation's
+            self.tx.compiling = None  # only the op's own statements: never an observation's
 
     def _op_snapshot(self, op: Op) -> None:
         self._set(op.name, self._take(op.of, op.method))
@@ -521,6 +528,7 @@ class TorchProbe:
                     "alt": d[3],
                     "kind": d[2],
                     **({"differs_on": list(VARIANT_DIFFERS_ON[d[1]])} if d[1] != "plain" else {}),
+                    **({"on_request": True} if d[1] in ON_REQUEST_VARIANTS else {}),
                 }
                 for n, d in DEVICES.items()
             ],

@@ -28,7 +28,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from harness.targets.torch import COMPILE_KWARGS
+from harness.targets.torch import COMPILE_VARIANTS
 
 #: What every line may use, and the source lines that import it (in the reproducer's header).
 MODULES = {
@@ -44,6 +44,7 @@ _BUILTINS = frozenset(dir(builtins))
 SCRIPT_NAMES = frozenset(
     {"show", "check_values", "divergence", "e", "run", "label", "impl", "first", "second", "differ", "failed"}
     | {"first_failed", "second_failed", "failing", "run_plain", "run_foreach", "run_fused", "run_compile"}
+    | {"run_inductor"}
 )
 
 
@@ -57,8 +58,8 @@ def _compiled_expression(source: str):
     return compile(source, "<transcript>", "eval")
 
 
-#: ``COMPILE_KWARGS`` as the source of the call's arguments.
-COMPILE_ARGS = ", ".join(f"{k}={v!r}" for k, v in COMPILE_KWARGS.items())
+#: Each compiling variant's ``torch.compile`` arguments as the source of the call's arguments.
+COMPILE_ARGS = {variant: ", ".join(f"{k}={v!r}" for k, v in kw.items()) for variant, kw in COMPILE_VARIANTS.items()}
 #: How many distinct compiled lines the variant keeps across programs (least recently used go).
 COMPILED_LINES = 2048
 #: The globals every compiled function runs in: the modules a line may use. One dict for every
@@ -80,6 +81,7 @@ class CompiledLine:
     line (a ``fill`` value, an index) is part of the key."""
 
     template: str  # the line with its literals lifted, as the reproducer shows it
+    variant: str  # the compiling variant (``COMPILE_VARIANTS``): which backend compiled it
     function: Callable
     params: tuple[str, ...]
     lifted: tuple[str, ...]
@@ -92,7 +94,7 @@ class CompiledLine:
         args = ", ".join(self.params + self.lifted)
         call = f"{name}({', '.join(self.params + self.literals)})"
         body = [f"    {line}" for line in self.template.splitlines()]
-        lines = [f"@torch.compile({COMPILE_ARGS})", f"def {name}({args}):", *body]
+        lines = [f"@torch.compile({COMPILE_ARGS[self.variant]})", f"def {name}({args}):", *body]
         if self.results:
             results = ", ".join(self.results)
             return lines + [f"    return {results}", f"{results} = {call}"]
@@ -133,8 +135,8 @@ class _Rename(ast.NodeTransformer):
 
 
 @lru_cache(maxsize=COMPILED_LINES)
-def compiled_line(line: str) -> CompiledLine:
-    """``line`` as a ``CompiledLine`` (kept per line: a line recurs across programs, and parsing
+def compiled_line(line: str, variant: str = "compile") -> CompiledLine:
+    """``line`` as a ``CompiledLine`` of ``variant`` (kept per line: a line recurs across programs, and parsing
     it is the variant's cost on every statement it runs). A name the line reads that is no module and no builtin is a
     transcript variable (a variable never takes a builtin's name: ``_identifier``), so the
     parameters follow from the text alone; a name it reads and binds is both. The lifted
@@ -159,20 +161,24 @@ def compiled_line(line: str) -> CompiledLine:
         canonical,
         tuple(numbered[p] for p in params) + tuple(numbered[c] for c in lifted),
         tuple(numbered[r] for r in results),
+        variant,
     )
-    return CompiledLine(ast.unparse(tree), function, params, lifted, tuple(lift.literals), results)
+    return CompiledLine(ast.unparse(tree), variant, function, params, lifted, tuple(lift.literals), results)
 
 
 @lru_cache(maxsize=COMPILED_LINES)
-def compiled_template(template: str, args: tuple[str, ...], results: tuple[str, ...]) -> Callable:
+def compiled_template(
+    template: str, args: tuple[str, ...], results: tuple[str, ...], variant: str = "compile"
+) -> Callable:
     """The compiled function of a line with its variables and literals numbered
-    (``compiled_line``): one per template for the probe's life, ``COMPILED_LINES`` at most
-    (``cache_info`` counts the templates compiled, ``misses``, and reused, ``hits``)."""
+    (``compiled_line``), compiled as ``variant`` compiles: one per template and variant for the
+    probe's life, ``COMPILED_LINES`` at most (``cache_info`` counts the templates compiled,
+    ``misses``, and reused, ``hits``)."""
     body = "".join(f"    {line}\n" for line in template.splitlines())
     source = f"def compiled({', '.join(args)}):\n{body}    return ({''.join(f'{r}, ' for r in results)})\n"
     space: dict = {}
     exec(compile(source, "<compiled transcript line>", "exec"), _COMPILE_GLOBALS, space)
-    return torch.compile(space["compiled"], **COMPILE_KWARGS)
+    return torch.compile(space["compiled"], **COMPILE_VARIANTS[variant])
 
 
 def _identifier(text: str) -> str:
@@ -216,8 +222,9 @@ class Transcript:
         self._lines = self.prologue
         self.names: dict[str, str] = {}  # case name -> its variable
         self._taken: set[str] = set(self.ns) | SCRIPT_NAMES
-        #: Whether ``run`` compiles its lines (the ``compile`` variant sets it per op).
-        self.compiling = False
+        #: The compiling variant ``run`` compiles its lines as, or None: eager (a compiling
+        #: variant sets it per op).
+        self.compiling: str | None = None
 
     def begin_op(self) -> None:
         """The lines from here on are the next op's."""
@@ -235,7 +242,7 @@ class Transcript:
         exec(_compiled(line), self.ns)
 
     def _run_compiled(self, line: str) -> None:
-        fn = compiled_line(line)
+        fn = compiled_line(line, self.compiling)
         self._lines.extend(fn.source(self.helper("compiled")))
         values = [eval(_compiled_expression(literal), self.ns) for literal in fn.literals]
         out = fn.function(*(self.ns[p] for p in fn.params), *values)

@@ -44,8 +44,40 @@ def test_an_eager_against_compiled_finding_is_titled_by_the_mode_not_the_device_
     assert title(FindingRecord.from_json(record)) == (
         "torch: `forward` gives different values in eager mode and under `torch.compile(backend='aot_eager')`"
     )
+    # Inductor's variant names its own backend, whichever side it is on
+    record.update(targets=["torch:cpu+inductor", "torch:cpu"])
+    assert title(FindingRecord.from_json(record)) == (
+        "torch: `forward` gives different values in eager mode and under `torch.compile(backend='inductor')`"
+    )
     record.update(targets=["torch:cpu", "torch:cpu+foreach"], op="write:whole")
     assert (
         title(FindingRecord.from_json(record))
         == "torch: `write:whole` gives different values on `cpu` and `cpu+foreach`"
     )
+
+
+def test_a_compiled_snapshot_that_changes_copy_semantics_is_the_observed_side():
+    """Between eager and compiled torch, copy semantics are eager's (AOTAutograd regenerates the
+    aliasing of outputs to inputs by design): the compiled side is the one the draft reports,
+    whichever side of the signature it is on, and the title names the snapshot's method."""
+    from harness.judging.finding import FindingRecord
+    from harness.reporting.issue_draft import expectation, title
+
+    record = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
+    record.update(
+        kind="variant",
+        aspect="verdict",
+        op="write",
+        method="mul1",
+        sides=["keeps", "follows"],
+        targets=["torch:cpu", "torch:cpu+inductor"],
+        signature="variant|torch:cpu~torch:cpu+inductor|verdict|mul1|write|keeps~follows",
+    )
+    rec = FindingRecord.from_json(record)
+    assert title(rec) == (
+        "torch: a `mul1` snapshot gives different copy semantics in eager mode and under "
+        "`torch.compile(backend='inductor')`"
+    )
+    seen, seen_words, wanted, wanted_words, _ = expectation(rec, None)
+    assert (seen, seen_words) == ("`torch:cpu+inductor`", "follows the write")
+    assert (wanted, wanted_words) == ("`torch:cpu`", "keeps its value")
