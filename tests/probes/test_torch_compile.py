@@ -20,7 +20,7 @@ import pytest
 from harness.case.case_file import load_case
 from harness.case.ir import Program, TensorDecl, check_program
 from harness.targets.driver import handle
-from harness.targets.torch import COMPILE_KWARGS
+from harness.targets.torch import COMPILE_VARIANTS
 from harness.targets.torch.reproducer import torch_script
 from harness.targets.torch.session import TorchProbe
 from harness.targets.torch.transcript import compiled_template
@@ -46,7 +46,7 @@ def _final(trace: dict) -> dict:
 
 def test_a_compiled_op_is_a_compiled_function_of_its_variables_in_the_transcript():
     tx = _run("candle_flip_of_a_strided_tensor_fails.toml", "cpu+compile")["transcript"]
-    decorator = f"@torch.compile({', '.join(f'{k}={v!r}' for k, v in COMPILE_KWARGS.items())})"
+    decorator = f"@torch.compile({', '.join(f'{k}={v!r}' for k, v in COMPILE_VARIANTS['compile'].items())})"
     assert tx["ops"][0] == [
         decorator,
         "def compiled(w):",

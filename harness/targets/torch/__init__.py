@@ -28,7 +28,6 @@ COMPILE_VARIANTS = {
     "compile": {"backend": "aot_eager", "dynamic": False},
     "inductor": {"backend": "inductor", "dynamic": False},
 }
-COMPILE_KWARGS = COMPILE_VARIANTS["compile"]
 
 
 def command() -> list[str]:
