@@ -81,9 +81,15 @@ aliasfuzz targets --json >"$out/targets.json" || fail "aliasfuzz targets --json 
 # A probe that does not start says why: candle's CUDA probe, for one, needs the driver's library.
 "$python" -c 'import json, sys; [print(f"not available: {fw}: {why}") for fw, why in json.load(open(sys.argv[1]))["unavailable"].items()]' "$out/targets.json" |
     while IFS= read -r line; do say "$line"; done
-cuda_targets=$("$python" -c 'import json, sys; print(",".join(t["id"] for t in json.load(open(sys.argv[1]))["targets"] if t["id"].split(":")[1] == "cuda"))' "$out/targets.json")
-wgpu_target=$("$python" -c 'import json, sys; print(",".join(t["id"] for t in json.load(open(sys.argv[1]))["targets"] if t["id"] == "burn:wgpu"))' "$out/targets.json")
-cpu_targets=$("$python" -c 'import json, sys; print(",".join(t["id"] for t in json.load(open(sys.argv[1]))["targets"] if t["id"] in ("torch:cpu", "candle:cpu", "burn:flex")))' "$out/targets.json")
+# The target lists the steps use, one per line: CUDA, burn:wgpu, the CPU references, every plain target.
+{ read -r cuda_targets; read -r wgpu_target; read -r cpu_targets; read -r all; } < <("$python" - "$out/targets.json" <<'LISTS'
+import json, sys
+ids = [t["id"] for t in json.load(open(sys.argv[1]))["targets"]]
+for wanted in (lambda i: i.split(":")[1] == "cuda", lambda i: i == "burn:wgpu",
+               lambda i: i in ("torch:cpu", "candle:cpu", "burn:flex"), lambda i: "+" not in i):
+    print(",".join(i for i in ids if wanted(i)))
+LISTS
+)
 if [ -n "$cuda_targets" ]; then
     say "CUDA targets: $cuda_targets"
 else
@@ -101,7 +107,6 @@ cat "$out/p11.txt"
 say "p11 cases on $targets: $out/p11.txt"
 
 # 3. The campaign, on the device-kind targets and the CPU ones (burn:ndarray too, where it is).
-all=$("$python" -c 'import json, sys; print(",".join(t["id"] for t in json.load(open(sys.argv[1]))["targets"] if "+" not in t["id"]))' "$out/targets.json")
 status=0
 aliasfuzz fuzz --budget "$budget" --targets "$all" --out "$out/campaign" || status=$?
 [ "$status" -le 1 ] || fail "the campaign failed (status $status): see $out/campaign"
