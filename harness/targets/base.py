@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.case.ir import Program
 from harness.errors import InputError
+from harness.paths import probe_hint
 from harness.targets.protocol import PROTOCOL_VERSION
 from harness.targets.trace import CRASH, TIMEOUT, MalformedTrace, Trace
 
@@ -172,7 +173,7 @@ class ProbeProcess:
             )
         except OSError as e:
             raise SetupError(
-                f"{self.name}: cannot start {self.argv[0]}: {e.strerror or e} (build the probes with `make probes`)"
+                f"{self.name}: cannot start {self.argv[0]}: {e.strerror or e} ({probe_hint(env=self.env)})"
             ) from None
         self.stats.starts += 1
         self._buf = b""
@@ -199,14 +200,14 @@ class ProbeProcess:
             self.stop()
             raise SetupError(
                 f"{self.name}: speaks probe protocol {reply.get('protocol')}, the harness speaks "
-                f"{PROTOCOL_VERSION}: the binary is stale, rebuild it with `make probes`"
+                f"{PROTOCOL_VERSION}: the binary is stale, rebuild it ({probe_hint(env=self.env)})"
             )
         problem = _hello_problem(reply)
         if problem is not None:
             self.stop()
             raise SetupError(
                 f"{self.name}: malformed handshake ({problem}): the binary is not an "
-                f"aliasfuzz probe or is broken, rebuild it with `make probes`"
+                f"aliasfuzz probe or is broken, rebuild it ({probe_hint(env=self.env)})"
             )
         self.hello = reply
         return reply

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from harness.paths import probe_hint
 from harness.targets import burn, candle, torch
 from harness.targets.base import ProbeProcess, SetupError, Target, TargetInfo
 from harness.targets.runner import Runner
@@ -34,6 +35,9 @@ RUST_SCAFFOLDS: dict[str, Scaffold] = {p.FRAMEWORK: p.REPRODUCER_SCAFFOLD for p 
 class Discovery:
     targets: list[Target] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)  # framework -> why
+    #: framework -> the fix for its probe that did not start (``paths.probe_hint``: the plugin's
+    #: ``BUILD_HINT``, or the prebuilt folder it came from).
+    hints: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
         for t in self.targets:
@@ -45,7 +49,7 @@ class Discovery:
         when every one started. (Only an explicit target list may leave a framework out.)"""
         if not self.unavailable:
             return None
-        hints = {p.FRAMEWORK: p.BUILD_HINT for p in PLUGINS}
+        hints = {p.FRAMEWORK: p.BUILD_HINT for p in PLUGINS} | self.hints
         fixes = []
         for fw in self.unavailable:
             m = re.search(r"`[^`]+`", hints.get(fw, ""))
@@ -53,7 +57,7 @@ class Discovery:
             if fix and fix not in fixes:
                 fixes.append(fix)
         have = list(dict.fromkeys(t.info.framework for t in self.targets))
-        named = [f"{fw} ({_why(fw, msg)})" for fw, msg in self.unavailable.items()]
+        named = [f"{fw} ({_why(fw, msg, hints.get(fw))})" for fw, msg in self.unavailable.items()]
         one = len(named) == 1
         narrow = f", or pass --targets {','.join(have)} to run without {'it' if one else 'them'}" if have else ""
         return SetupError(
@@ -79,10 +83,12 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
-def _why(fw: str, message: str) -> str:
+def _why(fw: str, message: str, hint: str | None = None) -> str:
     """A process's one-line error less its leading ``framework:`` and a closing hint in
-    parentheses (the sentence names the framework and the fix)."""
+    parentheses, a command's or ``hint`` (the sentence names the framework and the fix)."""
     message = message[len(fw) + 2 :] if message.startswith(f"{fw}: ") else message
+    if hint and message.endswith(f" ({hint})"):
+        return message[: -len(hint) - 3]
     return re.sub(r" \([^()]*`[^`]+`[^()]*\)$", "", message)
 
 
@@ -150,8 +156,9 @@ def discover(
             hello = first.start(timeout_s=None if start_by is None else start_by - time.monotonic())
         except SetupError as e:
             # A probe the campaign's time ran out on is no missing build: no hint to build it.
-            hint = "make" not in str(e) and "when the campaign's time was up" not in str(e)
-            found.unavailable[fw] = f"{e} ({plugin.BUILD_HINT})" if hint else str(e)
+            fix = found.hints[fw] = probe_hint(plugin.BUILD_HINT, proc_env)
+            hint = fix not in str(e) and "make" not in str(e) and "when the campaign's time was up" not in str(e)
+            found.unavailable[fw] = f"{e} ({fix})" if hint else str(e)
             continue
         used_first = False
         for dev in hello["devices"]:

@@ -28,6 +28,7 @@ from harness.fuzzing.baseline import Baseline
 from harness.fuzzing.campaign import CampaignError, RunFolder
 from harness.fuzzing.engine import Engine
 from harness.targets.base import ProbeProcess, SetupError
+from harness.targets.registry import discover
 from harness.targets.runner import Runner
 from harness.targets.trace import alike
 from tests.conftest import CASES, run_cli
@@ -148,6 +149,27 @@ def test_missing_binary_is_one_line_pointing_at_make_probes(tmp_path: Path):
     assert "make probes" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_missing_prebuilt_binary_names_its_folder_not_make_probes(tmp_path: Path):
+    # A device package's probes come from ALIASFUZZ_PROBE_DIR on a machine that may have no Rust.
+    proc = ProbeProcess("candle", [str(tmp_path / "candle_probe")], env={"ALIASFUZZ_PROBE_DIR": str(tmp_path)})
+    with pytest.raises(SetupError) as info:
+        proc.start()
+    message = str(info.value)
+    assert f"ALIASFUZZ_PROBE_DIR={tmp_path}" in message and "make probes" not in message and "\n" not in message
+
+
+def test_prebuilt_probe_exiting_at_start_up_names_its_folder_once(tmp_path: Path, monkeypatch):
+    probe = tmp_path / "candle_probe"
+    probe.write_text("#!/bin/sh\nexit 127\n")  # a shell's answer for a missing shared library
+    probe.chmod(0o755)
+    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(tmp_path))
+    with pytest.raises(SetupError) as info:
+        discover(["candle"], timeout_s=10)
+    why = str(info.value)
+    assert "exited during start-up (exit status 127)" in why and "make probes" not in why
+    assert why.count(f"ALIASFUZZ_PROBE_DIR={tmp_path}") == 1 and "\n" not in why
+
+
 def test_stale_probe_protocol_is_one_line_asking_for_a_rebuild():
     proc = ProbeProcess("fake:ref", [sys.executable, str(FAKE), "--protocol", "1"], start_timeout_s=10)
     with pytest.raises(SetupError) as info:
@@ -188,8 +210,8 @@ def test_cli_reports_an_unusable_probe_in_one_line(tmp_path: Path, fault: str):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "candle" in lines[0]
-    if fault != "exit-at-start":
-        assert "make probes" in lines[0]
+    # The probes came from ALIASFUZZ_PROBE_DIR, not from a build: the fix is that folder's binary.
+    assert f"ALIASFUZZ_PROBE_DIR={probes}" in lines[0] and "make probes" not in lines[0]
     if fault == "stale":
         assert "stale" in lines[0]
     if fault == "bad-hello":
