@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from harness.case import ops
 from harness.case.ir import Program, per_program
-from harness.judging.verdicts import SnapshotInfo, relation_end, snapshots
+from harness.judging.verdicts import SnapshotInfo, made_before, relation_end, snapshots
 
 
 @per_program
@@ -75,7 +75,9 @@ def write_path(program: Program, k: int) -> list[str]:
     A declared tensor has a source only where a ``replace`` made it one (w = nn.Parameter(b):
     a step moves b through w's link, and the snapshots of b only saw b move)."""
     names = _written(program, k)
-    source = {s.name: s.source for s in snapshots(program) if s.op < k}
+    source: dict[str, str] = {}
+    for s in made_before(program, k):
+        source.setdefault(s.name, s.source)  # the latest relation that bound the name
     path: list[str] = []
     for name in names:
         while name is not None and name not in path:
@@ -100,7 +102,7 @@ def ended_link(program: Program, op_index: int, name: str) -> str | None:
     that rebound its source are then the root cause, so the signature names both. A chain through
     old objects only (an alias of p0 grown since, and a copy of the old alias) crosses no rebinding:
     its first method carried the write."""
-    rels = [s for s in snapshots(program) if s.op < op_index]
+    rels = made_before(program, op_index)
     theirs = _chain(program, rels, name, op_index)
     for written in _written(program, op_index):
         if written == name:
@@ -127,7 +129,7 @@ def common_source_link(program: Program, op_index: int, name: str) -> str | None
     an alias of b, b then bound again: a step reaches the alias where the param shares b's storage
     (torch) and not where it is a copy (candle's ``Var::from_tensor``). The write's own path
     (``write_path``) names the link; the other name only saw the common source move."""
-    rels = [s for s in snapshots(program) if s.op < op_index]
+    rels = made_before(program, op_index)
     theirs = _chain(program, rels, name, op_index)
     reached = {_object(program, hop): m for m, hop in enumerate(theirs)}
     for written in _written(program, op_index):
@@ -166,15 +168,16 @@ class _Hop(NamedTuple):
     before: int
 
 
-def _chain(program: Program, rels: list[SnapshotInfo], name: str, op_index: int) -> list[_Hop]:
+def _chain(program: Program, rels: tuple[SnapshotInfo, ...], name: str, op_index: int) -> list[_Hop]:
     """The objects ``name``'s snapshot relations lead to at op ``op_index``, ``name``'s own first:
-    past a relation whose source was bound again since, to the source's old object."""
+    past a relation whose source was bound again since, to the source's old object. ``rels``: the
+    relations made before op ``op_index``, the latest first (``made_before``)."""
     x, before = name, op_index  # x's object is its binding before op ``before``
     out = [_Hop(None, False, False, op_index, x, before)]
     seen: set[str] = set()
     while x not in seen:
         seen.add(x)
-        rel = next((r for r in reversed(rels) if r.name == x and r.op < before), None)
+        rel = next((r for r in rels if r.name == x and r.op < before), None)
         if rel is None:
             break
         end = relation_end(program, rel, len(program.ops))

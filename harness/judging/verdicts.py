@@ -87,6 +87,19 @@ def snapshots(program: Program) -> tuple[SnapshotInfo, ...]:
     )
 
 
+def made_before(program: Program, i: int) -> tuple[SnapshotInfo, ...]:
+    """The snapshot relations made before op ``i``, the latest first: where two relations bind or
+    join the same names (``s = w.flip()``, then ``w.data = s``), the later one made what they
+    share from then on, so a search for a name's relation takes the first it meets."""
+    return tuple(s for s in reversed(snapshots(program)) if s.op < i)
+
+
+def made_by(program: Program, i: int, name: str) -> SnapshotInfo | None:
+    """The relation that last bound ``name`` before op ``i``; None for a name no snapshot bound
+    by then (a declared tensor)."""
+    return next((s for s in made_before(program, i) if s.name == name), None)
+
+
 @per_program
 def binding_order(program: Program) -> dict[str, int]:
     """Each name's place in the program's binding order: its declared tensors, its layers'

@@ -23,7 +23,7 @@ from harness.case import ops
 from harness.case.ir import Program
 from harness.judging import rules
 from harness.judging.finding import Finding
-from harness.judging.verdicts import binding_rank, same_values, snapshots, subject_role
+from harness.judging.verdicts import binding_rank, made_before, same_values, subject_role
 from harness.targets.trace import Trace
 
 
@@ -51,13 +51,12 @@ def _carrier(program: Program, trace: Trace, k: int, name: str) -> str | None:
             and (memory is None or y.storage is None or y.storage == memory)
         )
 
-    # The latest relation first: where two relations join the same names (``s = w.flip()``, then
-    # ``w.data = s``), the later one made what they share now.
+    # The latest relation first (``made_before``): the later of two that join the same names made
+    # what they share now.
     links: dict[str, list[tuple[str, str]]] = {}
-    for s in reversed(snapshots(program)):
-        if s.op < k:
-            links.setdefault(s.name, []).append((s.source, s.method))
-            links.setdefault(s.source, []).append((s.name, s.method))
+    for s in made_before(program, k):
+        links.setdefault(s.name, []).append((s.source, s.method))
+        links.setdefault(s.source, []).append((s.name, s.method))
     reached: dict[str, tuple[str, str] | None] = {name: None}
     queue = deque([name])
     while queue:

@@ -7,7 +7,9 @@ runs here), with the helpers of ``tests/unit/judging/test_oracle.py``.
 from __future__ import annotations
 
 from harness.judging import rules
+from harness.judging.links import write_path
 from harness.judging.oracle import compare
+from harness.judging.verdicts import made_before, made_by
 from harness.targets.trace import Trace
 from tests.support.traces import P0, STEP, A, B, program, trace
 
@@ -177,3 +179,22 @@ def _with_p0_as_p1_from(at: int, steps: list) -> Trace:
             ],
         },
     )
+
+
+def test_the_latest_relation_made_before_an_op_is_the_one_a_name_has():
+    # s = flip(p0), p0.data = s, then p0.data = b: p0 has two relations as the name they bound,
+    # and from op 2 on the later one (over b) is what p0 shares; s keeps the one op 0 made.
+    prog = program(
+        {"p0": {"kind": "param", "value": [0.0]}, "b": {"kind": "buffer", "value": [1.0]}},
+        [
+            {"op": "snapshot", "name": "s", "of": "p0", "method": "flip"},
+            {"op": "replace", "target": "p0", "value": "s", "how": "data"},
+            {"op": "replace", "target": "p0", "value": "b", "how": "data"},
+            {"op": "write", "target": "p0", "value": [2.0]},
+        ],
+    )
+    assert made_before(prog, 0) == ()
+    assert [(r.name, r.source, r.op) for r in made_before(prog, 3)] == [("p0", "b", 2), ("p0", "s", 1), ("s", "p0", 0)]
+    assert made_by(prog, 1, "p0") is None and made_by(prog, 2, "p0").source == "s"
+    assert made_by(prog, 3, "p0").source == "b" and made_by(prog, 3, "s").method == "flip"
+    assert write_path(prog, 3) == ["p0", "b"]  # through the latest relation, not the one over s
