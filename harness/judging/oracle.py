@@ -69,6 +69,7 @@ from harness.judging.verdicts import (
     SnapshotInfo,
     Verdict,
     binding_rank,
+    made_by,
     same_values,
     snapshots,
     subject_role,
@@ -623,7 +624,7 @@ def _compare_versions(ctx: PairContext, hidden: set[int]) -> None:
             ctx.add(
                 rule=rules.VERSION_DIFFERS.name,
                 aspect="version",
-                method=_value_method(ctx.program, i, name) or _made_by(ctx.program, i, name),
+                method=_value_method(ctx.program, i, name) or _version_method(ctx.program, i, name),
                 op_label=ops.label(ctx.program.ops[i]),
                 sides=tuple("bumped" if x else "kept" for x in bumped),
                 op_index=i,
@@ -637,14 +638,20 @@ def _compare_versions(ctx: PairContext, hidden: set[int]) -> None:
             return
 
 
-def _made_by(program: Program, i: int, name: str) -> str | None:
-    """The method of the snapshot that last bound ``name`` before op ``i``; None for a declared
-    name: what makes a snapshot share its source's version counter or have its own."""
-    made = None
-    for s in snapshots(program):
-        if s.op < i and s.name == name:
-            made = s.method
-    return made
+def _version_method(program: Program, i: int, name: str) -> str | None:
+    """The relation a version divergence of ``name`` at op ``i`` is named by, where the value links
+    name none: the relation that decides whether the write reaches ``name``'s counter. For a
+    source the op's write reached through relations (``write_path``: ``s1 = to_host(s0)``, a write
+    into s1), the relation next to it on that path, which made the written tensor share the
+    source's counter or have its own; else the relation that made ``name`` (None for a declared
+    name)."""
+    path = write_path(program, i)
+    for nearer, here in zip(path, path[1:]):
+        rel = made_by(program, i, nearer)
+        if here == name and rel is not None and rel.source == name:
+            return rel.method
+    made = made_by(program, i, name)
+    return made.method if made else None
 
 
 def compare_pair(
