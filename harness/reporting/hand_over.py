@@ -199,8 +199,25 @@ def write_hand_over(
     return made
 
 
-def _check_lines(check: Check, repro: Mapping[str, Any] | None, target: str | None) -> list[str]:
-    """What a checked reproducer prints at its end, as the probe's observations say it will."""
+def _check_lines(
+    check: Check, repro: Mapping[str, Any] | None, target: str | None, variants: tuple[str, str] | None = None
+) -> list[str]:
+    """What a checked reproducer prints at its end, as the probe's observations say it will.
+    ``variants``: the two targets of a finding between two variants of one framework (eager and
+    compiled torch), whose script runs both and compares whether the op moved the counter."""
+    if check.counter and variants is not None:
+        moved = []
+        for side in variants:
+            before, after = _versions_at(repro, side, check.op, check.subject or "")
+            if before is None or after is None:
+                return ["the divergence shows"]
+            moved.append(before != after)
+        variant = variants[1].split("+", 1)[1] if "+" in variants[1] else "plain"
+        return [
+            f"check: op {check.op} moves the version counter of {check.subject}: {moved[0]} without {variant},"
+            f" {moved[1]} with it",
+            f"the divergence shows: {[f'{check.subject}._version']} differ",
+        ]
     if check.counter:
         before, after = _versions_at(repro, target, check.op, check.subject or "")
         if before is None or after is None:
@@ -265,7 +282,8 @@ def _write_draft(
     checked = check is not None and shown == framework
     if output is not None and checked:
         target = output.splitlines()[0].strip("()")
-        output += "".join("\n" + line for line in _check_lines(check, repro, target))
+        variants = tuple(record.targets) if record.kind == "variant" and len(record.targets) == 2 else None
+        output += "".join("\n" + line for line in _check_lines(check, repro, target, variants))
     draft = folder / f"{stem}.issue.md"
     text = issue_markdown(
         record,

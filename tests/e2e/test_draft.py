@@ -6,6 +6,9 @@ The tests of this subject that run in-process are in tests/unit/reporting/test_d
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from tests.conftest import CASES, run_cli
 
 
@@ -110,3 +113,19 @@ def test_a_cause_several_candidate_cases_show_is_drafted_once_from_the_most_spec
         "torch_batch_norm_updates_running_stats_without_bumping_their_version.issue.md"
     ]
     assert titles["burn_load_after_a_training_forward_is_undone.issue.md"].startswith("# burn: `forward`")
+
+
+def test_a_draft_of_a_compiled_variants_version_counter_shows_what_its_script_prints(tmp_path):
+    # Eager against compiled torch: the script runs both and prints whether the op moved the
+    # counter in each; the draft's account of its output must be those lines, not a hidden write.
+    case = CASES / "torch_compile_copy_between_a_parameter_and_its_alias_keeps_the_version.toml"
+    r = run_cli("draft", str(case), "--targets", "torch:cpu,torch:cpu+compile", "--out", str(tmp_path))
+    assert r.returncode in (0, 1), r.stderr
+    [draft] = tmp_path.glob("*.issue.md")
+    text = draft.read_text(encoding="utf-8")
+    [script] = tmp_path.glob(draft.name.replace(".issue.md", ".torch.py"))
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    printed = ran.stdout.strip().splitlines()[-2:]
+    assert printed[0].startswith("check: op 1 moves the version counter of w: True without compile, False with it")
+    assert "\n".join(printed) in text
