@@ -458,6 +458,9 @@ def _hello_problem(hello: dict[str, Any]) -> str | None:
     for d in devices:
         if d.get("differs_on") is not None and not isinstance(d["differs_on"], list):
             return f"`differs_on` of device {d['name']!r} is not a list"
+        wait = d.get("program_timeout_s")
+        if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait > 0):
+            return f"`program_timeout_s` of device {d['name']!r} is not a positive number"
     for key in ("ops", "methods"):
         if not isinstance(hello.get(key, []), list):
             return f"`{key}` is not a list"

@@ -186,6 +186,9 @@ def discover(
             else:
                 proc, used_first = first, True
                 proc.name = tid
+            # A device whose programs may take longer than the harness waits (Inductor's first
+            # compile in a process) says how long one may take (PROTOCOL.md).
+            proc.timeout_s = max(timeout_s, float(dev.get("program_timeout_s") or 0.0))
             found.targets.append(Target(info, proc))
         if not used_first:
             first.stop()

@@ -168,6 +168,7 @@ def _envelope_defs() -> dict[str, Any]:
             "kind": {"enum": ["cpu", "gpu"]},
             "differs_on": {"type": "array", "items": {"type": "string"}},
             "on_request": {"type": "boolean"},
+            "program_timeout_s": {"type": "number", "exclusiveMinimum": 0},
         },
     }
     step = {

@@ -170,6 +170,24 @@ def test_prebuilt_probe_exiting_at_start_up_names_its_folder_once(tmp_path: Path
     assert why.count(f"ALIASFUZZ_PROBE_DIR={tmp_path}") == 1 and "\n" not in why
 
 
+def test_a_device_that_names_a_longer_program_timeout_is_waited_for(tmp_path: Path, monkeypatch):
+    # Both devices answer after 1.5 s; the harness waits 1 s, and "planted" says one program may
+    # take 5 (PROTOCOL.md, program_timeout_s: torch:cpu+inductor's first compile).
+    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(probe_dir(tmp_path, "--slow-ms 1500 --planted-program-timeout-s 5")))
+    with discover(["candle"], timeout_s=1.0) as found:
+        targets = {t.info.device: t for t in found.targets}
+        assert (targets["ref"].process.timeout_s, targets["planted"].process.timeout_s) == (1.0, 5.0)
+        assert statuses(targets["planted"].run_batch([CLEAN])) == ["ok"]
+        assert statuses(targets["ref"].run_batch([CLEAN])) == ["timeout"]
+
+
+def test_a_program_timeout_that_is_no_positive_number_is_a_malformed_handshake(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(probe_dir(tmp_path, "--planted-program-timeout-s -1")))
+    with pytest.raises(SetupError) as info:
+        discover(["candle"], timeout_s=10)
+    assert "`program_timeout_s` of device 'planted' is not a positive number" in str(info.value)
+
+
 def test_stale_probe_protocol_is_one_line_asking_for_a_rebuild():
     proc = ProbeProcess("fake:ref", [sys.executable, str(FAKE), "--protocol", "1"], start_timeout_s=10)
     with pytest.raises(SetupError) as info:

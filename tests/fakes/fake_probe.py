@@ -161,6 +161,7 @@ def main() -> None:
     ap.add_argument("--die-on-scale", action="store_true")
     ap.add_argument("--bad-trace", action="store_true")
     ap.add_argument("--bad-hello", action="store_true")
+    ap.add_argument("--planted-program-timeout-s", type=float, default=None)
     ap.add_argument("--slow-ms", type=float, default=0)
     ap.add_argument("--hang-always", action="store_true")
     ap.add_argument("--hang-at-hello", action="store_true")
@@ -200,6 +201,8 @@ def main() -> None:
                 "ops": ["snapshot", "write", "fill", "scale", "step", "read"],
                 "methods": ["alias", "clone", "detach", "reshape", "view_row", "transpose"],
             }
+            if flags.planted_program_timeout_s is not None:
+                reply["devices"][1]["program_timeout_s"] = flags.planted_program_timeout_s
             if flags.bad_hello:
                 reply["devices"] = "ref"
         elif req.get("type") == "run":

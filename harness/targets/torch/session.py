@@ -83,6 +83,10 @@ COMPILED_OPS = ("snapshot", "write", "assign", "fill", "scale", "append", "map",
 #: ``on_request``): Inductor's first compile in a process costs tens of seconds and each new line
 #: about a second, too much for every ``repro`` and every campaign that names torch.
 ON_REQUEST_VARIANTS = ("inductor",)
+#: Variants whose programs may outlast the harness's program timeout, and the seconds one may take
+#: (PROTOCOL.md, ``program_timeout_s``): Inductor's first compile in a process took 26 s here
+#: (50 s on another machine), and a cold program compiles several new lines after it.
+PROGRAM_TIMEOUT_S = {"inductor": 120.0}
 VARIANT_DIFFERS_ON = {"foreach": ("step",), "fused": ("step",), "compile": COMPILED_OPS, "inductor": COMPILED_OPS}
 
 
@@ -529,6 +533,7 @@ class TorchProbe:
                     "kind": d[2],
                     **({"differs_on": list(VARIANT_DIFFERS_ON[d[1]])} if d[1] != "plain" else {}),
                     **({"on_request": True} if d[1] in ON_REQUEST_VARIANTS else {}),
+                    **({"program_timeout_s": PROGRAM_TIMEOUT_S[d[1]]} if d[1] in PROGRAM_TIMEOUT_S else {}),
                 }
                 for n, d in DEVICES.items()
             ],
