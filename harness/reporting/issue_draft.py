@@ -101,11 +101,13 @@ def filed_against(rec: FindingRecord) -> str:
 
 def _side_index(rec: FindingRecord, framework: str) -> int:
     """The index of the side the draft is about (its framework's), 0 when both are; between eager
-    and compiled torch, the compiled side where the finding is about copy semantics or identity:
-    AOTAutograd regenerates eager's aliasing of outputs to inputs by design, so a compiled
-    function that returns another aliasing is the side that differs from what torch documents."""
+    and compiled torch, the compiled side where the finding is about copy semantics, identity or
+    version counters: AOTAutograd regenerates eager's aliasing of outputs to inputs by design, and
+    eager's in-place ops bump the counters the autograd notes describe, so a compiled function that
+    returns another aliasing or moves other counters is the side that differs from what torch
+    documents."""
     compiled = _compiled_side(rec)
-    if compiled is not None and rec.aspect in ("verdict", "identity"):
+    if compiled is not None and rec.aspect in ("verdict", "identity", "version"):
         return compiled
     for i, t in enumerate(rec.targets[:2]):
         if t.split(":", 1)[0] == framework:
@@ -457,7 +459,9 @@ def issue_markdown(
         *md_fence(case_text, "toml"),
     ]
     # Shell words quoted: a path from the run folder is never a second command.
-    commands = [f"aliasfuzz repro {shlex.quote(case_path)}"]
+    # On the finding's own targets: an on-request one (``torch:cpu+inductor``) runs only where named.
+    targets = ",".join(dict.fromkeys(rec.targets))
+    commands = [f"aliasfuzz repro {shlex.quote(case_path)}" + (f" --targets {shlex.quote(targets)}" if targets else "")]
     if reproducer is not None:
         path = reproducer[0]
         commands.append(

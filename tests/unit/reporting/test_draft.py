@@ -81,3 +81,27 @@ def test_a_compiled_snapshot_that_changes_copy_semantics_is_the_observed_side():
     seen, seen_words, wanted, wanted_words, _ = expectation(rec, None)
     assert (seen, seen_words) == ("`torch:cpu+inductor`", "follows the write")
     assert (wanted, wanted_words) == ("`torch:cpu`", "keeps its value")
+
+
+def test_a_compiled_variant_that_moves_other_version_counters_is_the_observed_side():
+    """Eager torch's in-place ops bump the counters the autograd notes describe: between eager and
+    compiled torch, the compiled side's counters are the ones the draft reports, and its repro
+    command names both targets (the Inductor variant runs only where it is named)."""
+    from harness.judging.finding import FindingRecord
+    from harness.reporting.issue_draft import expectation, issue_markdown
+
+    record = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
+    record.update(
+        kind="variant",
+        aspect="version",
+        op="write:row",
+        method="chunk",
+        sides=["bumped", "kept"],
+        targets=["torch:cpu", "torch:cpu+inductor"],
+        signature="variant|torch:cpu~torch:cpu+inductor|version|chunk|write:row|bumped~kept",
+    )
+    rec = FindingRecord.from_json(record)
+    seen, seen_words, wanted, wanted_words, _ = expectation(rec, None)
+    assert (seen, seen_words, wanted, wanted_words) == ("`torch:cpu+inductor`", "kept", "`torch:cpu`", "bumped")
+    text = issue_markdown(rec, "case.toml", 'format = "aliasfuzz-case/1"\n', None)
+    assert "aliasfuzz repro case.toml --targets torch:cpu,torch:cpu+inductor" in text
