@@ -56,24 +56,26 @@ def test_an_eager_against_compiled_finding_is_titled_by_the_mode_not_the_device_
     )
 
 
+def _inductor_record(aspect: str, op: str, method: str, sides: list[str]):
+    """A variant finding between eager torch and its Inductor variant, ``torch:cpu`` first."""
+    from harness.judging.finding import FindingRecord
+
+    record = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
+    targets = ["torch:cpu", "torch:cpu+inductor"]
+    signature = f"variant|{'~'.join(targets)}|{aspect}|{method}|{op}|{'~'.join(sides)}"
+    record.update(
+        kind="variant", aspect=aspect, op=op, method=method, sides=sides, targets=targets, signature=signature
+    )
+    return FindingRecord.from_json(record)
+
+
 def test_a_compiled_snapshot_that_changes_copy_semantics_is_the_observed_side():
     """Between eager and compiled torch, copy semantics are eager's (AOTAutograd regenerates the
     aliasing of outputs to inputs by design): the compiled side is the one the draft reports,
     whichever side of the signature it is on, and the title names the snapshot's method."""
-    from harness.judging.finding import FindingRecord
     from harness.reporting.issue_draft import expectation, title
 
-    record = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
-    record.update(
-        kind="variant",
-        aspect="verdict",
-        op="write",
-        method="mul1",
-        sides=["keeps", "follows"],
-        targets=["torch:cpu", "torch:cpu+inductor"],
-        signature="variant|torch:cpu~torch:cpu+inductor|verdict|mul1|write|keeps~follows",
-    )
-    rec = FindingRecord.from_json(record)
+    rec = _inductor_record(aspect="verdict", op="write", method="mul1", sides=["keeps", "follows"])
     assert title(rec) == (
         "torch: a `mul1` snapshot gives different copy semantics in eager mode and under "
         "`torch.compile(backend='inductor')`"
@@ -87,20 +89,9 @@ def test_a_compiled_variant_that_moves_other_version_counters_is_the_observed_si
     """Eager torch's in-place ops bump the counters the autograd notes describe: between eager and
     compiled torch, the compiled side's counters are the ones the draft reports, and its repro
     command names both targets (the Inductor variant runs only where it is named)."""
-    from harness.judging.finding import FindingRecord
     from harness.reporting.issue_draft import expectation, issue_markdown
 
-    record = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
-    record.update(
-        kind="variant",
-        aspect="version",
-        op="write:row",
-        method="chunk",
-        sides=["bumped", "kept"],
-        targets=["torch:cpu", "torch:cpu+inductor"],
-        signature="variant|torch:cpu~torch:cpu+inductor|version|chunk|write:row|bumped~kept",
-    )
-    rec = FindingRecord.from_json(record)
+    rec = _inductor_record(aspect="version", op="write:row", method="chunk", sides=["bumped", "kept"])
     seen, seen_words, wanted, wanted_words, _ = expectation(rec, None)
     assert (seen, seen_words, wanted, wanted_words) == ("`torch:cpu+inductor`", "kept", "`torch:cpu`", "bumped")
     text = issue_markdown(rec, "case.toml", 'format = "aliasfuzz-case/1"\n', None)
