@@ -101,13 +101,16 @@ def filed_against(rec: FindingRecord) -> str:
 
 def _side_index(rec: FindingRecord, framework: str) -> int:
     """The index of the side the draft is about (its framework's), 0 when both are; between eager
-    and compiled torch, the compiled side where the finding is about copy semantics, identity or
-    version counters: AOTAutograd regenerates eager's aliasing of outputs to inputs by design, and
-    eager's in-place ops bump the counters the autograd notes describe, so a compiled function that
-    returns another aliasing or moves other counters is the side that differs from what torch
-    documents."""
+    and compiled torch, the compiled side where the finding is about copy semantics or identity:
+    AOTAutograd regenerates eager's aliasing of outputs to inputs by design, so a compiled
+    function that returns another aliasing is the side that differs from what torch documents. For
+    version counters, the side that kept one the other bumped: every in-place op bumps the counter
+    of what it writes and of every view of it (the autograd notes), whichever mode fails to
+    (eager torch's batch norm leaves its running statistics' counters, pytorch#13402)."""
     compiled = _compiled_side(rec)
-    if compiled is not None and rec.aspect in ("verdict", "identity", "version"):
+    if compiled is not None and rec.aspect == "version" and sorted(rec.sides or ()) == ["bumped", "kept"]:
+        return list(rec.sides).index("kept")
+    if compiled is not None and rec.aspect in ("verdict", "identity"):
         return compiled
     for i, t in enumerate(rec.targets[:2]):
         if t.split(":", 1)[0] == framework:
@@ -197,6 +200,9 @@ def title(rec: FindingRecord, program: Program | None = None, divergence: Mappin
         if rec.aspect == "verdict" and rec.method and not rec.method.startswith("+"):
             # copy semantics are the snapshot's: name its method
             call = f"a `{rec.method}` snapshot"
+        elif rec.aspect == "version" and rec.method and not rec.method.startswith("+"):
+            # the counter that differs is the one that relation made shared or its own
+            call = f"a `{rec.method}`"
         what = {
             "value": "values",
             "status": "outcomes",

@@ -56,13 +56,13 @@ def test_an_eager_against_compiled_finding_is_titled_by_the_mode_not_the_device_
     )
 
 
-def _inductor_record(aspect: str, op: str, method: str, sides: list[str]):
+def _inductor_record(aspect: str, op: str, method: str | None, sides: list[str]):
     """A variant finding between eager torch and its Inductor variant, ``torch:cpu`` first."""
     from harness.judging.finding import FindingRecord
 
     record = json.loads((CASES.parent / "records" / "sharing_finding.json").read_text())
     targets = ["torch:cpu", "torch:cpu+inductor"]
-    signature = f"variant|{'~'.join(targets)}|{aspect}|{method}|{op}|{'~'.join(sides)}"
+    signature = f"variant|{'~'.join(targets)}|{aspect}|{method or '-'}|{op}|{'~'.join(sides)}"
     record.update(
         kind="variant", aspect=aspect, op=op, method=method, sides=sides, targets=targets, signature=signature
     )
@@ -86,13 +86,20 @@ def test_a_compiled_snapshot_that_changes_copy_semantics_is_the_observed_side():
 
 
 def test_a_compiled_variant_that_moves_other_version_counters_is_the_observed_side():
-    """Eager torch's in-place ops bump the counters the autograd notes describe: between eager and
-    compiled torch, the compiled side's counters are the ones the draft reports, and its repro
-    command names both targets (the Inductor variant runs only where it is named)."""
-    from harness.reporting.issue_draft import expectation, issue_markdown
+    """Every in-place op bumps the counters the autograd notes describe: between eager and compiled
+    torch, the side that kept a counter the other bumped is the one the draft reports, and its
+    repro command names both targets (the Inductor variant runs only where it is named)."""
+    from harness.reporting.issue_draft import expectation, issue_markdown, title
 
     rec = _inductor_record(aspect="version", op="write:row", method="chunk", sides=["bumped", "kept"])
+    assert title(rec) == (
+        "torch: a `chunk` gives different version counters in eager mode and under `torch.compile(backend='inductor')`"
+    )
     seen, seen_words, wanted, wanted_words, _ = expectation(rec, None)
     assert (seen, seen_words, wanted, wanted_words) == ("`torch:cpu+inductor`", "kept", "`torch:cpu`", "bumped")
+    # ... but eager torch is the side that keeps a counter compiled torch bumps (pytorch#13402)
+    eager = _inductor_record(aspect="version", op="forward", method=None, sides=["kept", "bumped"])
+    assert expectation(eager, None)[:2] == ("`torch:cpu`", "kept")
+    assert title(eager).startswith("torch: `forward` gives different version counters in eager mode")
     text = issue_markdown(rec, "case.toml", 'format = "aliasfuzz-case/1"\n', None)
     assert "aliasfuzz repro case.toml --targets torch:cpu,torch:cpu+inductor" in text
