@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from harness.case.case_file import load_case
+from harness.case.ir import Program
 from harness.cli.exits import EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from harness.errors import InputError
 
@@ -86,13 +87,17 @@ def cmd_draft(args: argparse.Namespace) -> int:
     }
     out = Path(args.out or ("docs/candidates" if args.candidates else "drafts"))
     drafted: list[tuple[Path, str]] = []
-    undrafted: list[str] = []
     out.mkdir(parents=True, exist_ok=True)
-    runner, _ = open_runner(parse_target_list(args.targets))
-    baseline = baseline.for_installed(runner.infos)
     status = EXIT_OK
-    try:
-        results = [(path, program, run_case(program, runner, runner.infos, baseline)) for path, program in programs]
+    base = baseline
+
+    def draft_all(pending: list[tuple[Path, Program]], runner) -> list[str]:
+        """Drafts each case of ``pending`` that shows a divergence to draft on ``runner``'s targets;
+        returns the candidates that showed none."""
+        nonlocal status
+        baseline = base.for_installed(runner.infos)
+        shown_none: list[str] = []
+        results = [(path, program, run_case(program, runner, runner.infos, baseline)) for path, program in pending]
         if args.candidates:
             # A cause several candidate cases show (a forward's running statistics, say) is drafted
             # once, from the most specific case that shows it: the fewest ops, then the fewest
@@ -108,7 +113,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
             drafted_signatures.update(_report_key(f) for f in chosen)
             if not chosen:
                 if args.candidates:  # a candidate that shows nothing here is listed as such, not an error
-                    undrafted.append(path.as_posix())
+                    shown_none.append(path.as_posix())
                 else:
                     status = max(status, EXIT_USAGE)
                 known = sorted({e.id for e in result.known.values() if e is not None})
@@ -119,7 +124,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
                     if result.compared
                     else result.not_compared()
                 )
-                print(f"aliasfuzz: {path}: nothing to draft: {why}", file=sys.stderr)
+                print(f"aliasfuzz: {path}: nothing to draft on {', '.join(runner.infos)}: {why}", file=sys.stderr)
                 continue
             case_text = path.read_text(encoding="utf-8")
             repro_json = json.dumps(result.to_json(), indent=1)
@@ -146,8 +151,22 @@ def cmd_draft(args: argparse.Namespace) -> int:
                 print(f"{path}: {finding.sentence()}")
                 for p in made:
                     print(f"  {p}{'/' if p.is_dir() else ''}")
+        return shown_none
+
+    runner, _ = open_runner(parse_target_list(args.targets))
+    try:
+        undrafted = draft_all(programs, runner)
     finally:
         runner.close()
+    if args.candidates and not args.targets and undrafted:
+        # A candidate of an on-request target (torch:cpu+inductor) shows only where that target
+        # runs: the ones that showed nothing get a second run on every device of the machine.
+        again = [(path, program) for path, program in programs if path.as_posix() in undrafted]
+        runner, _ = open_runner(None, every_device=True)
+        try:
+            undrafted = draft_all(again, runner)
+        finally:
+            runner.close()
     if args.candidates:
         write_index(out, drafted, undrafted)
     return status
@@ -223,8 +242,8 @@ def write_index(out: Path, drafted: list[tuple[Path, str]], undrafted: list[str]
     if undrafted:
         lines += [
             "",
-            "Candidates that showed no divergence to draft in this run (a nondeterministic one may show "
-            "it in another):",
+            "Candidates that showed no divergence to draft in this run, on any target of its machine "
+            "(a nondeterministic one may show it in another):",
             "",
             *(f"- {md_code(case)}" for case in undrafted),
         ]

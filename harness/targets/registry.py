@@ -92,14 +92,14 @@ def _why(fw: str, message: str, hint: str | None = None) -> str:
     return re.sub(r" \([^()]*`[^`]+`[^()]*\)$", "", message)
 
 
-def open_runner(wanted: Iterable[str] | None = None, *, start_by: float | None = None):
+def open_runner(wanted: Iterable[str] | None = None, *, start_by: float | None = None, every_device: bool = False):
     """Discovers the wanted targets and returns a ``Runner`` over them plus the discovery (for
     what was unavailable). ``SetupError`` when no target is left, and, when ``wanted`` is None
     (every framework), when any framework is unavailable (``Discovery.missing_error``): a
-    missing probe must not narrow a default run silently. ``start_by`` (``time.monotonic()``):
-    see ``discover``."""
+    missing probe must not narrow a default run silently. ``start_by`` (``time.monotonic()``) and
+    ``every_device`` (the on-request devices too): see ``discover``."""
 
-    found = discover(wanted, start_by=start_by)
+    found = discover(wanted, start_by=start_by, every_device=every_device)
     if wanted is None:
         found.require_all()
     if not found.targets:

@@ -113,6 +113,13 @@ def test_a_cause_several_candidate_cases_show_is_drafted_once_from_the_most_spec
         "torch_batch_norm_updates_running_stats_without_bumping_their_version.issue.md"
     ]
     assert titles["burn_load_after_a_training_forward_is_undone.issue.md"].startswith("# burn: `forward`")
+    # The Inductor candidates show only on the on-request target, which a second run names: drafted
+    # against torch.compile, and no candidate is left undrafted.
+    assert (
+        "`torch.compile(backend='inductor')`"
+        in titles["torch_inductor_returns_the_input_of_a_multiplication_by_one.issue.md"]
+    )
+    assert "showed no divergence" not in (tmp_path / "index.md").read_text(encoding="utf-8")
 
 
 def test_a_draft_of_a_compiled_variants_version_counter_shows_what_its_script_prints(tmp_path):
