@@ -40,4 +40,4 @@ def probe_hint(hint: str = BUILD_PROBES_HINT, env: Mapping[str, str] | None = No
     prebuilt = (os.environ if env is None else env).get(PROBE_DIR_VARIABLE)
     if hint != BUILD_PROBES_HINT or not prebuilt:
         return hint
-    return f"its binary is the prebuilt one in {PROBE_DIR_VARIABLE}={prebuilt}: put a working build there"
+    return f"the probes come prebuilt from {PROBE_DIR_VARIABLE}={prebuilt}: put working ones there"

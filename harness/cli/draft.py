@@ -124,7 +124,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
                     if result.compared
                     else result.not_compared()
                 )
-                print(f"aliasfuzz: {path}: nothing to draft on {', '.join(runner.infos)}: {why}", file=sys.stderr)
+                print(f"aliasfuzz: {path}: nothing to draft: {why}", file=sys.stderr)
                 continue
             case_text = path.read_text(encoding="utf-8")
             repro_json = json.dumps(result.to_json(), indent=1)

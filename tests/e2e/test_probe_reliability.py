@@ -272,25 +272,31 @@ def _empty(tmp_path: Path) -> Path:
 def test_default_targets_with_missing_probes_is_one_setup_error(tmp_path: Path, monkeypatch):
     from harness.targets.registry import open_runner
 
-    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(_empty(tmp_path)))
+    probes = _empty(tmp_path)
+    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(probes))
     with pytest.raises(SetupError) as info:
         open_runner(None)
     message = str(info.value)
     assert "\n" not in message
     assert "candle (" in message and "burn (" in message and "are not available" in message
     assert "No such file" in message  # why
-    assert message.endswith("run `make probes`, or pass --targets torch to run without them"), message
+    # the probes came from ALIASFUZZ_PROBE_DIR, not from a build: the fix is that folder, named once
+    fix = f"the probes come prebuilt from ALIASFUZZ_PROBE_DIR={probes}: put working ones there"
+    assert message.endswith(f"{fix}, or pass --targets torch to run without them"), message
+    assert message.count(fix) == 1
 
 
 def test_one_missing_probe_names_it_and_what_would_run(tmp_path: Path, monkeypatch):
     from harness.targets.registry import open_runner
 
-    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(_probe_dir(tmp_path)))  # candle: the fake; no burn
+    probes = _probe_dir(tmp_path)
+    monkeypatch.setenv("ALIASFUZZ_PROBE_DIR", str(probes))  # candle: the fake; no burn
     with pytest.raises(SetupError) as info:
         open_runner(None)
     message = str(info.value)
     assert message.startswith("burn (cannot start ") and "candle" not in message.split("not available")[0]
-    assert message.endswith("run `make probes`, or pass --targets torch,candle to run without it"), message
+    fix = f"the probes come prebuilt from ALIASFUZZ_PROBE_DIR={probes}: put working ones there"
+    assert message.endswith(f"{fix}, or pass --targets torch,candle to run without it"), message
 
 
 def test_an_explicit_target_list_narrows_silently(tmp_path: Path, monkeypatch):
@@ -315,7 +321,7 @@ def test_cli_fuzz_and_repro_without_targets_refuse_missing_probes(tmp_path: Path
         assert result.returncode == 2, result.stdout + result.stderr
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-        assert "candle (" in lines[0] and "burn (" in lines[0] and "make probes" in lines[0]
+        assert "candle (" in lines[0] and "burn (" in lines[0] and "put working ones there" in lines[0]
         assert "--targets torch" in lines[0]
         assert "No divergence" not in result.stdout
 
