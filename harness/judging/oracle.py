@@ -647,8 +647,7 @@ def _version_method(program: Program, i: int, name: str) -> str | None:
     name)."""
     path = write_path(program, i)
     for nearer, here in zip(path, path[1:]):
-        rel = made_by(program, i, nearer)
-        if here == name and rel is not None and rel.source == name:
+        if here == name and (rel := made_by(program, i, nearer)) is not None and rel.source == name:
             return rel.method
     made = made_by(program, i, name)
     return made.method if made else None

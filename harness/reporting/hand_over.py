@@ -212,7 +212,7 @@ def _check_lines(
             if before is None or after is None:
                 return ["the divergence shows"]
             moved.append(before != after)
-        variant = variants[1].split("+", 1)[1] if "+" in variants[1] else "plain"
+        variant = reproducers.variant_of(variants[1])  # the label the script's second run has
         return [
             f"check: op {check.op} moves the version counter of {check.subject}: {moved[0]} without {variant},"
             f" {moved[1]} with it",
