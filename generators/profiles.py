@@ -13,6 +13,12 @@ from dataclasses import dataclass
 #: ``aliasfuzz bench`` measures what this share costs (docs/PERFORMANCE.md).
 COMPILE_SHARE = 0.1
 
+#: The default profiles' share for torch's ``graph`` variant: it compiles each run of fusing ops
+#: as one function, a new graph for each new run (a run's text is rarely seen twice), so a warm
+#: program costs it more than ``compile``; ``aliasfuzz bench`` measures what this share costs
+#: (docs/PERFORMANCE.md).
+GRAPH_SHARE = 0.1
+
 #: The default profiles' share for torch's ``inductor`` variant, where ``--targets`` names it (it
 #: is on request): Inductor generates and compiles C++ for each new line and shape (about 1.9 s
 #: a program in a campaign's first minutes, 26 s for the first compile in a process), so it gets
@@ -79,6 +85,7 @@ class Profile:
     #: decided by each program's key (``Runner.submit``).
     target_shares: tuple[tuple[str, float], ...] = (
         ("compile", COMPILE_SHARE),
+        ("graph", GRAPH_SHARE),
         ("inductor", INDUCTOR_SHARE),
         ("burn:wgpu", WGPU_SHARE),
     )
@@ -134,7 +141,10 @@ PROFILES = {
     # (lavapipe has no bf16, so a bf16 program is `unsupported` there), with the default ops.
     # ``aliasfuzz fuzz --profile devices --targets burn``.
     "devices": Profile(
-        "devices", max_ops=16, dtype_share=0, target_shares=(("compile", COMPILE_SHARE), ("inductor", INDUCTOR_SHARE))
+        "devices",
+        max_ops=16,
+        dtype_share=0,
+        target_shares=(("compile", COMPILE_SHARE), ("graph", GRAPH_SHARE), ("inductor", INDUCTOR_SHARE)),
     ),
     # Aimed at torch.compile: every program the variant is needed for runs compiled, and most
     # ops are the ones it compiles (views, writes through them, element-wise ops, layers), with
@@ -142,7 +152,12 @@ PROFILES = {
     "compile": Profile(
         "compile",
         max_ops=12,
-        target_shares=(("compile", 1.0), ("inductor", INDUCTOR_COMPILE_SHARE), ("burn:wgpu", WGPU_SHARE)),
+        target_shares=(
+            ("compile", 1.0),
+            ("graph", 1.0),
+            ("inductor", INDUCTOR_COMPILE_SHARE),
+            ("burn:wgpu", WGPU_SHARE),
+        ),
         weights=_weights(
             snapshot=10,
             write=5,

@@ -127,6 +127,11 @@ class OpSpec:
     acts_on_params: bool = False
     #: The op changes the running state of its ``layer`` (a ``forward`` in training mode).
     acts_on_layer: bool = False
+    #: The op's calls are tensor computations a compiler can trace with those of the ops around
+    #: it: a run of such ops is one compiled function in torch's ``graph`` variant, observed only
+    #: after the run's last op (``fusable``). Model-level ops (steps, moves, checkpoints, modes,
+    #: surgery, a forward through a layer) are not: each is its own observation point.
+    fuses: bool = False
 
     def field(self, name: str) -> Field:
         for f in self.fields:
@@ -238,6 +243,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "snapshot",
         (Field("name", "new"), Field("of", "name"), Field("method", "choice", choices=METHODS, ordered=False)),
         "binds `name` to a snapshot of `of` made with `method`",
+        fuses=True,
     ),
     OpSpec(
         "write",
@@ -245,6 +251,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "writes `value` in place into row `index` of `target`, or into all of it",
         label=_write_label,
         signature_class=_write_class,
+        fuses=True,
     ),
     OpSpec(
         "fill",
@@ -259,6 +266,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         ),
         "fills `target` in place with `value`",
         signature_class=_write_class,
+        fuses=True,
     ),
     OpSpec(
         "scale",
@@ -270,6 +278,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         ),
         "multiplies `target` in place by `factor`",
         signature_class=_write_class,
+        fuses=True,
     ),
     OpSpec(
         "step",
@@ -351,6 +360,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "or into all of it",
         label=lambda op: "assign:whole" if op.get("index") is None else "assign:row",
         signature_class=_write_class,
+        fuses=True,
     ),
     OpSpec(
         "save",
@@ -389,6 +399,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "binds `target` to a longer tensor: `target` with `source` (a row of it, or rows) appended along "
         "the first dimension (`how`: a concatenation, or a preallocated KV-cache buffer)",
         label=lambda op: f"append:{op['how']}",
+        fuses=True,
     ),
     OpSpec(
         "forward",
@@ -405,6 +416,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "then compute in place on a buffer nobody else holds",
         label=lambda op: f"map:{op['fn']}",
         signature_class=lambda op: "map",
+        fuses=True,
     ),
     OpSpec(
         "add",
@@ -412,6 +424,7 @@ OP_TABLE: tuple[OpSpec, ...] = (
         "binds `target` again to `target + other` (`other` shaped like it, or like a row of it: "
         "broadcast along the first dimension), a new tensor, the old value moved into the call as "
         "for `map`",
+        fuses=True,
     ),
 )
 OPS: dict[str, OpSpec] = {spec.kind: spec for spec in OP_TABLE}

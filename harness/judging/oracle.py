@@ -167,7 +167,7 @@ def _event_map(v: Verdict, hidden: set[int]) -> dict[int, str]:
     return {e.op: ("rev " if e.reverse else "") + e.verdict for e in v.events if e.op not in hidden}
 
 
-def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
+def _compare_verdicts(ctx: PairContext, hidden: set[int], unobserved: frozenset[int] = frozenset()) -> bool:
     """Every snapshot whose verdicts differ gives one finding, at its first divergent event
     (one program can show several root causes; ``compare`` drops repeated signatures).
 
@@ -182,7 +182,7 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int]) -> bool:
         b = vb.get(name)
         if b is None or a.status != "ok" or b.status != "ok" or a.snapshot.op in hidden:
             continue
-        ea, eb = _event_map(a, hidden), _event_map(b, hidden)
+        ea, eb = _event_map(a, hidden | unobserved), _event_map(b, hidden | unobserved)
         for k in sorted(set(ea) | set(eb)):
             sa, sb = ea.get(k, "none"), eb.get(k, "none")
             if sa != sb:
@@ -477,7 +477,7 @@ def _moved_from_apart(program: Program, i: int, apart: set[str], changed: set[st
     return set()
 
 
-def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
+def _compare_values(ctx: PairContext, hidden: set[int], unobserved: frozenset[int] = frozenset()) -> None:
     """The first value divergence that no earlier finding of the pair accounts for.
 
     Every aspect's first divergence is reported whatever comes after it, so a value divergence is
@@ -487,7 +487,8 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     from it) is that finding's consequence: said in the cause's detail, never a finding of its own.
     Any other name that comes to differ is the value finding, even after a finding of another
     aspect (a ``save`` whose identity differs cannot hide an earlier step that trained a param
-    differently)."""
+    differently). Nothing is compared after an ``unobserved`` op: its effects are compared after
+    the next op."""
     a, b = ctx.traces
     tol = tolerance(ctx.program)
     skip = nondeterministic_names(ctx.program)
@@ -498,6 +499,8 @@ def _compare_values(ctx: PairContext, hidden: set[int]) -> None:
     for i in range(len(a.steps)):
         if i in hidden:
             break  # one side could not run this op: from here on the states differ by design
+        if i in unobserved:
+            continue
         sa, sb = a.state_after(i), b.state_after(i)
         changed = a.steps[i].changed.keys() | b.steps[i].changed.keys()
         related_at_op: dict[str, int] = {}  # names tied by snapshots to a finding made at this op
@@ -562,7 +565,7 @@ def _render_value(x: np.ndarray) -> str:
     return np.array2string(x, precision=6, separator=", ").replace("\n", "")
 
 
-def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
+def _compare_dtypes(ctx: PairContext, hidden: set[int], unobserved: frozenset[int] = frozenset()) -> None:
     """The first name the two targets hold in different dtypes, each as its framework reports it
     (``Observation.dtype``), at the op that made it so (``program``: as the program opened): one
     framework changed a tensor's dtype, or made it in another, where the other kept the case's."""
@@ -570,6 +573,8 @@ def _compare_dtypes(ctx: PairContext, hidden: set[int]) -> None:
     for i in range(-1, len(a.steps)):
         if i in hidden:
             return
+        if i in unobserved:
+            continue
         sa, sb = a.state_after(i), b.state_after(i)
         for name in sorted(
             sa if i < 0 else a.steps[i].changed.keys() | b.steps[i].changed.keys(), key=binding_rank(ctx.program)
@@ -654,20 +659,58 @@ def _version_method(program: Program, i: int, name: str) -> str | None:
 
 
 def compare_pair(
-    program: Program, kind: str, ids: tuple[str, str], traces: tuple[Trace, Trace], verdict_maps=None
+    program: Program,
+    kind: str,
+    ids: tuple[str, str],
+    traces: tuple[Trace, Trace],
+    verdict_maps=None,
+    unobserved: frozenset[int] = frozenset(),
 ) -> list[Finding]:
+    """The findings of one pair. ``unobserved``: the ops after which either side observed nothing
+    (``Trace.unobserved``), the traces already coarsened to them (``Trace.coarsened``): nothing is
+    compared after them, and what they did is compared after the next op both observed."""
     if verdict_maps is None:
         verdict_maps = (verdicts(program, traces[0]), verdicts(program, traces[1]))
     ctx = PairContext(program, kind, ids, traces, verdict_maps)
     if not _compare_status(ctx):
         return ctx.findings
     hidden = _hidden_ops(program, *traces)
-    _compare_verdicts(ctx, hidden)
-    _compare_identity(ctx, hidden)
-    _compare_values(ctx, hidden)
-    _compare_dtypes(ctx, hidden)
-    _compare_versions(ctx, hidden)
+    _compare_verdicts(ctx, hidden, unobserved)
+    _compare_identity(ctx, hidden | unobserved)
+    _compare_values(ctx, hidden, unobserved)
+    _compare_dtypes(ctx, hidden, unobserved)
+    _compare_versions(ctx, hidden | unobserved)
+    if unobserved:
+        ctx.findings[:] = [_in_run(program, f, unobserved) for f in ctx.findings]
     return ctx.findings
+
+
+def _in_run(program: Program, f: Finding, unobserved: frozenset[int]) -> Finding:
+    """A finding after the last op of a compiled run (the ops before it ``unobserved``), moved to
+    the op of the run whose effect it judges: the last of the run's writes whose path reaches
+    the finding's subject (``write_path``), else its last write. The states after the run are
+    what both sides were compared on, and the write is the call a user would look at; naming it
+    gives the finding the signature of the same divergence in a program whose run ends at that
+    write. A status finding stays at the op where the run failed, and one without a write in the
+    run where it is."""
+    j = f.op_index
+    if f.aspect not in ("verdict", "value", "version") or j is None or j - 1 not in unobserved:
+        return f
+    start = j
+    while start - 1 in unobserved:
+        start -= 1
+    writes = [k for k in range(start, j + 1) if ops.written(program.ops[k]) is not None]
+    reaching = [k for k in writes if f.subject is not None and f.subject in write_path(program, k)]
+    k = (reaching or writes or [j])[-1]
+    if k == j:
+        return f
+    op, method = program.ops[k], f.method
+    if f.aspect == "value":
+        method = _value_method(program, k, f.subject)
+    elif f.aspect == "version":
+        method = _value_method(program, k, f.subject) or _version_method(program, k, f.subject)
+    label = ops.signature_class(op) if f.aspect == "verdict" else ops.label(op)
+    return dataclasses.replace(f, op_index=k, op_label=label, method=method)
 
 
 #: TEST DOUBLE switch: ``ALIASFUZZ_TEST_ORACLE_FAULT=OP`` makes ``compare`` raise
@@ -718,9 +761,18 @@ def compare(program: Program, traces: Mapping[str, Trace]) -> list[Finding]:
         findings.extend(sharing.changes(program, tr))
         findings.extend(versions.hidden_writes(program, tr))
     for kind, (a, b) in pairs(list(traces)):
-        if traces[a].ok and traces[b].ok and alike(traces[a], traces[b]):
+        ta, tb = traces[a], traces[b]
+        # A side that observed only after some ops (a compiled run of torch's ``graph`` variant):
+        # both sides are compared where both observed, each op's effect after the run it is in.
+        unobserved = ta.unobserved | tb.unobserved
+        if unobserved:
+            ta, tb = ta.coarsened(unobserved), tb.coarsened(unobserved)
+            maps = (verdicts(program, ta), verdicts(program, tb))
+        else:
+            maps = (verdicts_of(a), verdicts_of(b))
+        if ta.ok and tb.ok and alike(ta, tb):
             continue  # no aspect can diverge: a backend and its twin, mostly
-        findings.extend(compare_pair(program, kind, (a, b), (traces[a], traces[b]), (verdicts_of(a), verdicts_of(b))))
+        findings.extend(compare_pair(program, kind, (a, b), (ta, tb), maps, unobserved))
     seen: set[str] = set()
     unique = []
     for f in findings:

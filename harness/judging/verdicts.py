@@ -171,12 +171,13 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         return Verdict(snap, taken.status, message=taken.message)
     changes = trace.changes()
     source, name = changes.get(snap.source, _NEVER), changes.get(snap.name, _NEVER)
-    if name.after(snap.op) is None:
+    seen = _first_observed(trace, snap.op, name)
+    if seen is None:
         return Verdict(snap, "error", message=f"{snap.name} was not observed")
     events = []
     # Only the ops that changed either side can make an event (the states are merged from
     # ``changed``): each relation reads its two names' changes, not every op of the program.
-    start, end = snap.op + 1, relation_end(program, snap, len(trace.steps))
+    start, end = seen + 1, relation_end(program, snap, len(trace.steps))
     for k in sorted({*source.between(start, end), *name.between(start, end)}):
         x0, x1 = _view(snap.method, source.after(k - 1)), _view(snap.method, source.after(k))
         before, after = name.after(k - 1), name.after(k)
@@ -206,6 +207,19 @@ def snapshot_verdict(program: Program, trace: Trace, snap: SnapshotInfo) -> Verd
         elif reverse and d_snap:
             events.append(Event(k, "keeps", True))
     return Verdict(snap, "ok", tuple(events))
+
+
+def _first_observed(trace: Trace, made: int, name: Changes) -> int | None:
+    """The op after which the snapshot made at op ``made`` was first observed: ``made`` itself,
+    or, for one made inside a compiled run that observes nothing before its last op
+    (``StepResult.fused``: torch's ``graph`` variant), that last op, where its relation is judged
+    from (what the run did to it is compared as values there). None where it was not observed."""
+    if name.after(made) is not None:
+        return made
+    later = name.between(made + 1, len(trace.steps))
+    if later and all(trace.steps[k].fused for k in range(made, later[0])):
+        return later[0]
+    return None
 
 
 #: The changes of a name a trace never observed.

@@ -37,7 +37,9 @@ What a framework implements, and nothing else (``Probe`` and ``Session`` below):
   ``"<Type>: <message>"``, both of status ``error``);
 - a session, one program on one device, that may keep a transcript of the calls it makes
   (``begin_op()``, called before each op, and ``transcript()``, the reply's ``transcript`` when
-  the request asks for it): ``apply(op)`` runs one parsed op (every field present,
+  the request asks for it), and that may run ops into a compiled graph whose effects show only
+  after a later op (``end_op()``, called after each op: True leaves the op unobserved, its step
+  ``fused``; an exception from it fails the op): ``apply(op)`` runs one parsed op (every field present,
   every name it uses bound) and raises ``Unsupported`` where the framework has no such call;
   ``names()`` lists the names bound now, in binding order; ``observe(name)`` reads one name to
   the host as a wire observation (``protocol.observation``) and must not force a lazy parameter's initialisation. The session's tensors change only
@@ -202,15 +204,25 @@ def run_program(
     initial = observe_all(session)
     previous = initial
     steps = []
-    begin_op = getattr(session, "begin_op", None)
+    begin_op, end_op = getattr(session, "begin_op", None), getattr(session, "end_op", None)
     for raw in program.ops:
         if begin_op is not None:
             begin_op()
         status, message = run_op(session, raw, fault)
-        now = observe_all(session)
-        changed = {k: v for k, v in now.items() if not same_obs(previous.get(k), v)}
-        previous = now
-        step: dict[str, Any] = {"status": status, "changed": changed}
+        fused = False
+        if end_op is not None:
+            try:
+                fused = bool(end_op())
+            except Exception as e:  # noqa: BLE001 - the op's compiled run failed: the op fails
+                if status == OK:
+                    status, message = ERROR, _message(e)
+        step: dict[str, Any] = {"status": status}
+        if fused:
+            step.update(changed={}, fused=True)  # its effects show after a later op (PROTOCOL.md)
+        else:
+            now = observe_all(session)
+            step["changed"] = {k: v for k, v in now.items() if not same_obs(previous.get(k), v)}
+            previous = now
         if message is not None:
             step["message"] = message
         steps.append(step)

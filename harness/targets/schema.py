@@ -178,6 +178,7 @@ def _envelope_defs() -> dict[str, Any]:
             "status": {"enum": ["ok", "unsupported", "error", "skipped"]},
             "message": {"type": ["string", "null"]},
             "changed": {"type": "object", "additionalProperties": _ref("obs")},
+            "fused": {"type": "boolean"},
         },
     }
     return {

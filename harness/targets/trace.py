@@ -8,6 +8,7 @@ each op. The targets produce traces (``harness.targets.base``); the oracle and t
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -127,6 +128,9 @@ class StepResult:
     status: str  # ok | unsupported | error | skipped
     message: str | None
     changed: Mapping[str, Observation]
+    #: Nothing was observed after the op: it ran into a compiled graph that a later op ends, and
+    #: its effects show in that op's ``changed`` (PROTOCOL.md, ``fused``).
+    fused: bool = False
 
 
 @dataclass
@@ -161,6 +165,7 @@ class Trace:
                     s["status"],
                     s.get("message"),
                     {k: Observation.from_wire(v) for k, v in s.get("changed", {}).items()},
+                    s.get("fused") is True,
                 )
                 for s in raw.get("steps", [])
             ]
@@ -177,6 +182,32 @@ class Trace:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @cached_property
+    def unobserved(self) -> frozenset[int]:
+        """The ops after which nothing was observed (``StepResult.fused``)."""
+        return frozenset(i for i, s in enumerate(self.steps) if s.fused)
+
+    def coarsened(self, unobserved: frozenset[int]) -> Trace:
+        """This trace as if observed only after the ops not in ``unobserved``: each such op's
+        changes move to the next observed op (a later change of a name wins), so the state after
+        an observed op is this trace's, and nothing changes at an unobserved one. Two traces of one
+        program coarsened to one set of ops compare where both observed (a ``graph`` variant's
+        run against eager torch's op by op). The trace itself where nothing is left out."""
+        if not unobserved:
+            return self
+        steps, carried, observed = [], {}, dict(self.initial)
+        for i, step in enumerate(self.steps):
+            carried = {**carried, **step.changed}
+            if i in unobserved and i < len(self.steps) - 1:
+                steps.append(dataclasses.replace(step, changed={}, fused=True))
+                continue
+            # A name the run changed and changed back was not changed, seen from its ends.
+            changed = {n: o for n, o in carried.items() if n not in observed or not _same(observed[n], o)}
+            steps.append(dataclasses.replace(step, changed=changed))
+            observed.update(changed)
+            carried = {}
+        return Trace(self.target, self.status, self.message, self.initial, steps, self.elapsed_us)
 
     def states(self) -> list[dict[str, Observation]]:
         """Full state after each op: ``states()[i]`` is after op i; the initial state is
@@ -228,6 +259,7 @@ class Trace:
                     "status": s.status,
                     **({"message": s.message} if s.message else {}),
                     "changed": {k: v.to_json() for k, v in s.changed.items()},
+                    **({"fused": True} if s.fused else {}),
                 }
                 for s in self.steps
             ],
@@ -252,6 +284,15 @@ class Changes:
     def between(self, start: int, end: int) -> list[int]:
         """The ops ``k`` with ``start <= k < end`` that changed the name."""
         return self.ops[bisect.bisect_left(self.ops, start) : bisect.bisect_left(self.ops, end)]
+
+
+def _same(a: Observation, b: Observation) -> bool:
+    """Whether two observations of a name are one: every field, values by their bits."""
+    if (a.value is None) != (b.value is None) or (a.value is not None and a.value.tobytes() != b.value.tobytes()):
+        return False
+    return {k: v for k, v in a.__dict__.items() if k != "value"} == {
+        k: v for k, v in b.__dict__.items() if k != "value"
+    }
 
 
 def alike(a: Trace, b: Trace) -> bool:

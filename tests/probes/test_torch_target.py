@@ -193,7 +193,13 @@ def test_hello(worker):
     devices = {d["name"]: d for d in h["devices"]}
     assert devices["cpu"]["kind"] == "cpu" and "cpu+foreach" in devices
     if not torch.cuda.is_available() and not torch.backends.mps.is_available():
-        assert devices["cpu"]["alt"] is None and set(devices) == {"cpu", "cpu+foreach", "cpu+compile", "cpu+inductor"}
+        assert devices["cpu"]["alt"] is None and set(devices) == {
+            "cpu",
+            "cpu+foreach",
+            "cpu+compile",
+            "cpu+inductor",
+            "cpu+graph",
+        }
     if torch.cuda.is_available():
         assert devices["cpu"]["alt"] == "cuda" and devices["cuda"]["alt"] == "cpu"
         assert {"cuda+foreach", "cuda+fused", "cuda+compile", "cuda+inductor"} <= set(devices)
@@ -265,7 +271,7 @@ def expected_shape(method: str) -> list[int]:
     return {"view_row": [1, 2], "reshape": [4]}.get(method, [2, 2])
 
 
-@pytest.mark.parametrize("device", ["cpu", "cpu+compile"])
+@pytest.mark.parametrize("device", ["cpu", "cpu+compile", "cpu+graph"])
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
 def test_snapshot_across_sgd_step(worker, method, device):
     trace = worker.run([param("w", [2, 2], [1, 2, 3, 4])], [snap("s", "w", method), step("sgd", lr=0.5)], device=device)
@@ -282,7 +288,7 @@ def test_snapshot_across_sgd_step(worker, method, device):
     assert same == (method in SAME_OBJECT), method
 
 
-@pytest.mark.parametrize("device", ["cpu", "cpu+compile"])
+@pytest.mark.parametrize("device", ["cpu", "cpu+compile", "cpu+graph"])
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
 def test_snapshot_across_row_write(worker, method, device):
     trace = worker.run(
@@ -296,12 +302,13 @@ def test_snapshot_across_row_write(worker, method, device):
     assert st["s"]["value"] == want, method
 
 
-@pytest.mark.parametrize("device", ["cpu", "cpu+compile"])
+@pytest.mark.parametrize("device", ["cpu", "cpu+compile", "cpu+graph"])
 @pytest.mark.parametrize("method", sorted(set(FOLLOWS) | set(KEEPS)))
 def test_reverse_fill_through_snapshot(worker, method, device):
     """A write into a snapshot reaches the param exactly when they share memory, in eager torch
-    and with the snapshot and the fill each compiled (``cpu+compile``): compiled code must keep
-    eager's aliasing, a write through a view included."""
+    and with the snapshot and the fill each compiled (``cpu+compile``) or both in one compiled
+    function (``cpu+graph``): compiled code must keep eager's aliasing, a write through a view
+    included."""
     trace = worker.run(
         [param("w", [2, 2], [1, 2, 3, 4])],
         [snap("s", "w", method), {"op": "fill", "target": "s", "value": 9.0}],

@@ -12,10 +12,13 @@ def program(tensors: dict, ops: list):
     return parse_case({"format": FORMAT, "tensors": tensors, "ops": ops})
 
 
-def trace(target: str, initial: dict, steps: list, statuses: list | None = None, same: dict | None = None) -> Trace:
+def trace(
+    target: str, initial: dict, steps: list, statuses: list | None = None, same: dict | None = None, fused=()
+) -> Trace:
     """``initial`` and each step: name -> value list (flat, shape [n]); identity tokens are the
     names themselves (``same`` maps a name to the name whose object it is), so no identity
-    divergence is made up here."""
+    divergence is made up here. ``fused``: the steps after which the target observed nothing
+    (a compiled run's inner ops: their ``changed`` must be empty)."""
     same = same or {}
 
     def obs(name, value):  # None: a lazy parameter not initialised yet
@@ -35,7 +38,12 @@ def trace(target: str, initial: dict, steps: list, statuses: list | None = None,
             "status": "ok",
             "initial": {n: obs(n, v) for n, v in initial.items()},
             "steps": [
-                {"status": st, "changed": {n: obs(n, v) for n, v in s.items()}} for st, s in zip(statuses, steps)
+                {
+                    "status": st,
+                    "changed": {n: obs(n, v) for n, v in s.items()},
+                    **({"fused": True} if i in fused else {}),
+                }
+                for i, (st, s) in enumerate(zip(statuses, steps))
             ],
         },
     )

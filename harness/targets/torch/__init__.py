@@ -23,11 +23,18 @@ REPRODUCER_SCAFFOLD = None
 #:   toolchain;
 #: - ``inductor``: the same, then Inductor's code generation (C++ kernels on the CPU, Triton on
 #:   CUDA), which reuses buffers and writes in place. It needs a C++ compiler, and its first
-#:   compile in a process costs tens of seconds (docs/PERFORMANCE.md).
+#:   compile in a process costs tens of seconds (docs/PERFORMANCE.md);
+#: - ``graph``: ``aot_eager`` as ``compile``, over a run of ops at once (``GRAPH_VARIANTS``).
 COMPILE_VARIANTS = {
     "compile": {"backend": "aot_eager", "dynamic": False},
     "inductor": {"backend": "inductor", "dynamic": False},
+    "graph": {"backend": "aot_eager", "dynamic": False},
 }
+#: The compiling variants that compile each run of ops the op table fuses (``OpSpec.fuses``) as
+#: one function, observed after its last op (``graph.py``), where the others compile each
+#: statement of an op on its own and observe every op: aliasing across ops (a snapshot and the
+#: write through it, in one graph) is what functionalization and AOTAutograd rewrite there.
+GRAPH_VARIANTS = ("graph",)
 
 
 def command() -> list[str]:

@@ -38,6 +38,7 @@ VARIANT_DEVICES = {
     "fused": "cuda+fused",
     "compile": "cpu+compile",
     "inductor": "cpu+inductor",
+    "graph": "cpu+graph",
 }
 
 _SHOW = [
@@ -126,6 +127,8 @@ class _Script:
                 )
             ]
         out = [self.indent + line for line in self.transcript["prologue"]] + [self.show("initial")]
+        # A check of an op inside a compiled run (``fused``) is made where the run ends.
+        carried = False
         for k, step in enumerate(self.trace["steps"]):
             i, lines = self.numbers[k], self.transcript["ops"][k] if k < len(self.transcript["ops"]) else []
             for n in step.get("changed") or {}:
@@ -161,6 +164,15 @@ class _Script:
                     )
                 ]
                 continue
+            checked = c is not None and c.subject in self.variables and (f"after op {i}" == c.label() or carried)
+            if step.get("fused"):
+                # torch's ``graph`` variant: the op's lines are in one compiled function with the
+                # ops after it, called where the run ends; nothing shows before then.
+                out += [f"{self.indent}# op {i} runs in the compiled function of the ops after it"]
+                carried = checked
+                continue
+            carried = False
+            counted = checked and c.counter
             out.append(self.show(f"after op {i}"))
             if counted and self.moved:
                 out.append(f"{self.indent}moved = {self.variables[c.subject]}._version != counter_before[0]")
@@ -168,7 +180,7 @@ class _Script:
                 out.append(
                     f"divergence |= check_counter({python_str(c.subject)}, {self.variables[c.subject]}, counter_before)"
                 )
-            if c is not None and c.want is not None and c.subject in self.variables and f"after op {i}" == c.label():
+            if checked and c.want is not None:
                 out.append(
                     f"divergence |= check_values({python_str(c.subject)}, {self.variables[c.subject]}, "
                     f"{literal(list(c.want))}, {python_str(c.source)})"

@@ -26,8 +26,9 @@ from harness.case import ops as op_table
 from harness.case.ops import Op
 from harness.targets.driver import OpError, Unsupported
 from harness.targets.protocol import PROGRAM_SEED, WireProgram, unreadable
-from harness.targets.torch import COMPILE_VARIANTS
+from harness.targets.torch import COMPILE_VARIANTS, GRAPH_VARIANTS
 from harness.targets.torch.elementwise import ElementwiseOps
+from harness.targets.torch.graph import GraphReplay
 from harness.targets.torch.layers import LayerOps
 from harness.targets.torch.names import case_name, model_key
 from harness.targets.torch.observe import DTYPE_ARGS, DTYPE_SOURCE, TORCH_DTYPES, observation
@@ -58,6 +59,7 @@ def _device_table() -> dict:
         "cpu+foreach": ("cpu", "foreach", "cpu", accel),
         "cpu+compile": ("cpu", "compile", "cpu", accel),
         "cpu+inductor": ("cpu", "inductor", "cpu", accel),
+        "cpu+graph": ("cpu", "graph", "cpu", accel),
     }
     for dev in ("cuda",) * CUDA + ("mps",) * MPS:
         table[dev] = (dev, "plain", "gpu", "cpu")
@@ -66,6 +68,7 @@ def _device_table() -> dict:
             table["cuda+fused"] = (dev, "fused", "gpu", "cpu")
             table["cuda+compile"] = (dev, "compile", "gpu", "cpu")
             table["cuda+inductor"] = (dev, "inductor", "gpu", "cpu")
+            table["cuda+graph"] = (dev, "graph", "gpu", "cpu")
     return table
 
 
@@ -87,7 +90,15 @@ ON_REQUEST_VARIANTS = ("inductor",)
 #: (PROTOCOL.md, ``program_timeout_s``): Inductor's first compile in a process took 26 s here
 #: (50 s on another machine), and a cold program compiles several new lines after it.
 PROGRAM_TIMEOUT_S = {"inductor": 120.0}
-VARIANT_DIFFERS_ON = {"foreach": ("step",), "fused": ("step",), "compile": COMPILED_OPS, "inductor": COMPILED_OPS}
+#: The ops the ``graph`` variant compiles: the op table's fusing ops (``OpSpec.fuses``).
+GRAPH_OPS = tuple(kind for kind in op_table.OP_KINDS if op_table.OPS[kind].fuses)
+VARIANT_DIFFERS_ON = {
+    "foreach": ("step",),
+    "fused": ("step",),
+    "compile": COMPILED_OPS,
+    "inductor": COMPILED_OPS,
+    "graph": GRAPH_OPS,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +133,9 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     Tensors change only inside ``__init__`` and ``apply`` (the driver's contract), which is what
     lets ``observe`` reuse a round of change keys until the next op."""
 
-    def __init__(self, device_name: str, tensors: list[dict], layers: list[dict] = (), dtype: str = "f32"):
+    def __init__(
+        self, device_name: str, tensors: list[dict], layers: list[dict] = (), dtype: str = "f32", ops: list = ()
+    ):
         if device_name not in DEVICES:
             raise OpError(f"unknown device {json.dumps(device_name)} (this probe has {', '.join(DEVICES)})")
         self.home, self.variant, _, self.alt = DEVICES[device_name]
@@ -154,6 +167,9 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         self.layer_stats: list[str] = []  # `<layer>.running_mean`, ...: the model's buffers by name
         for spec in layers:
             self._add_layer(spec)
+        #: The ``graph`` variant's replay (``graph.py``): this session writes the program, eagerly,
+        #: and the replay runs it, its fusing runs compiled; what it holds is what is observed.
+        self.graph = GraphReplay(self.tx, self.variant, ops) if self.variant in GRAPH_VARIANTS else None
 
     def _declare(self, spec: dict) -> None:
         """``model.w = w = nn.Parameter(torch.tensor(...))``; a buffer registered under its key."""
@@ -214,18 +230,34 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
     def begin_op(self) -> None:
         """The driver's call before each op: the transcript's next op starts."""
         self.tx.begin_op()
+        if self.graph is not None:
+            self.graph.begin_op()
+
+    def end_op(self) -> bool:
+        """The driver's call after each op: True where the op is not observed after it (an inner op
+        of the ``graph`` variant's compiled run, ``GraphReplay.end_op``)."""
+        return self.graph.end_op() if self.graph is not None else False
 
     def transcript(self) -> dict:
-        return self.tx.to_json()
+        return self.graph.to_json() if self.graph is not None else self.tx.to_json()
 
     def apply(self, op: Op) -> None:
         self._round = None  # the op may change any tensor: the next observe recomputes the keys
         run = getattr(self, "_op_" + op.kind, None)
         if run is None:  # an op of the table this session has no method for yet: not in OPS
             raise Unsupported(f"the torch target does not interpret {op.kind!r}")
-        self.tx.compiling = self.variant if self.variant in COMPILE_VARIANTS and op.kind in COMPILED_OPS else None
+        per_op = self.variant in COMPILE_VARIANTS and self.variant not in GRAPH_VARIANTS
+        self.tx.compiling = self.variant if per_op and op.kind in COMPILED_OPS else None
+        start = len(self.tx.current)
         try:
             run(op)
+        except Exception:
+            if self.graph is not None:
+                self.graph.failed(self.tx.current[start:])
+            raise
+        else:
+            if self.graph is not None:
+                self.graph.ran(self.tx.current[start:])
         finally:
             if self.tx.compiling:
                 # AOTAutograd applies a mutation made under no_grad without bumping the version
@@ -447,6 +479,8 @@ class TorchSession(TrainingOps, LayerOps, ElementwiseOps):
         one memory may have separate version counters and separate storage objects
         (``copy.copy``; ``torch.from_numpy`` of a view's ``numpy()``, whose storage starts where
         the view does, inside its source's), so a write through one must invalidate all of them."""
+        if self.graph is not None:  # the replay's tensors, read every time: no change keys there
+            return observation(self.graph.value(name))
         if self._round is None:
             self._round = self._change_keys()
         keys, dirty = self._round
@@ -544,4 +578,4 @@ class TorchProbe:
         }
 
     def open(self, device: str, program: WireProgram) -> TorchSession:
-        return TorchSession(device, program.tensors, program.layers, program.dtype)
+        return TorchSession(device, program.tensors, program.layers, program.dtype, program.ops)

@@ -58,7 +58,12 @@ class TrainingOps:
 
     def _new_optimizer(self, op: Op) -> str:
         kind = op.optimizer
-        if self.variant in ("plain", "compile", "inductor"):  # the compiling variants compile tensor ops, not steps
+        if self.variant in (
+            "plain",
+            "compile",
+            "inductor",
+            "graph",
+        ):  # the compiling variants compile tensor ops, not steps
             impl = "foreach=False"
         elif self.variant == "foreach":
             impl = "foreach=True"

@@ -44,7 +44,7 @@ _BUILTINS = frozenset(dir(builtins))
 SCRIPT_NAMES = frozenset(
     {"show", "check_values", "divergence", "e", "run", "label", "impl", "first", "second", "differ", "failed"}
     | {"first_failed", "second_failed", "failing", "run_plain", "run_foreach", "run_fused", "run_compile"}
-    | {"run_inductor"}
+    | {"run_inductor", "run_graph"}
 )
 
 
@@ -56,6 +56,11 @@ def _compiled(line: str):
 @lru_cache(maxsize=4096)
 def _compiled_expression(source: str):
     return compile(source, "<transcript>", "eval")
+
+
+def run_line(line: str, ns: dict) -> None:
+    """Runs one transcript line (or several) eagerly in namespace ``ns``."""
+    exec(_compiled(line), ns)
 
 
 #: Each compiling variant's ``torch.compile`` arguments as the source of the call's arguments.
@@ -87,6 +92,13 @@ class CompiledLine:
     lifted: tuple[str, ...]
     literals: tuple[str, ...]
     results: tuple[str, ...]
+
+    def call(self, ns: dict) -> None:
+        """Runs the function on the variables of namespace ``ns`` and the line's literals, made
+        there eagerly, and binds its results there."""
+        values = [eval(_compiled_expression(literal), ns) for literal in self.literals]
+        out = self.function(*(ns[p] for p in self.params), *values)
+        ns.update(zip(self.results, out))
 
     def source(self, name: str) -> list[str]:
         """The lines that define and call it as ``name``: what the reproducer shows (the same
@@ -134,12 +146,29 @@ class _Rename(ast.NodeTransformer):
         return ast.Name(self.names.get(node.id, node.id), node.ctx)
 
 
+def _free_and_bound(tree: ast.Module, lifted: frozenset[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The transcript variables ``tree``'s statements read before any earlier statement of it
+    binds them (its parameters), and those it binds (its results), each in order of first use.
+    Straight-line code only, which a transcript is: a name read in the statement that binds it
+    (``x = x + 1``) is read first. Modules, builtins and the lifted literals are no variables."""
+    params: dict[str, None] = {}
+    results: dict[str, None] = {}
+    for statement in tree.body:
+        names = [n for n in ast.walk(statement) if isinstance(n, ast.Name)]
+        names = [n for n in names if n.id not in _COMPILE_GLOBALS and n.id not in _BUILTINS and n.id not in lifted]
+        params |= {n.id: None for n in names if isinstance(n.ctx, ast.Load) and n.id not in results}
+        results |= {n.id: None for n in names if isinstance(n.ctx, ast.Store)}
+    return tuple(params), tuple(results)
+
+
 @lru_cache(maxsize=COMPILED_LINES)
 def compiled_line(line: str, variant: str = "compile") -> CompiledLine:
     """``line`` as a ``CompiledLine`` of ``variant`` (kept per line: a line recurs across programs, and parsing
-    it is the variant's cost on every statement it runs). A name the line reads that is no module and no builtin is a
-    transcript variable (a variable never takes a builtin's name: ``_identifier``), so the
-    parameters follow from the text alone; a name it reads and binds is both. The lifted
+    it is the variant's cost on every statement it runs). ``line`` may be several lines (the
+    ``graph`` variant's run of ops, ``graph.py``): one function runs them all. A name the lines
+    read that is no module and no builtin is a transcript variable (a variable never takes a
+    builtin's name: ``_identifier``), so the parameters follow from the text alone
+    (``_free_and_bound``); a name read before it is bound and bound after is both. The lifted
     literals are ``value0``, ``value1``, ... (with ``_`` added until no variable of the line
     starts so)."""
     tree = ast.parse(line)
@@ -150,10 +179,7 @@ def compiled_line(line: str, variant: str = "compile") -> CompiledLine:
     lift = _LiftLiterals(prefix)
     tree = lift.visit(tree)
     lifted = tuple(f"{prefix}{i}" for i in range(len(lift.literals)))
-    variables = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id not in _COMPILE_GLOBALS]
-    variables = [n for n in variables if n.id not in _BUILTINS and n.id not in lifted]
-    params = tuple(dict.fromkeys(n.id for n in variables if isinstance(n.ctx, ast.Load)))
-    results = tuple(dict.fromkeys(n.id for n in variables if isinstance(n.ctx, ast.Store)))
+    params, results = _free_and_bound(tree, frozenset(lifted))
     numbered = {name: f"v{i}" for i, name in enumerate(dict.fromkeys(params + results))}
     numbered |= {name: f"c{i}" for i, name in enumerate(lifted)}
     canonical = ast.unparse(_Rename(numbered).visit(ast.parse(ast.unparse(tree))))
@@ -239,14 +265,17 @@ class Transcript:
             self._run_compiled(line)
             return
         self._lines.append(line)
-        exec(_compiled(line), self.ns)
+        run_line(line, self.ns)
 
     def _run_compiled(self, line: str) -> None:
         fn = compiled_line(line, self.compiling)
         self._lines.extend(fn.source(self.helper("compiled")))
-        values = [eval(_compiled_expression(literal), self.ns) for literal in fn.literals]
-        out = fn.function(*(self.ns[p] for p in fn.params), *values)
-        self.ns.update(zip(fn.results, out))
+        fn.call(self.ns)
+
+    @property
+    def current(self) -> list[str]:
+        """The lines recorded so far for the op running now (the prologue's before the first op)."""
+        return self._lines
 
     def var(self, name: str) -> str:
         """The variable of the case name ``name`` (given on its first use, kept after): the name

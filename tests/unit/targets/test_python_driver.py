@@ -63,7 +63,40 @@ class ListSession:
         return observation([len(v)], list(v), None, "list", None)
 
 
+class DeferringSession(ListSession):
+    """TEST DOUBLE of a session that runs ops into a graph a later op ends (torch's ``graph``
+    variant): a ``fill`` is held, and the held fills are made after the last of a run of fills,
+    so the ops before it are not observed; a held fill of a name starting with ``boom`` fails
+    when it is made."""
+
+    def __init__(self, program):
+        super().__init__(program)
+        self.ops, self.index, self.held = program.ops, -1, []
+
+    def begin_op(self):
+        self.index += 1
+
+    def apply(self, op):
+        if op["op"] == "fill":
+            self.held.append(op)
+        else:
+            super().apply(op)
+
+    def end_op(self):
+        following = self.ops[self.index + 1] if self.index + 1 < len(self.ops) else {}
+        if self.held and following.get("op") == "fill":
+            return True
+        held, self.held = self.held, []
+        for op in held:
+            if op["target"].startswith("boom"):
+                raise RuntimeError("planted graph failure")
+            super().apply(op)
+        return False
+
+
 class ListProbe:
+    session = ListSession
+
     def hello(self):
         return {
             "framework": "lists",
@@ -76,13 +109,13 @@ class ListProbe:
     def open(self, device, program):
         if device != "cpu":
             raise ValueError(f"no device {device}")
-        return ListSession(program)
+        return self.session(program)
 
 
-def _serve_lines(*requests) -> list[dict]:
+def _serve_lines(*requests, probe=None) -> list[dict]:
     out = io.StringIO()
     lines = b"".join(r if isinstance(r, bytes) else (json.dumps(r) + "\n").encode() for r in requests)
-    assert driver.serve(ListProbe(), stdin=io.BytesIO(lines), stdout=out) == 0
+    assert driver.serve(probe or ListProbe(), stdin=io.BytesIO(lines), stdout=out) == 0
     replies = [json.loads(line) for line in out.getvalue().splitlines()]
     for r in replies:
         VALIDATOR.validate(r)
@@ -137,6 +170,25 @@ def test_driver_serves_a_session_only_probe():
     assert set(trace["steps"][0]["changed"]) == {"s"} and trace["steps"][8]["changed"] == {}
     assert missing["status"] == "error" and missing["message"] == "ValueError: no device gpu"
     assert error["type"] == "error" and error["message"].startswith("malformed request")
+
+
+def test_an_op_run_into_a_later_ops_graph_is_not_observed_and_a_graph_that_fails_fails_its_last_op():
+    probe = ListProbe()
+    probe.session = DeferringSession
+    fill = lambda target, value: {"op": "fill", "target": target, "value": value}  # noqa: E731
+    prog = {
+        "tensors": [
+            {"name": "w", "kind": "param", "shape": [1], "value": [1]},
+            {"name": "boom", "kind": "buffer", "shape": [1], "value": [0]},
+        ],
+        "ops": [fill("w", 2.0), fill("w", 3.0), {"op": "read", "target": "w"}, fill("boom", 1.0), fill("w", 4.0)],
+    }
+    (trace,) = _serve_lines({"type": "run", "id": 1, "device": "cpu", "program": prog}, probe=probe)
+    steps = trace["steps"]
+    assert [s.get("fused", False) for s in steps] == [True, False, False, True, False]
+    assert steps[0]["changed"] == {} and steps[1]["changed"]["w"]["value"] == [3.0]
+    assert statuses(trace) == ["ok", "ok", "ok", "ok", "error"]
+    assert steps[4]["message"] == "RuntimeError: planted graph failure"
 
 
 def test_op_parsing_follows_the_op_table():

@@ -5,7 +5,7 @@ a target only those programs is in tests/probes/test_engine_real.py."""
 
 from __future__ import annotations
 
-from generators.profiles import COMPILE_SHARE, PROFILES, WGPU_SHARE
+from generators.profiles import COMPILE_SHARE, GRAPH_SHARE, PROFILES, WGPU_SHARE
 from harness.fuzzing.generation import generate
 from harness.targets.runner import in_share, share_key
 
@@ -22,10 +22,12 @@ def test_a_share_picks_about_that_share_of_programs_and_the_same_ones_every_time
     assert all(in_share(p, 1.0) for p in PROGRAMS) and not any(in_share(p, 0.0) for p in PROGRAMS)
 
 
-def test_the_compile_variant_has_a_share_in_every_profile_and_all_of_the_compile_profile():
+def test_the_compiling_variants_have_a_share_in_every_profile_and_all_of_the_compile_profile():
     for name, profile in PROFILES.items():
         shares = dict(profile.target_shares)
         assert shares["compile"] == (1.0 if name == "compile" else COMPILE_SHARE), name
+        assert shares["graph"] == (1.0 if name == "compile" else GRAPH_SHARE), name
+    assert share_key("torch:cpu+graph") == "graph"
 
 
 def test_burn_wgpu_has_its_share_in_every_profile_but_devices_and_a_share_is_keyed_by_variant_or_device():
