@@ -91,9 +91,11 @@ def cmd_draft(args: argparse.Namespace) -> int:
     status = EXIT_OK
     base = baseline
 
-    def draft_all(pending: list[tuple[Path, Program]], runner) -> list[str]:
+    def draft_all(pending: list[tuple[Path, Program]], runner, last: bool = True, added=None) -> list[str]:
         """Drafts each case of ``pending`` that shows a divergence to draft on ``runner``'s targets;
-        returns the candidates that showed none."""
+        returns the candidates that showed none. ``last``: no second run follows, so a candidate
+        with nothing new is drafted by its known divergences (``_chosen``). ``added``: the targets
+        a second run added, where a new divergence must show to be drafted there."""
         nonlocal status
         baseline = base.for_installed(runner.infos)
         shown_none: list[str] = []
@@ -109,7 +111,7 @@ def cmd_draft(args: argparse.Namespace) -> int:
                 for f in result.harness_errors:
                     print(f"aliasfuzz: draft {path}: {f.sentence()}", file=sys.stderr)
                 continue
-            chosen = _chosen(path, result, args.known, args.candidates, drafted_signatures)
+            chosen = _chosen(path, result, args.known, args.candidates, drafted_signatures, last, added)
             drafted_signatures.update(_report_key(f) for f in chosen)
             if not chosen:
                 if args.candidates:  # a candidate that shows nothing here is listed as such, not an error
@@ -153,18 +155,20 @@ def cmd_draft(args: argparse.Namespace) -> int:
                     print(f"  {p}{'/' if p.is_dir() else ''}")
         return shown_none
 
+    second_run = args.candidates and not args.targets
     runner, _ = open_runner(parse_target_list(args.targets))
     try:
-        undrafted = draft_all(programs, runner)
+        undrafted = draft_all(programs, runner, last=not second_run)
     finally:
         runner.close()
-    if args.candidates and not args.targets and undrafted:
+    if second_run and undrafted:
         # A candidate of an on-request target (torch:cpu+inductor) shows only where that target
-        # runs: the ones that showed nothing get a second run on every device of the machine.
+        # runs: the ones that showed nothing new get a second run on every device of the machine.
         again = [(path, program) for path, program in programs if path.as_posix() in undrafted]
+        first = set(runner.infos)
         runner, _ = open_runner(None, every_device=True)
         try:
-            undrafted = draft_all(again, runner)
+            undrafted = draft_all(again, runner, added=set(runner.infos) - first)
         finally:
             runner.close()
     if args.candidates:
@@ -191,30 +195,35 @@ def _report_key(f) -> tuple:
     return (f.kind, f.aspect, f.op_label, f.method, f.sides, tuple(t.split(":", 1)[0] for t in f.targets))
 
 
-def _chosen(path: Path, result, known: bool, candidate: bool, drafted: set[tuple] = frozenset()) -> list:
+def _chosen(
+    path: Path,
+    result,
+    known: bool,
+    candidate: bool,
+    drafted: set[tuple] = frozenset(),
+    fallback: bool = True,
+    added: set[str] | None = None,
+) -> list:
     """The findings of ``result`` to draft: those the baseline does not know (all, with
     ``known``) and no earlier candidate case drafted (``drafted``: their ``_report_key``); one per
     framework-level divergence (the same one on two devices or variants of a framework is one
-    report). A candidate case with nothing else to draft is drafted by its known ones of the
-    framework its file is named after (``candle_...``)."""
+    report). With ``fallback``, a candidate case with nothing else to draft is drafted by its
+    known ones of the framework its file is named after (``candle_...``) that no earlier case
+    drafted. ``added``: the targets a second run added: only a divergence of the case's framework
+    on one of them is new there."""
     from harness.judging.harness_errors import is_harness_error
-    from harness.judging.pairs import REFERENCE_FRAMEWORK
 
+    framework = path.name.split("_", 1)[0]
     real = [f for f in result.findings if not is_harness_error(f)]
     chosen = [
         f
         for f in real
-        if (known or result.known.get(f.signature) is None) and (_report_key(f) not in drafted or not candidate)
+        if (known or result.known.get(f.signature) is None)
+        and (_report_key(f) not in drafted or not candidate)
+        and (added is None or (any(t in added for t in f.targets) and _about(f, framework)))
     ]
-    if not chosen and candidate:
-        framework = path.name.split("_", 1)[0]
-        chosen = [
-            f
-            for f in real
-            if framework in {t.split(":", 1)[0] for t in f.targets}
-            and next((fw for t in f.targets if (fw := t.split(":", 1)[0]) != REFERENCE_FRAMEWORK), REFERENCE_FRAMEWORK)
-            == framework
-        ]
+    if not chosen and candidate and fallback:
+        chosen = [f for f in real if _report_key(f) not in drafted and _about(f, framework)]
     out, seen = [], set()
     for f in chosen:
         key = _report_key(f)
@@ -222,6 +231,17 @@ def _chosen(path: Path, result, known: bool, candidate: bool, drafted: set[tuple
             seen.add(key)
             out.append(f)
     return out
+
+
+def _about(f, framework: str) -> bool:
+    """Whether finding ``f`` is about ``framework``: one of its sides, and the side that is not
+    the reference framework's where the other is (torch's own when both are torch's)."""
+    from harness.judging.pairs import REFERENCE_FRAMEWORK
+
+    frameworks = [t.split(":", 1)[0] for t in f.targets]
+    if framework not in frameworks:
+        return False
+    return next((fw for fw in frameworks if fw != REFERENCE_FRAMEWORK), REFERENCE_FRAMEWORK) == framework
 
 
 def write_index(out: Path, drafted: list[tuple[Path, str]], undrafted: list[str]) -> None:

@@ -120,6 +120,14 @@ def test_a_cause_several_candidate_cases_show_is_drafted_once_from_the_most_spec
         in titles["torch_inductor_returns_the_input_of_a_multiplication_by_one.issue.md"]
     )
     assert "showed no divergence" not in (tmp_path / "index.md").read_text(encoding="utf-8")
+    # A candle candidate whose divergences are all known is drafted by candle's, not by what the
+    # second run's on-request torch target shows in its program.
+    assert titles["candle_failed_load_sets_a_subset_in_hashmap_order.issue.md"].startswith("# candle: ")
+    # A torch:cpu+graph candidate is drafted against its compiled function.
+    assert (
+        "`torch.compile(backend='aot_eager')`"
+        in titles["torch_graph_chunk_of_a_parameter_written_in_the_same_graph_is_a_copy.issue.md"]
+    )
 
 
 def test_a_draft_of_a_compiled_variants_version_counter_shows_what_its_script_prints(tmp_path):
