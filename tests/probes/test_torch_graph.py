@@ -15,8 +15,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from harness.case.case_file import load_case
 from harness.case.ir import Program, TensorDecl, check_program
+from harness.fuzzing.baseline import load_baseline
+from harness.fuzzing.replay import run_case
 from harness.targets.driver import handle
 from harness.targets.reproducer_base import Check
 from harness.targets.torch.reproducer import torch_script
@@ -164,3 +168,23 @@ def test_a_counter_check_of_an_op_inside_a_run_is_made_where_the_run_ends(tmp_pa
         r.stdout + r.stderr
     )
     assert r.returncode == 1
+
+
+#: The candidates the compiled targets found, each with the divergence its case shows.
+CANDIDATES = {
+    CHUNK: "variant|torch:cpu~torch:cpu+graph|verdict|chunk|write|rev follows~rev keeps",
+    "torch_compile_refuses_a_fill_of_an_expanded_view.toml": "variant|torch:cpu~torch:cpu+graph|value|-|fill|changed~changed",
+    "torch_graph_write_into_a_parameter_and_its_copy_copy_fails_to_compile.toml": (
+        "error|torch:cpu~torch:cpu+graph|status|-|add|ok~error"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANDIDATES))
+def test_a_compiled_candidate_shows_its_divergence_and_no_baseline_entry_explains_it(case, runner):
+    """Each candidate case still shows its divergence on the real targets, unexplained: when
+    torch fixes it, this fails, and the case moves to a regression test."""
+    sub = runner.subset(["torch:cpu", "torch:cpu+compile", "torch:cpu+graph"])
+    result = run_case(load_case(CASES / case), sub, sub.infos, load_baseline())
+    assert CANDIDATES[case] in result.known, sorted(result.known)
+    assert result.known[CANDIDATES[case]] is None

@@ -207,8 +207,8 @@ UNEXPLAINED = {
     # the host round trip of the expanded view, traced as torch in the same run
     # as the fill (torch-compile-traces-numpy-into-a-view-with-the-sources-version-counter), is a
     # view sharing the counter (the finding is named by the expand next to the filled name), and
-    # the fill through that expanded view writes the sum of its elements (pytorch#197448):
-    # tests/cases/torch_graph_fill_through_an_expanded_view_writes_the_sum.toml
+    # the fill through that expanded view writes the sum of its elements (pytorch#197448;
+    # tests/cases/torch_compile_refuses_a_fill_of_an_expanded_view.toml shows it alone)
     "torch_host_round_trip_of_an_expanded_view_keeps_its_strides": {
         "error|torch:cpu~torch:cpu+compile|status|-|fill|ok~error",
         "variant|torch:cpu~torch:cpu+graph|version|expand|fill|kept~bumped",
