@@ -175,7 +175,8 @@ def _compare_verdicts(ctx: PairContext, hidden: set[int], unobserved: frozenset[
     side only, which is a consequence when anything differed before: see ``_one_sided``. Such
     a consequence is not taken as the snapshot's finding: its next divergent event may still be
     a divergence of its own (a clone that follows on one side and keeps on the other, after an
-    op one side could not run had already set the values apart)."""
+    op one side could not run had already set the values apart). An event at an ``unobserved``
+    op is no event: the coarsened traces show nothing there."""
     va, vb = ctx.verdicts
     found, one_sided = [], []
     for name, a in va.items():
@@ -702,13 +703,13 @@ def _in_run(program: Program, f: Finding, unobserved: frozenset[int]) -> Finding
     writes = [k for k in range(start, j + 1) if ops.written(program.ops[k]) is not None]
     reaching = [k for k in writes if f.subject is not None and f.subject in write_path(program, k)]
     k = (reaching or writes or [j])[-1]
-    if k == j:
-        return f
     op, method = program.ops[k], f.method
-    if f.aspect == "value":
-        method = _value_method(program, k, f.subject)
-    elif f.aspect == "version":
+    if f.aspect in ("value", "version"):
+        # The relations made inside the run were never observed apart from it: the one that
+        # carried the write to the subject, or made it, names the divergence.
         method = _value_method(program, k, f.subject) or _version_method(program, k, f.subject)
+    if k == j and method == f.method:
+        return f
     label = ops.signature_class(op) if f.aspect == "verdict" else ops.label(op)
     return dataclasses.replace(f, op_index=k, op_label=label, method=method)
 

@@ -31,8 +31,9 @@ def test_a_divergence_inside_a_run_is_found_at_the_runs_write():
     b = trace(B, {"p0": [0.0]}, [{}, {"s0": [1.0], "p0": [1.0]}, {}], fused={0})
     (f,) = compare(prog, {A: a, B: b})
     assert f.op_index == 1 and f.subject == "s0"
-    # s0 is first observed after the run on both sides: new on both, with other values
-    assert f.signature == "value|alpha:cpu~beta:cpu|value|-|write:whole|changed~changed"
+    # s0 is first observed after the run on both sides: new on both, with other values, named by
+    # the clone that made it in the run
+    assert f.signature == "value|alpha:cpu~beta:cpu|value|clone|write:whole|changed~changed"
 
 
 def test_a_finding_after_a_run_names_the_write_that_reached_its_subject_not_the_runs_last_op():
