@@ -62,6 +62,8 @@ def cmd_minimize(args: argparse.Namespace) -> int:
         except OSError as e:
             raise CaseError(out, "--out", f"cannot write ({e.strerror or e})") from None
         state = "complete" if result.complete else f"stopped early after {args.time:.0f}s"
+        if result.kept_as_found:
+            state += "; the shrunk case did not show it when run again, so the case is kept as found"
         print(
             f"aliasfuzz minimize: {result.ops_before} -> {result.ops_after} ops, {len(minimized.tensors)} "
             f"tensor(s), {result.runs} runs in {result.seconds:.1f}s ({state})"

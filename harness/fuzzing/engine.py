@@ -341,7 +341,7 @@ class Engine:
             # depends on more than the program (what the process ran before, timing). The case is
             # then the program as found, which showed it and whose op indices the finding's
             # (``inert``, ``at``) are; confirmation on fresh processes says whether it is flaky.
-            result.program = program
+            result.program, result.ops_after, result.kept_as_found = program, len(program.ops), True
             return program, finding, result
         # A metamorphic case names its inert group, found again in the minimized program.
         minimized = replace(result.program, inert=final.inert) if group_label(final) else result.program

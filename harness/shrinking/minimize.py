@@ -42,6 +42,9 @@ class MinimizeResult:
     seconds: float
     complete: bool  # False when the time bound stopped it before a fixpoint
     hypothesis_runs: int = 0  # runs spent in Hypothesis's shrinker before the domain pass
+    #: The shrunk program showed the divergence to the shrinker but not when run again, so the
+    #: program as found was kept (``program``, ``ops_after``).
+    kept_as_found: bool = False
 
 
 def _valid(
