@@ -128,3 +128,14 @@ def test_a_reproducer_of_an_op_that_fails_only_when_compiled_exits_1_naming_the_
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the divergence shows: ['p0', 's0'] differ; ops [] fail without compile, [1] with it" in r.stdout
     assert "op 1: error: BackendCompilerFailed" in r.stdout
+
+
+def test_a_reproducer_whose_compiled_run_fails_before_binding_a_name_compares_the_rest(tmp_path):
+    # The compiled forward fails, so `y` is bound in the eager run only: the failure is the
+    # divergence, and the names both runs bound are compared.
+    case = CASES / "torch_compile_forward_of_a_chunk_after_a_step_is_refused.toml"
+    script = tmp_path / "r.py"
+    script.write_text(torch_script(load_case(case), None, ("plain", "compile")), encoding="utf-8")
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the divergence shows: [] differ; ops [] fail without compile, [2] with it" in r.stdout

@@ -177,6 +177,9 @@ CANDIDATES = {
     "torch_graph_write_into_a_parameter_and_its_copy_copy_fails_to_compile.toml": (
         "error|torch:cpu~torch:cpu+graph|status|-|add|ok~error"
     ),
+    "torch_compile_forward_of_a_chunk_after_a_step_is_refused.toml": (
+        "error|torch:cpu~torch:cpu+compile|status|-|forward|ok~error"
+    ),
 }
 
 
