@@ -44,6 +44,13 @@ def _final(trace: dict) -> dict:
     return {name: obs["value"] for name, obs in state.items()}
 
 
+def _run_eager_against_compiled(tmp_path, case: str) -> subprocess.CompletedProcess:
+    """The reproducer of ``case`` that runs it eager and compiled (``+compile``), run."""
+    script = tmp_path / "r.py"
+    script.write_text(torch_script(load_case(CASES / case), None, ("plain", "compile")), encoding="utf-8")
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+
+
 def test_a_compiled_op_is_a_compiled_function_of_its_variables_in_the_transcript():
     tx = _run("candle_flip_of_a_strided_tensor_fails.toml", "cpu+compile")["transcript"]
     decorator = f"@torch.compile({', '.join(f'{k}={v!r}' for k, v in COMPILE_VARIANTS['compile'].items())})"
@@ -99,9 +106,7 @@ def test_the_batch_norm_candidate_gives_the_values_passed_when_compiled(tmp_path
     assert eager["s1"] == [pytest.approx(-158.11388)] * 2
     assert compiled["s1"] == [0.0, 0.0]
     assert compiled["n0.running_var"] == eager["n0.running_var"] == [0.5]
-    script = tmp_path / "r.py"
-    script.write_text(torch_script(load_case(CASES / BATCH_NORM), None, ("plain", "compile")), encoding="utf-8")
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    r = _run_eager_against_compiled(tmp_path, BATCH_NORM)
     assert r.returncode == 1 and "the divergence shows: ['s1'] differ" in r.stdout, r.stdout + r.stderr
 
 
@@ -121,10 +126,7 @@ def test_a_write_that_compiled_code_makes_without_a_version_bump_is_observed():
 
 
 def test_a_reproducer_of_an_op_that_fails_only_when_compiled_exits_1_naming_the_op(tmp_path):
-    case = CASES / "torch_compile_refuses_a_fill_of_an_expanded_view.toml"
-    script = tmp_path / "r.py"
-    script.write_text(torch_script(load_case(case), None, ("plain", "compile")), encoding="utf-8")
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    r = _run_eager_against_compiled(tmp_path, "torch_compile_refuses_a_fill_of_an_expanded_view.toml")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the divergence shows: ['p0', 's0'] differ; ops [] fail without compile, [1] with it" in r.stdout
     assert "op 1: error: BackendCompilerFailed" in r.stdout
@@ -133,9 +135,6 @@ def test_a_reproducer_of_an_op_that_fails_only_when_compiled_exits_1_naming_the_
 def test_a_reproducer_whose_compiled_run_fails_before_binding_a_name_compares_the_rest(tmp_path):
     # The compiled forward fails, so `y` is bound in the eager run only: the failure is the
     # divergence, and the names both runs bound are compared.
-    case = CASES / "torch_compile_forward_of_a_chunk_after_a_step_is_refused.toml"
-    script = tmp_path / "r.py"
-    script.write_text(torch_script(load_case(case), None, ("plain", "compile")), encoding="utf-8")
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    r = _run_eager_against_compiled(tmp_path, "torch_compile_forward_of_a_chunk_after_a_step_is_refused.toml")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the divergence shows: [] differ; ops [] fail without compile, [2] with it" in r.stdout

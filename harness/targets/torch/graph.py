@@ -31,7 +31,7 @@ from harness.case import ops as op_table
 from harness.targets.torch.transcript import MODULES, Transcript, compiled_line, run_line
 
 
-def fuses(raw) -> bool:
+def op_fuses(raw) -> bool:
     """Whether a program's op (as the request gives it, possibly malformed) is of a kind the op
     table fuses."""
     kind = raw.get("op") if isinstance(raw, dict) else None
@@ -48,14 +48,14 @@ class GraphReplay:
 
     def __init__(self, author: Transcript, variant: str, program_ops: Sequence) -> None:
         self.author, self.variant = author, variant
-        self.fuses = [fuses(raw) for raw in program_ops]
+        self.fuses = [op_fuses(raw) for raw in program_ops]
         self.ns: dict = {name: module for name, (module, _) in MODULES.items()}
         self.ops: list[list[str]] = []
         self.index = -1  # the op running now
         self._pending: list[str] = []  # the lines of the run not run yet
         self._pending_at = -1  # the last op that added lines to it
         self._failed = False  # the op running now raised on the eager side
-        self.keep: list = []  # every value ever bound: identity tokens are never reused
+        self.keep: dict[int, object] = {}  # every value ever bound, by id: ids are never reused
         for line in author.prologue:
             run_line(line, self.ns)
         self._keep_bound()
@@ -117,7 +117,7 @@ class GraphReplay:
         fn.call(self.ns)
 
     def _keep_bound(self) -> None:
-        self.keep.extend(self.ns.values())
+        self.keep.update((id(v), v) for v in self.ns.values())
 
     def value(self, name: str):
         """What the replay's variable of the case name ``name`` holds."""
