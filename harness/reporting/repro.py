@@ -45,6 +45,7 @@ def _terminal_note(program: Program, n: Note) -> str:
 def render(result: ReproResult, console=None) -> None:
     from rich.console import Console
     from rich.markup import escape
+    from rich.measure import Measurement
     from rich.table import Table as RichTable
 
     console = console or Console()
@@ -59,6 +60,11 @@ def render(result: ReproResult, console=None) -> None:
         style = "bold red" if row.divergent else None
         cells = [escape(terminal_cell(row, c)) for c in row.cells]
         table.add_row(escape(row.label), *[f"[{style}]{c}[/]" if style else c for c in cells])
+    if not console.is_terminal:
+        # A pipe or a log has no width to fit: the table gets its natural width, so no target id
+        # or value is cut to the 80 columns rich assumes there.
+        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        console.width = max(console.width, natural)
     console.print(table)
     notes = [_terminal_note(result.program, n) for n in model.notes]
     if notes:
