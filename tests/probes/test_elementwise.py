@@ -83,7 +83,13 @@ def test_a_map_binds_a_new_tensor_and_leaves_every_other_name_untouched(mapped, 
     methods = SHAPES[shape]
     n = len(methods)
     checked = set()
+    x = np.array(VALUES, dtype=np.float32).reshape(shape)
     for target, trace in mapped[fn, shape].items():
+        if trace.unobserved:
+            # torch:cpu+graph runs the snapshots and maps as one compiled function and observes
+            # only after it: its final state is eager's (the oracle compares it op by op there)
+            assert np.array_equal(_value(trace, 2 * n, "x"), FNS[fn](x)), target
+            continue
         for k, m in enumerate(methods):
             name = f"s_{m}"
             if trace.steps[k].status != "ok":  # a method the framework has no call for
@@ -101,7 +107,6 @@ def test_a_map_binds_a_new_tensor_and_leaves_every_other_name_untouched(mapped, 
                     )
         last = 2 * n
         assert trace.steps[last].status == "ok", (target, trace.steps[last])
-        x = np.array(VALUES, dtype=np.float32).reshape(shape)
         assert np.array_equal(_value(trace, last, "x"), FNS[fn](x)), target
         for m in methods:
             if f"s_{m}" in trace.state_after(last):

@@ -204,10 +204,13 @@ def test_hello(worker):
         assert devices["cpu"]["alt"] == "cuda" and devices["cuda"]["alt"] == "cpu"
         assert {"cuda+foreach", "cuda+fused", "cuda+compile", "cuda+inductor"} <= set(devices)
     # a variant declares the ops where its code differs (an optimizer variant the steps, the
-    # compiled variants the ops that compute tensors); a plain device declares nothing
+    # compiled variants the ops that compute tensors, the graph variant the ops the table fuses);
+    # a plain device declares nothing
     compiled = ["snapshot", "write", "assign", "fill", "scale", "append", "map", "add", "forward"]
+    fused = ["snapshot", "write", "fill", "scale", "assign", "append", "map", "add"]
     for name, d in devices.items():
         want = None if "+" not in name else compiled if name.endswith(("+compile", "+inductor")) else ["step"]
+        want = fused if name.endswith("+graph") else want
         assert d.get("differs_on") == want, name
         # Inductor's variant is a target only where it is named (its compiles cost seconds)
         assert d.get("on_request", False) == name.endswith("+inductor"), name
